@@ -1,0 +1,126 @@
+// The backend interface: the op set every model program in runtime/models/ is written
+// against, implemented by cpu/ (the reference) and cuda/.
+//
+// Conventions, for every op:
+// - Tensors are contiguous row-major views on the backend's device. "T" is the number of
+//   tokens in the step (all sequences' new tokens, concatenated), "S" the number of
+//   sequences, "H" the hidden size, "d" the head dimension.
+// - Float activations and weights share one dtype per model (the backend's compute dtype:
+//   f32 on the CPU, bf16/f16/f32 on CUDA); reductions (norms, softmax, dot products) are
+//   accumulated in f32. Integer metadata is i32.
+// - Ops are enqueued in call order on the backend's single stream; `download` and
+//   `synchronize` wait for everything before them. Outputs may not alias inputs unless the
+//   op says "in place".
+// - Ops never allocate: outputs are passed in, sized by the caller.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/tensor.hpp"
+#include "runtime/sampling/sampling_row.hpp"
+
+namespace troupe {
+
+/// Rotary embedding layout: neox rotates (x[i], x[i + d/2]); gptj rotates (x[2i], x[2i+1]).
+enum class RopeStyle : uint8_t { neox, gptj };
+
+/// Everything paged attention needs about one step's batch. The tensors live on the device;
+/// the scalars are host-side and let a backend choose its kernel without reading the device.
+struct AttentionBatch {
+  Tensor query_start_loc;  // [S + 1] i32: sequence s owns query rows [qsl[s], qsl[s+1])
+  Tensor seq_lens;         // [S] i32: tokens in the KV cache for s after this step's writes
+  Tensor block_tables;     // [S, max_blocks_per_seq] i32: physical block of each logical block
+  int32_t num_seqs = 0;
+  int32_t max_query_len = 0;
+  int32_t max_seq_len = 0;
+};
+
+/// Shapes of one attention layer. The KV caches are [num_blocks, block_size, num_kv_heads, d].
+struct AttentionShape {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  float scale = 1.0f;  // usually 1/sqrt(head_dim)
+};
+
+struct MemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual Device device() const = 0;
+  /// The float type this backend computes in for a model stored as `requested`.
+  [[nodiscard]] virtual DType compute_dtype(DType requested) const = 0;
+
+  // ---- memory ----
+  [[nodiscard]] virtual Buffer allocate(size_t bytes) = 0;
+  /// Host -> device, ordered after earlier ops; `host` may be reused when this returns.
+  virtual void upload(const Tensor& dst, const void* host, size_t bytes) = 0;
+  /// Device -> host; waits for earlier ops and for the copy.
+  virtual void download(void* host, const Tensor& src, size_t bytes) = 0;
+  /// Device -> device copy of `src` into `dst` (same dtype and element count).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void synchronize() = 0;
+  [[nodiscard]] virtual MemoryInfo memory_info() const = 0;
+
+  // ---- ops ----
+  /// out[t, :] = table[ids[t], :]. ids [T] i32, table [V, H], out [T, H].
+  virtual void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+
+  /// out = x / sqrt(mean(x^2) + eps) * weight, per row. x, out [T, H]; weight [H].
+  /// As in transformers, the normalised row is rounded to the compute dtype before the
+  /// multiply by weight.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+
+  /// residual += x (in place), then out = rms_norm(residual). All [T, H].
+  virtual void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight,
+                            float eps, const Tensor& out) = 0;
+
+  /// out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). `out` may be f32 while x and w are f16/bf16
+  /// (the logits); otherwise all share one dtype.
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) = 0;
+
+  /// Rotates q [T, num_heads * d] and k [T, num_kv_heads * d] in place by position.
+  /// cos_sin [max_positions, rotary_dim] f32 holds cos in the first rotary_dim/2 columns and
+  /// sin in the rest; only the first rotary_dim features of each head rotate.
+  virtual void rope(const Tensor& q, const Tensor& k, const Tensor& positions,
+                    const Tensor& cos_sin, int32_t head_dim, int32_t rotary_dim,
+                    RopeStyle style) = 0;
+
+  /// Writes k, v [T, num_kv_heads * d] into the caches at slot_mapping [T] i32
+  /// (slot = block * block_size + offset; a negative slot is skipped).
+  virtual void write_kv(const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, const Tensor& slot_mapping) = 0;
+
+  /// Causal attention of q [T, num_heads * d] over the paged caches, for every sequence of
+  /// the batch: query row i of sequence s sits at position seq_lens[s] - q_len(s) + i and
+  /// attends to cache positions [0, that position]. GQA: head h reads KV head
+  /// h / (num_heads / num_kv_heads). out [T, num_heads * d].
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionBatch& batch, const AttentionShape& shape,
+                         const Tensor& out) = 0;
+
+  /// out = silu(gate) * up, gate_up [T, 2I] = [gate | up], out [T, I].
+  virtual void silu_mul(const Tensor& gate_up, const Tensor& out) = 0;
+
+  /// out[s, :] = x[indices[s], :]. indices [S] i32.
+  virtual void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
+
+  /// Samples one token per row of logits [S, V] f32, as sampling_row.hpp describes.
+  /// Returns S results on the host.
+  virtual std::vector<SampledToken> sample(const Tensor& logits,
+                                           std::span<const SamplingRow> rows) = 0;
+};
+
+}  // namespace troupe

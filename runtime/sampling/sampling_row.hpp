@@ -1,0 +1,59 @@
+// What a backend needs to sample one row of logits, and what it gives back.
+//
+// Randomness is counter-based (Philox-4x32-10, see philox.hpp): the draw for vocabulary
+// entry i of a sequence's k-th sampled token is a pure function of (seed, k, i). A seeded
+// request therefore samples the same tokens whatever else is in its batch and on whichever
+// backend (CPU or CUDA) it runs.
+//
+// Order of processing, as in vLLM V1: raw logprobs (for the returned logprobs) are taken from
+// the raw logits; then logit bias (which also carries min_tokens' bans as -inf), penalties,
+// greedy argmax or temperature -> min_p -> top_k -> top_p -> an exponential race over the
+// surviving probabilities (argmax p_i / q_i, q_i ~ Exp(1)), which is an exact sample.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace troupe {
+
+/// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
+inline constexpr float kGreedyTemperature = 1e-5f;
+
+struct SamplingRow {
+  float temperature = 1.0f;
+  int32_t top_k = 0;  // 0 or -1: no limit
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  uint64_t offset = 0;        // index of the token being sampled within this sequence's output
+  int32_t num_logprobs = -1;  // -1: none beyond the sampled token's; N >= 0: the top N too
+  // Host views, valid for the duration of the sample call.
+  std::span<const int32_t> prompt_ids;  // for repetition_penalty
+  std::span<const int32_t> output_ids;  // for all three penalties
+  std::span<const std::pair<int32_t, float>> logit_bias;  // added first; -inf bans a token
+
+  [[nodiscard]] bool greedy() const { return temperature < kGreedyTemperature; }
+  [[nodiscard]] bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;  // 1 = most likely under the raw distribution
+};
+
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;             // raw log-softmax of the sampled token
+  int32_t rank = 0;                 // its rank in the raw distribution
+  std::vector<TokenLogprob> top;    // num_logprobs entries, most likely first
+};
+
+}  // namespace troupe
