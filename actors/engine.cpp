@@ -1,0 +1,219 @@
+#include "actors/engine.hpp"
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "actors/cache_manager.hpp"
+#include "actors/engine_actor.hpp"
+#include "actors/executor.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/generation_config.hpp"
+
+#ifndef TROUPE_DEFAULT_MODEL_DIR
+#define TROUPE_DEFAULT_MODEL_DIR "models/troupe-fortunes"
+#endif
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("TROUPE_DEFAULT_MODEL"); env && *env) return env;
+  return TROUPE_DEFAULT_MODEL_DIR;
+}
+
+struct Engine::Impl {
+  caf::actor_system& sys;
+  EngineInfo info;
+  ModelConfig model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  SamplingParams defaults;
+  std::vector<executor_actor> executors;
+  engine_actor engine;
+  explicit Impl(caf::actor_system& s) : sys(s) {}
+};
+
+namespace {
+
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep) {
+  const auto colon = ep.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == ep.size())
+    fail("executor_endpoints: '{}' is not host:port", ep);
+  int port = 0;
+  try {
+    port = std::stoi(ep.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535) fail("executor_endpoints: '{}': port must be 1..65535", ep);
+  return {ep.substr(0, colon), uint16_t(port)};
+}
+
+executor_actor connect_executor(caf::actor_system& sys, const std::string& endpoint) {
+  auto [host, port] = parse_endpoint(endpoint);
+  caf::error last;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // a worker may still be starting
+    auto h = sys.middleman().remote_actor<executor_actor>(host, port);
+    if (h) return *h;
+    last = h.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fail("executor_endpoints: cannot reach a troupe worker at {}: {}", endpoint, error_text(last));
+}
+
+SamplingParams defaults_from(const GenerationConfig& g) {
+  SamplingParams p;
+  if (g.temperature) p.temperature = *g.temperature;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.top_k) p.top_k = int32_t(*g.top_k);
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) p.max_tokens = int32_t(*g.max_new_tokens);
+  return p;
+}
+
+}  // namespace
+
+Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique<Impl>(sys)) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(args);
+  Impl& m = *impl_;
+  const std::string dir = args.model.empty() ? default_model_dir() : args.model;
+  if (!fs::is_directory(dir))
+    fail("model = '{}': not a directory (troupe loads a local Hugging Face checkpoint directory)",
+         dir);
+  m.model = load_model_config(dir);
+  m.info.model_dir = dir;
+
+  GenerationConfig gen;
+  if (args.generation_config == "auto") gen = load_generation_config(dir);
+  else if (args.generation_config != "vllm") gen = load_generation_config(args.generation_config);
+  m.defaults = defaults_from(gen);
+
+  if (!args.skip_tokenizer_init)
+    m.tokenizer = Tokenizer::load(args.tokenizer.empty() ? dir : args.tokenizer);
+
+  // max_model_len: the model's, or a smaller one asked for.
+  const auto model_len = int32_t(m.model.max_position_embeddings);
+  int32_t max_len = model_len > 0 ? model_len : 2048;
+  if (args.max_model_len) {
+    if (*args.max_model_len > max_len)
+      fail("max_model_len = {}: larger than the model's max_position_embeddings = {}",
+           *args.max_model_len, max_len);
+    max_len = int32_t(*args.max_model_len);
+  }
+  m.info.max_model_len = max_len;
+
+  // Device and dtype.
+  std::string device = args.device;
+  if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (device == "cpu" && args.dtype != "auto" && args.dtype != "float32" && args.dtype != "float")
+    fail("dtype = '{}': the CPU backend computes in float32; use --dtype auto or float32",
+         args.dtype);
+  m.info.device = device;
+
+  const bool chunked = args.enable_chunked_prefill.value_or(true);
+  int32_t batched = args.max_num_batched_tokens
+                        ? int32_t(*args.max_num_batched_tokens)
+                        : (chunked ? 8192 : std::max(8192, max_len));
+  if (!chunked && batched < max_len)
+    fail("max_num_batched_tokens = {}: without chunked prefill it must be >= max_model_len = {}",
+         batched, max_len);
+  batched = std::max(batched, int32_t(args.max_num_seqs));
+
+  // Executors: in-process, or `troupe worker` processes reached over the middleman.
+  if (!args.executor_endpoints.empty()) {
+    for (const auto& ep : args.executor_endpoints) m.executors.push_back(connect_executor(sys, ep));
+  } else {
+    m.executors.push_back(spawn_executor(sys));
+  }
+  ExecutorInit init;
+  init.model_dir = fs::absolute(dir).string();
+  init.load_format = args.load_format;
+  init.dtype = args.dtype;
+  init.device = device;
+  init.block_size = int32_t(args.block_size);
+  init.max_num_batched_tokens = batched;
+  init.max_num_seqs = int32_t(args.max_num_seqs);
+  init.max_model_len = max_len;
+  init.seed = uint64_t(args.seed);
+  init.kv_cache_memory_bytes = args.kv_cache_memory_bytes.value_or(0);
+  init.gpu_memory_utilization = args.gpu_memory_utilization;
+  init.num_gpu_blocks_override = args.num_gpu_blocks_override.value_or(0);
+  init.enforce_eager = args.enforce_eager;
+
+  int32_t num_blocks = INT32_MAX;
+  {
+    caf::scoped_actor self{sys};
+    for (size_t i = 0; i < m.executors.size(); ++i) {
+      init.tp_rank = int32_t(i);
+      std::string err;
+      self->request(m.executors[i], caf::infinite, init_atom::value, init)
+          .receive(
+              [&](const ExecutorInfo& info) {
+                num_blocks = std::min(num_blocks, info.num_blocks);
+                m.info.backend = info.backend;
+              },
+              [&](caf::error& e) { err = error_text(e); });
+      if (!err.empty()) {
+        for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+        throw Error(err);
+      }
+    }
+  }
+  m.info.num_kv_blocks = num_blocks;
+  m.info.block_size = int32_t(args.block_size);
+
+  EngineContext ctx;
+  ctx.max_model_len = max_len;
+  ctx.vocab_size = int32_t(m.model.vocab_size);
+  ctx.max_logprobs = int32_t(args.max_logprobs);
+  ctx.seed = uint64_t(args.seed);
+  for (auto e : (gen.eos_token_ids.empty() ? m.model.eos_token_ids : gen.eos_token_ids))
+    ctx.eos_token_ids.push_back(int32_t(e));
+  if (ctx.eos_token_ids.empty() && m.tokenizer && m.tokenizer->eos_token_id())
+    ctx.eos_token_ids.push_back(*m.tokenizer->eos_token_id());
+  ctx.log_requests = args.enable_log_requests;
+  ctx.max_log_len = int32_t(args.max_log_len.value_or(0));
+  ctx.tokenizer = m.tokenizer;
+  if (m.tokenizer)
+    ctx.tokenizers = TokenizerPool(sys, m.tokenizer,
+                                   int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
+  else
+    ctx.tokenizers = TokenizerPool();
+  ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
+                                          args.enable_prefix_caching.value_or(true));
+  ctx.executors = m.executors;
+  ctx.scheduler.policy.max_num_batched_tokens = batched;
+  ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
+  ctx.scheduler.policy.max_model_len = max_len;
+  ctx.scheduler.policy.enable_chunked_prefill = chunked;
+  ctx.scheduler.log_stats = !args.disable_log_stats;
+  m.engine = spawn_engine_actor(sys, std::move(ctx));
+  m.info.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("engine: {} ({}) on {}, max_model_len {}, {} KV blocks of {} tokens, ready in "
+               "{:.2f} s",
+               dir, m.model.architecture, m.info.backend, max_len, num_blocks, args.block_size,
+               m.info.load_seconds);
+}
+
+Engine::~Engine() {
+  if (!impl_) return;
+  caf::anon_send_exit(impl_->engine, caf::exit_reason::user_shutdown);
+  for (auto& e : impl_->executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+}
+
+engine_actor Engine::handle() const { return impl_->engine; }
+const EngineInfo& Engine::info() const { return impl_->info; }
+const ModelConfig& Engine::model_config() const { return impl_->model; }
+std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
+const SamplingParams& Engine::default_sampling_params() const { return impl_->defaults; }
+
+}  // namespace troupe

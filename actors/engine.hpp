@@ -1,0 +1,62 @@
+// The engine: troupe's front door, usable inside a host application's own actor system.
+//
+//   caf::actor_system_config cfg;  troupe::register_message_types(cfg);
+//   caf::actor_system sys{cfg};
+//   troupe::Engine engine(sys, troupe::EngineArgs{.model = "models/troupe-fortunes"});
+//   // then talk to engine.handle() with (submit_atom, EngineRequest, sink) messages; the sink
+//   // actor receives (output_atom, RequestOutput) messages.
+//
+// Constructing an Engine loads the model into its executors (blocking the calling thread, not
+// the actor system) and spawns the tokenizer pool, cache manager, scheduler and engine actors.
+// Destroying it shuts those actors down. troupe::LLM (llm.hpp) wraps one with its own system.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/interfaces.hpp"
+#include "runtime/config/engine_args.hpp"
+#include "runtime/model/model_config.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+namespace troupe {
+
+/// What the engine resolved from its arguments at start-up.
+struct EngineInfo {
+  std::string model_dir;
+  std::string device;  // "cpu" or "cuda"
+  int32_t max_model_len = 0;
+  int32_t num_kv_blocks = 0;
+  int32_t block_size = 0;
+  std::string backend;
+  double load_seconds = 0.0;
+};
+
+class Engine {
+ public:
+  /// Validates `args`, loads the model and starts the actors. Throws troupe::Error with a
+  /// one-line reason on bad arguments, a bad checkpoint or an executor that fails to start.
+  Engine(caf::actor_system& sys, EngineArgs args);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  [[nodiscard]] engine_actor handle() const;
+  [[nodiscard]] const EngineInfo& info() const;
+  [[nodiscard]] const ModelConfig& model_config() const;
+  /// Null when skip_tokenizer_init is set.
+  [[nodiscard]] std::shared_ptr<const Tokenizer> tokenizer() const;
+  /// The sampling defaults of the model's generation_config.json (generation_config = "auto"),
+  /// or vLLM's defaults.
+  [[nodiscard]] const SamplingParams& default_sampling_params() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The directory of the checkpoint troupe ships (models/troupe-fortunes), used when
+/// EngineArgs.model is empty.
+std::string default_model_dir();
+
+}  // namespace troupe

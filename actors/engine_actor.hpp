@@ -1,0 +1,35 @@
+// The engine actor (internal): request ids, parameter checks that need the model, fan-out of
+// n > 1 into sequences, incremental detokenization through the tokenizer pool, stop strings,
+// and the assembly of RequestOutputs for each request's sink.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/interfaces.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/tokenizer_pool.hpp"
+
+namespace troupe {
+
+/// Everything the engine actor needs, resolved by troupe::Engine before it is spawned.
+struct EngineContext {
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  int32_t max_logprobs = 20;
+  uint64_t seed = 0;
+  std::vector<int32_t> eos_token_ids;
+  bool log_requests = false;
+  int32_t max_log_len = 0;  // 0: whole prompts
+  std::shared_ptr<const Tokenizer> tokenizer;  // null with skip_tokenizer_init
+  TokenizerPool tokenizers;
+  cache_manager_actor cache_manager;
+  std::vector<executor_actor> executors;
+  SchedulerActorConfig scheduler;
+};
+
+/// Spawns the engine actor, which spawns (and owns) its scheduler.
+engine_actor spawn_engine_actor(caf::actor_system& sys, EngineContext context);
+
+}  // namespace troupe

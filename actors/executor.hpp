@@ -1,0 +1,25 @@
+// The executor actor: one per GPU (or CPU rank), detached so its blocking device work never
+// stalls other actors and so `cudaSetDevice` holds for every call it makes. It owns a
+// ModelRunner (runtime/exec) and turns init / execute messages into calls on it; errors go
+// back to the requester as caf::error with the runner's message.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/interfaces.hpp"
+#include "runtime/backend/backend.hpp"
+
+namespace troupe {
+
+/// Spawns an executor on its own thread in `sys`.
+executor_actor spawn_executor(caf::actor_system& sys);
+
+/// The backend for `device` ("cpu" or "cuda") and device index. Throws troupe::Error when
+/// the device kind is unknown or this build has no CUDA backend.
+std::unique_ptr<Backend> make_backend(const std::string& device, int index);
+
+/// CUDA devices visible to this process (0 without a CUDA build or driver).
+int cuda_device_count();
+
+}  // namespace troupe

@@ -1,0 +1,106 @@
+#include "actors/llm.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "actors/engine.hpp"
+#include "actors/messages.hpp"
+#include "runtime/api/progress_bar.hpp"
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+struct LLM::Impl {
+  // Declaration order is destruction order reversed: the engine goes first, then the actor
+  // system (which waits for every actor), then its config.
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<Engine> engine;
+};
+
+LLM::LLM(EngineArgs args) : impl_(std::make_unique<Impl>()) {
+  register_message_types(impl_->cfg);
+  impl_->cfg.set("scheduler.max-threads", 4);
+  // Heartbeats so that a frozen remote worker is noticed (CAF's default is never).
+  impl_->cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+  impl_->sys = std::make_unique<caf::actor_system>(impl_->cfg);
+  impl_->engine = std::make_unique<Engine>(*impl_->sys, std::move(args));
+}
+
+LLM::~LLM() {
+  if (!impl_) return;
+  impl_->engine.reset();
+  impl_->sys.reset();
+}
+
+SamplingParams LLM::get_default_sampling_params() const {
+  return impl_->engine->default_sampling_params();
+}
+std::shared_ptr<const Tokenizer> LLM::get_tokenizer() const { return impl_->engine->tokenizer(); }
+int32_t LLM::max_model_len() const { return impl_->engine->info().max_model_len; }
+std::string LLM::backend() const { return impl_->engine->info().backend; }
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts) {
+  return generate(prompts, get_default_sampling_params());
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
+                                         const SamplingParams& params,
+                                         const GenerateOptions& options) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params), options);
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
+                                         const std::vector<SamplingParams>& params,
+                                         const GenerateOptions& options) {
+  if (params.size() != prompts.size())
+    fail("generate: {} prompts but {} SamplingParams", prompts.size(), params.size());
+  caf::scoped_actor self{*impl_->sys};
+  const engine_actor engine = impl_->engine->handle();
+  std::unordered_map<std::string, size_t> index;  // request id -> prompt index
+  std::vector<RequestOutput> outputs(prompts.size());
+
+  auto abort_all = [&] {
+    for (const auto& [id, i] : index) self->send(engine, abort_atom::value, id);
+  };
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest req;
+    req.prompt = prompts[i].text;
+    req.prompt_token_ids = prompts[i].token_ids;
+    req.params = params[i];
+    std::string err;
+    self->request(engine, caf::infinite, submit_atom::value, std::move(req),
+                  caf::actor_cast<caf::actor>(self))
+        .receive([&](const std::string& id) { index.emplace(id, i); },
+                 [&](caf::error& e) { err = error_text(e); });
+    if (!err.empty()) {
+      abort_all();
+      throw Error(prompts.size() > 1 ? fmt::format("prompt {}: {}", i, err) : err);
+    }
+  }
+
+  ProgressBar bar(prompts.size(), options.use_tqdm);
+  size_t done = 0;
+  std::string failure;
+  while (done < prompts.size()) {
+    self->receive([&](output_atom, RequestOutput& out) {
+      auto it = index.find(out.request_id);
+      if (it == index.end() || !out.finished) return;
+      size_t produced = 0;
+      for (const auto& c : out.outputs) produced += c.token_ids.size();
+      bar.advance(out.prompt_token_ids.size(), produced);
+      if (!out.error.empty() && failure.empty()) failure = out.error;
+      outputs[it->second] = std::move(out);
+      ++done;
+      if (options.on_progress) options.on_progress(done, prompts.size());
+    });
+  }
+  bar.finish();
+  if (!failure.empty()) fail("generation failed: {}", failure);
+  return outputs;
+}
+
+}  // namespace troupe

@@ -1,0 +1,33 @@
+#include "actors/messages.hpp"
+
+#include <caf/io/all.hpp>
+
+namespace troupe {
+
+void register_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<SeqSampling>("troupe_seq_sampling");
+  cfg.add_message_type<NewSeq>("troupe_new_seq");
+  cfg.add_message_type<CachedSeq>("troupe_cached_seq");
+  cfg.add_message_type<StepPlan>("troupe_step_plan");
+  cfg.add_message_type<LogprobEntry>("troupe_logprob_entry");
+  cfg.add_message_type<PositionLogprobs>("troupe_position_logprobs");
+  cfg.add_message_type<SeqStepOutput>("troupe_seq_step_output");
+  cfg.add_message_type<StepResult>("troupe_step_result");
+  cfg.add_message_type<ExecutorInit>("troupe_executor_init");
+  cfg.add_message_type<ExecutorInfo>("troupe_executor_info");
+  cfg.load<caf::io::middleman>();
+}
+
+caf::error make_troupe_error(const std::string& what) {
+  return caf::make_error(caf::sec::runtime_error, what);
+}
+
+std::string error_text(const caf::error& err) {
+  if (!err) return "no error";
+  const caf::message& ctx = err.context();
+  for (size_t i = 0; i < ctx.size(); ++i)
+    if (ctx.match_element<std::string>(i)) return ctx.get_as<std::string>(i);
+  return caf::to_string(err);
+}
+
+}  // namespace troupe

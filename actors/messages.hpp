@@ -1,0 +1,165 @@
+// The messages between troupe's actors: atoms, `inspect` overloads and type registration.
+//
+// Two kinds of message types:
+// - Types that cross a process boundary (scheduler <-> remote executor: ExecutorInit,
+//   ExecutorInfo, StepPlan, StepResult and their parts) have an `inspect` overload here and are
+//   registered by register_message_types(), which every process calls on its config (CAF 0.17
+//   needs the registration on both sides, and forgetting it only fails at run time).
+// - Types that never leave the engine's process (engine requests and outputs, the KV
+//   ask/grant between scheduler and cache manager, sequence updates) are marked
+//   CAF_ALLOW_UNSAFE_MESSAGE_TYPE below: they are moved between actors without serialising.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <string>
+#include <vector>
+
+#include "runtime/api/outputs.hpp"
+#include "runtime/config/sampling_params.hpp"
+#include "runtime/exec/step.hpp"
+#include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/sched/scheduler.hpp"
+
+namespace troupe {
+
+// ---- atoms (at most 10 characters: letters, digits, '_') ----
+using init_atom = caf::atom_constant<caf::atom("init")>;
+using execute_atom = caf::atom_constant<caf::atom("execute")>;
+using grant_atom = caf::atom_constant<caf::atom("grant")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using reset_atom = caf::atom_constant<caf::atom("reset")>;
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using updates_atom = caf::atom_constant<caf::atom("updates")>;
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using output_atom = caf::atom_constant<caf::atom("output")>;
+using encode_atom = caf::atom_constant<caf::atom("encode")>;
+using decode_atom = caf::atom_constant<caf::atom("decode")>;
+using detok_atom = caf::atom_constant<caf::atom("detok")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+
+// ---- engine-local message types ----
+
+/// A generation request as the engine's front door takes it: text or token ids.
+struct EngineRequest {
+  std::string request_id;  // "" = the engine assigns one
+  std::string prompt;
+  std::vector<int32_t> prompt_token_ids;  // used when non-empty; else `prompt` is encoded
+  SamplingParams params;
+  /// Send a RequestOutput after every step (true) or only the final one (false).
+  bool stream = false;
+};
+
+struct SeqSpecs {
+  std::vector<SeqSpec> items;
+};
+struct SeqUpdates {
+  std::vector<SeqUpdate> items;
+};
+
+/// One sequence's new tokens for the incremental detokenizer.
+struct DetokPush {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> new_token_ids;
+  bool finish = false;  // flush and forget this sequence after these tokens
+};
+struct DetokOpen {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  bool skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;
+};
+struct DetokBatch {
+  std::vector<DetokOpen> open;
+  std::vector<DetokPush> push;
+};
+struct DetokDeltas {
+  std::vector<std::pair<uint64_t, std::string>> items;  // (seq, text delta), in push order
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  KVStats kv;
+  uint64_t requests_submitted = 0;
+  uint64_t requests_finished = 0;
+};
+
+// ---- inspect overloads for the cross-process types ----
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SeqSampling& x) {
+  return f(caf::meta::type_name("seq_sampling"), x.temperature, x.top_k, x.top_p, x.min_p,
+           x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.seed, x.num_logprobs,
+           x.num_prompt_logprobs, x.min_tokens, x.stop_ids, x.logit_bias);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NewSeq& x) {
+  return f(caf::meta::type_name("new_seq"), x.seq_id, x.token_ids, x.num_prompt_tokens,
+           x.sampling, x.block_ids, x.num_computed_tokens, x.num_new_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachedSeq& x) {
+  return f(caf::meta::type_name("cached_seq"), x.seq_id, x.appended_token_ids, x.new_block_ids,
+           x.num_computed_tokens, x.num_new_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.new_seqs, x.cached_seqs,
+           x.finished_seq_ids);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LogprobEntry& x) {
+  return f(caf::meta::type_name("logprob_entry"), x.token, x.logprob, x.rank);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PositionLogprobs& x) {
+  return f(caf::meta::type_name("position_logprobs"), x.chosen, x.top);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SeqStepOutput& x) {
+  return f(caf::meta::type_name("seq_step_output"), x.seq_id, x.sampled, x.token, x.logprobs,
+           x.prompt_logprobs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
+  return f(caf::meta::type_name("step_result"), x.step_id, x.outputs, x.execute_seconds);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
+  return f(caf::meta::type_name("executor_init"), x.model_dir, x.load_format, x.dtype, x.device,
+           x.device_index, x.tp_rank, x.tp_size, x.pp_rank, x.pp_size, x.block_size,
+           x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
+           x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
+           x.enforce_eager);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {
+  return f(caf::meta::type_name("executor_info"), x.num_blocks, x.kv_cache_bytes, x.weight_bytes,
+           x.backend, x.load_seconds);
+}
+
+/// Registers the cross-process types (and loads the middleman). Call on every process's config.
+void register_message_types(caf::actor_system_config& cfg);
+
+/// The user-facing text of an error that came back from an actor: the message a handler put
+/// in it, or CAF's rendering.
+std::string error_text(const caf::error& err);
+
+/// An error carrying `what` (a troupe::Error's message) from a handler to its requester.
+caf::error make_troupe_error(const std::string& what);
+
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::EngineRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::RequestOutput)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SeqSpecs)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SeqUpdates)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::KVAsk)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::KVGrant)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::KVStats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::DetokBatch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::DetokDeltas)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::EngineStats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::SchedulerStats)

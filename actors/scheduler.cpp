@@ -1,0 +1,217 @@
+#include "actors/scheduler.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+
+namespace troupe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct scheduler_state {
+  std::unique_ptr<Scheduler> sched;
+  SchedulerActorConfig config;
+  cache_manager_actor cache_manager;
+  std::vector<executor_actor> executors;
+  engine_actor engine;
+  bool busy = false;
+  bool executors_lost = false;
+  // Step fan-out: results from every executor of the group; rank 0's is used.
+  std::vector<StepResult> results;
+  size_t replies = 0;
+  bool step_failed = false;
+  std::string step_error;
+  // Stats since the last log line.
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  Clock::time_point last_log = Clock::now();
+  static inline const char* name = "troupe.scheduler";
+};
+
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+void step(self_ptr self);
+
+/// Fails every sequence with `why`; `fatal` when no executor is left to run another step.
+void fail_everything(self_ptr self, const std::string& why, bool fatal) {
+  auto& st = self->state;
+  SeqUpdates failed{st.sched->fail_all()};
+  self->send(st.engine, failed_atom::value, why, fatal);
+  if (!failed.items.empty()) self->send(st.engine, updates_atom::value, std::move(failed));
+  self->send(st.cache_manager, reset_atom::value);
+}
+
+void finish_step(self_ptr self) {
+  auto& st = self->state;
+  st.busy = false;
+  if (st.step_failed) {
+    spdlog::error("scheduler: step failed: {}", st.step_error);
+    fail_everything(self, st.step_error, false);
+  } else {
+    const StepResult& r = st.results.front();
+    SeqUpdates ups{st.sched->on_result(r)};
+    for (const auto& u : ups.items) st.generated_tokens += u.new_token_ids.size();
+    if (!ups.items.empty()) self->send(st.engine, updates_atom::value, std::move(ups));
+  }
+  step(self);
+}
+
+void run_plan(self_ptr self, StepPlan plan) {
+  auto& st = self->state;
+  for (const auto& n : plan.new_seqs) st.prompt_tokens += uint64_t(n.num_new_tokens);
+  for (const auto& c : plan.cached_seqs)
+    if (c.num_new_tokens > 1) st.prompt_tokens += uint64_t(c.num_new_tokens);
+  st.results.assign(st.executors.size(), StepResult{});
+  st.replies = 0;
+  st.step_failed = false;
+  for (size_t i = 0; i < st.executors.size(); ++i) {
+    self->request(st.executors[i], caf::infinite, execute_atom::value, plan)
+        .then(
+            [=](StepResult& r) {
+              auto& s = self->state;
+              s.results[i] = std::move(r);
+              if (++s.replies == s.executors.size()) finish_step(self);
+            },
+            [=](caf::error& e) {
+              auto& s = self->state;
+              if (!s.step_failed) {
+                s.step_failed = true;
+                s.step_error = fmt::format("executor {} failed: {}", i, error_text(e));
+              }
+              if (++s.replies == s.executors.size()) finish_step(self);
+            });
+  }
+}
+
+void step(self_ptr self) {
+  auto& st = self->state;
+  if (st.busy || st.executors_lost) return;
+  if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
+  st.busy = true;
+  KVAsk ask = st.sched->propose();
+  self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
+      .then(
+          [=](KVGrant& grant) {
+            auto& s = self->state;
+            StepPlan plan = s.sched->apply(grant);
+            if (plan.empty() && plan.finished_seq_ids.empty()) {
+              s.busy = false;
+              if (s.sched->has_work() && s.sched->stats().num_running == 0) {
+                // Nothing runs and the head of the queue does not fit an empty cache: it never
+                // will (the engine checks lengths, so this is a bug to surface, not hide).
+                fail_everything(self, "scheduler: a waiting request cannot fit in the KV cache", false);
+              }
+              return;
+            }
+            run_plan(self, std::move(plan));
+          },
+          [=](caf::error& e) {
+            self->state.busy = false;
+            fail_everything(self, "cache manager failed: " + error_text(e), false);
+          });
+}
+
+void log_stats(self_ptr self) {
+  auto& st = self->state;
+  const double secs = std::chrono::duration<double>(Clock::now() - st.last_log).count();
+  const SchedulerStats ss = st.sched->stats();
+  const bool active = st.prompt_tokens + st.generated_tokens > 0 || ss.num_running > 0 ||
+                      ss.num_waiting > 0;
+  if (!active || secs <= 0) return;
+  const double prompt_tps = double(st.prompt_tokens) / secs;
+  const double gen_tps = double(st.generated_tokens) / secs;
+  st.prompt_tokens = st.generated_tokens = 0;
+  st.last_log = Clock::now();
+  self->request(st.cache_manager, std::chrono::seconds(5), stats_atom::value)
+      .then(
+          [=](const KVStats& kv) {
+            const double hit = kv.prefix_queries ? 100.0 * double(kv.prefix_hits) /
+                                                       double(kv.prefix_queries)
+                                                 : 0.0;
+            spdlog::info(
+                "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} "
+                "tokens/s, Running: {} reqs, Waiting: {} reqs, KV cache usage: {:.1f}%, Prefix "
+                "cache hit rate: {:.1f}%",
+                prompt_tps, gen_tps, ss.num_running, ss.num_waiting, 100.0 * kv.usage, hit);
+          },
+          [](caf::error&) {});
+}
+
+scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorConfig config,
+                                                  cache_manager_actor cache_manager,
+                                                  std::vector<executor_actor> executors,
+                                                  engine_actor engine) {
+  auto& st = self->state;
+  st.sched = std::make_unique<Scheduler>(config.policy);
+  st.config = config;
+  st.cache_manager = std::move(cache_manager);
+  st.executors = std::move(executors);
+  st.engine = std::move(engine);
+  for (const auto& e : st.executors) self->monitor(e);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& s = self->state;
+    for (size_t i = 0; i < s.executors.size(); ++i) {
+      if (dm.source != s.executors[i].address()) continue;
+      if (s.executors_lost) return;
+      s.executors_lost = true;
+      const std::string why =
+          fmt::format("executor {} is gone ({}): the engine cannot run steps any more", i,
+                      caf::to_string(dm.reason));
+      spdlog::error("scheduler: {}", why);
+      fail_everything(self, why, true);
+      return;
+    }
+  });
+  if (config.log_stats)
+    self->delayed_send(self, std::chrono::duration<double>(config.stats_interval_seconds),
+                       tick_atom::value);
+  return {
+      [=](add_atom, SeqSpecs& specs) {
+        auto& s = self->state;
+        if (s.executors_lost) {
+          SeqUpdates failed;
+          for (const auto& spec : specs.items)
+            failed.items.push_back(SeqUpdate{spec.seq_id, {}, {}, {}, FinishReason::error, {}});
+          self->send(s.engine, updates_atom::value, std::move(failed));
+          return;
+        }
+        SeqUpdates rejected;
+        for (auto& spec : specs.items) {
+          const uint64_t id = spec.seq_id;
+          try {
+            s.sched->add(std::move(spec));
+          } catch (const std::exception& e) {
+            spdlog::error("scheduler: {}", e.what());
+            rejected.items.push_back(SeqUpdate{id, {}, {}, {}, FinishReason::error, {}});
+          }
+        }
+        if (!rejected.items.empty()) self->send(s.engine, updates_atom::value, std::move(rejected));
+        step(self);
+      },
+      [=](abort_atom, const std::vector<uint64_t>& ids) {
+        for (uint64_t id : ids) self->state.sched->abort(id);
+        step(self);  // releases the aborted sequences' blocks
+      },
+      [=](stats_atom) -> SchedulerStats { return self->state.sched->stats(); },
+      [=](tick_atom) {
+        log_stats(self);
+        self->delayed_send(self,
+                           std::chrono::duration<double>(self->state.config.stats_interval_seconds),
+                           tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerActorConfig config,
+                                cache_manager_actor cache_manager,
+                                std::vector<executor_actor> executors, engine_actor engine) {
+  return sys.spawn(scheduler_behavior, std::move(config), std::move(cache_manager),
+                   std::move(executors), std::move(engine));
+}
+
+}  // namespace troupe

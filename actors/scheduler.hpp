@@ -1,0 +1,27 @@
+// The scheduler actor: the step loop. It owns the queues (runtime/sched/Scheduler) and, each
+// step, asks the cache manager for room, sends the plan to every executor of the group, applies
+// the result and sends the sequences' updates to its engine. One step is in flight at a time;
+// requests that arrive meanwhile join the next step (continuous batching).
+//
+// Supervision: it monitors the executors. When one goes down, or a step fails, every sequence
+// is failed with the reason (never dropped silently) and the cache manager starts afresh; a
+// lost executor leaves the engine refusing new work until it is restarted.
+#pragma once
+
+#include <vector>
+
+#include "actors/interfaces.hpp"
+
+namespace troupe {
+
+struct SchedulerActorConfig {
+  SchedulerConfig policy;
+  bool log_stats = true;
+  double stats_interval_seconds = 5.0;
+};
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerActorConfig config,
+                                cache_manager_actor cache_manager,
+                                std::vector<executor_actor> executors, engine_actor engine);
+
+}  // namespace troupe

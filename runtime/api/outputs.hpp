@@ -1,0 +1,45 @@
+// What a generation request gives back: vLLM's RequestOutput / CompletionOutput.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// One position's logprobs, vLLM style: token id -> (logprob, rank, decoded token). The chosen
+/// token is always present, then the top-N.
+struct Logprob {
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::string decoded_token;
+};
+using PositionLogprobMap = std::map<int32_t, Logprob>;
+
+struct CompletionOutput {
+  int32_t index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  double cumulative_logprob = 0.0;  // sum of the sampled tokens' logprobs
+  std::optional<std::vector<PositionLogprobMap>> logprobs;  // when SamplingParams.logprobs set
+  std::string finish_reason;  // "" while running, then "length", "stop", "abort" or "error"
+  /// The stop string or stop token id that ended the sequence ("" / -1 when none).
+  std::string stop_reason_text;
+  int32_t stop_reason_token = -1;
+  [[nodiscard]] bool finished() const { return !finish_reason.empty(); }
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::string prompt;
+  std::vector<int32_t> prompt_token_ids;
+  /// One entry per prompt token; the first is empty (nothing predicts it).
+  std::optional<std::vector<PositionLogprobMap>> prompt_logprobs;
+  std::vector<CompletionOutput> outputs;
+  bool finished = false;
+  std::string error;  // set when the request failed after it was accepted
+};
+
+}  // namespace troupe

@@ -1,0 +1,360 @@
+#include "runtime/exec/model_runner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/error.hpp"
+#include "runtime/model/checkpoint.hpp"
+
+namespace troupe {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kGiB = int64_t(1) << 30;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init)
+    : backend_(std::move(backend)),
+      block_size_(init.block_size),
+      max_num_batched_tokens_(init.max_num_batched_tokens),
+      max_num_seqs_(init.max_num_seqs),
+      max_model_len_(init.max_model_len) {
+  const auto t0 = Clock::now();
+  if (!backend_) fail("ModelRunner: no backend");
+  config_ = load_model_config(init.model_dir);
+  if (init.dtype != "auto") {
+    auto dt = parse_dtype(init.dtype);
+    if (!dt || !is_float(*dt))
+      fail("dtype = '{}': expected auto, float32, bfloat16 or float16", init.dtype);
+    config_.dtype = *dt;
+  }
+  ParallelRank rank{init.tp_rank, init.tp_size, init.pp_rank, init.pp_size};
+  model_ = make_causal_lm(config_, *backend_, rank);
+  if (init.load_format == "dummy") {
+    model_->init_dummy_weights(init.seed);
+  } else if (init.load_format == "auto" || init.load_format == "safetensors") {
+    const CheckpointReader checkpoint = CheckpointReader::open(init.model_dir);
+    model_->load_weights(checkpoint);
+  } else {
+    fail("load_format = '{}': expected auto, safetensors or dummy", init.load_format);
+  }
+  max_logits_rows_ = max_num_seqs_ + prompt_logprob_rows_per_step(max_num_batched_tokens_);
+  max_logits_rows_ = std::min(max_logits_rows_, max_num_batched_tokens_ + max_num_seqs_);
+  model_->reserve(max_num_batched_tokens_, max_logits_rows_);
+  ensure_input_capacity(size_t(max_num_batched_tokens_), size_t(max_num_seqs_),
+                        size_t((max_model_len_ + block_size_ - 1) / block_size_));
+  size_kv_cache(init);
+  info_.backend = backend_->name();
+  info_.load_seconds = seconds_since(t0);
+  spdlog::info("executor: {} on {}: {} KV blocks of {} tokens ({:.1f} MiB), loaded in {:.2f} s",
+               config_.architecture, info_.backend, info_.num_blocks, block_size_,
+               double(info_.kv_cache_bytes) / double(1 << 20), info_.load_seconds);
+}
+
+ModelRunner::~ModelRunner() = default;
+
+void ModelRunner::size_kv_cache(const ExecutorInit& init) {
+  const KVCacheShape shape = model_->kv_cache_shape();
+  const size_t per_block = shape.bytes_per_block(block_size_);
+  const int64_t blocks_per_seq = (max_model_len_ + block_size_ - 1) / block_size_;
+  int64_t num_blocks = 0;
+  if (init.num_gpu_blocks_override > 0) {
+    num_blocks = init.num_gpu_blocks_override;
+  } else if (init.kv_cache_memory_bytes > 0) {
+    num_blocks = init.kv_cache_memory_bytes / int64_t(per_block);
+  } else if (backend_->device().kind == DeviceKind::cpu) {
+    // Host memory: a quarter of what is available, at most 4 GiB, and no more than every
+    // sequence at full length twice over (pages are only touched when used).
+    const MemoryInfo mem = backend_->memory_info();
+    const int64_t budget = std::min<int64_t>(4 * kGiB, int64_t(mem.free_bytes / 4));
+    num_blocks = std::min<int64_t>(budget / int64_t(per_block),
+                                   2 * int64_t(max_num_seqs_) * blocks_per_seq);
+  } else {
+    backend_->synchronize();
+    const MemoryInfo mem = backend_->memory_info();
+    const double allowed = double(mem.total_bytes) * init.gpu_memory_utilization;
+    const double used = double(mem.total_bytes - mem.free_bytes);
+    const double kv_bytes = allowed - used;
+    if (kv_bytes <= 0)
+      fail("gpu_memory_utilization = {}: the device already uses {:.2f} GiB of {:.2f} GiB, "
+           "nothing is left for the KV cache",
+           init.gpu_memory_utilization, used / double(kGiB), double(mem.total_bytes) / double(kGiB));
+    num_blocks = int64_t(kv_bytes) / int64_t(per_block);
+  }
+  if (num_blocks * block_size_ < max_model_len_)
+    fail("the KV cache holds {} tokens ({} blocks of {}), fewer than max_model_len = {}: give it "
+         "more memory (--kv-cache-memory-bytes, --gpu-memory-utilization) or lower "
+         "--max-model-len",
+         num_blocks * block_size_, num_blocks, block_size_, max_model_len_);
+  if (num_blocks > INT32_MAX) num_blocks = INT32_MAX;
+
+  const size_t layer_bytes = size_t(num_blocks) * per_block / size_t(2 * shape.num_layers);
+  kv_buffer_ = backend_->allocate(layer_bytes * size_t(2 * shape.num_layers));
+  kv_.block_size = block_size_;
+  kv_.num_blocks = int32_t(num_blocks);
+  auto* base = static_cast<char*>(kv_buffer_.data());
+  for (int32_t l = 0; l < shape.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor t(base + size_t(2 * l + kv) * layer_bytes, shape.dtype, backend_->device(),
+               {num_blocks, block_size_, shape.num_kv_heads, shape.head_dim});
+      (kv == 0 ? kv_.k : kv_.v).push_back(t);
+    }
+  }
+  info_.num_blocks = int32_t(num_blocks);
+  info_.kv_cache_bytes = int64_t(kv_buffer_.bytes());
+}
+
+void ModelRunner::ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks) {
+  // token_ids, positions, slot_mapping [T]; logits_indices [<= T + S]; query_start_loc [S+1];
+  // seq_lens [S]; block_tables [S, max_blocks]: all i32.
+  const size_t need = sizeof(int32_t) * (4 * tokens + seqs * (3 + max_blocks) + 1);
+  if (need <= input_capacity_bytes_) return;
+  const size_t grown = std::max(need, input_capacity_bytes_ * 3 / 2);
+  input_buffer_ = backend_->allocate(grown);
+  input_capacity_bytes_ = grown;
+}
+
+PositionLogprobs ModelRunner::prompt_logprobs_row(const float* row, int32_t next_token,
+                                                  int32_t top_n) const {
+  const int64_t v = config_.vocab_size;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < v; ++i) mx = std::max(mx, row[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < v; ++i) sum += std::exp(double(row[i]) - double(mx));
+  const double lse = double(mx) + std::log(sum);
+  PositionLogprobs out;
+  const float chosen = row[next_token];
+  int32_t rank = 1;
+  for (int64_t i = 0; i < v; ++i) rank += row[i] > chosen ? 1 : 0;
+  out.chosen = LogprobEntry{next_token, float(double(chosen) - lse), rank};
+  if (top_n > 0) {
+    std::vector<int32_t> idx(size_t(v));
+    std::iota(idx.begin(), idx.end(), 0);
+    const auto n = std::min<int64_t>(top_n, v);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (int64_t k = 0; k < n; ++k)
+      out.top.push_back(
+          LogprobEntry{idx[size_t(k)], float(double(row[idx[size_t(k)]]) - lse), int32_t(k + 1)});
+  }
+  return out;
+}
+
+StepResult ModelRunner::execute(const StepPlan& plan) {
+  const auto t0 = Clock::now();
+  for (uint64_t id : plan.finished_seq_ids) seqs_.erase(id);
+
+  std::vector<Scheduled> sched;
+  sched.reserve(plan.new_seqs.size() + plan.cached_seqs.size());
+  for (const NewSeq& n : plan.new_seqs) {
+    if (n.num_prompt_tokens <= 0 || n.num_prompt_tokens > int32_t(n.token_ids.size()))
+      fail("step {}: sequence {} has {} prompt tokens of {}", plan.step_id, n.seq_id,
+           n.num_prompt_tokens, n.token_ids.size());
+    LiveSeq s{n.token_ids, n.num_prompt_tokens, n.sampling, n.block_ids, n.num_computed_tokens};
+    auto [it, inserted] = seqs_.insert_or_assign(n.seq_id, std::move(s));
+    (void)inserted;
+    sched.push_back(Scheduled{n.seq_id, &it->second, n.num_computed_tokens, n.num_new_tokens});
+  }
+  for (const CachedSeq& c : plan.cached_seqs) {
+    auto it = seqs_.find(c.seq_id);
+    if (it == seqs_.end()) fail("step {}: unknown sequence {}", plan.step_id, c.seq_id);
+    LiveSeq& s = it->second;
+    s.tokens.insert(s.tokens.end(), c.appended_token_ids.begin(), c.appended_token_ids.end());
+    s.block_table.insert(s.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
+    sched.push_back(Scheduled{c.seq_id, &s, c.num_computed_tokens, c.num_new_tokens});
+  }
+  StepResult result;
+  result.step_id = plan.step_id;
+  if (sched.empty()) return result;
+
+  // ---- host-side inputs ----
+  const auto num_seqs = int32_t(sched.size());
+  int32_t num_tokens = 0, max_query = 0, max_seq = 0;
+  size_t max_blocks = 1;
+  for (const Scheduled& s : sched) {
+    if (s.count <= 0 || s.start < 0 || s.start + s.count > int32_t(s.seq->tokens.size()))
+      fail("step {}: sequence {} schedules tokens [{}, {}) of {}", plan.step_id, s.seq_id, s.start,
+           s.start + s.count, s.seq->tokens.size());
+    const auto need_blocks = size_t((s.start + s.count + block_size_ - 1) / block_size_);
+    if (s.seq->block_table.size() < need_blocks)
+      fail("step {}: sequence {} needs {} blocks, its table has {}", plan.step_id, s.seq_id,
+           need_blocks, s.seq->block_table.size());
+    num_tokens += s.count;
+    max_query = std::max(max_query, s.count);
+    max_seq = std::max(max_seq, s.start + s.count);
+    max_blocks = std::max(max_blocks, need_blocks);
+  }
+  if (num_tokens > max_num_batched_tokens_)
+    fail("step {}: {} tokens exceed max_num_batched_tokens = {}", plan.step_id, num_tokens,
+         max_num_batched_tokens_);
+
+  // Logits rows: sampled sequences first (so their rows are contiguous for sample()), then
+  // prompt-logprob positions.
+  struct PromptRows {
+    size_t sched_index;
+    int32_t first_position;
+    int32_t count;
+    int32_t first_row;
+  };
+  std::vector<int32_t> logits_rows;
+  std::vector<size_t> sampled;  // indices into sched
+  std::vector<PromptRows> prompt_rows;
+  {
+    int32_t token_offset = 0;
+    for (size_t i = 0; i < sched.size(); ++i) {
+      const Scheduled& s = sched[i];
+      if (s.start + s.count == int32_t(s.seq->tokens.size())) {
+        sampled.push_back(i);
+        logits_rows.push_back(token_offset + s.count - 1);
+      }
+      token_offset += s.count;
+    }
+    token_offset = 0;
+    for (size_t i = 0; i < sched.size(); ++i) {
+      const Scheduled& s = sched[i];
+      if (s.seq->sampling.num_prompt_logprobs >= 0) {
+        // Row at position p predicts token p + 1; prompt tokens 1 .. num_prompt - 1.
+        const int32_t last = std::min(s.start + s.count, s.seq->num_prompt - 1);
+        if (last > s.start) {
+          prompt_rows.push_back(PromptRows{i, s.start, last - s.start, int32_t(logits_rows.size())});
+          for (int32_t p = s.start; p < last; ++p) logits_rows.push_back(token_offset + p - s.start);
+        }
+      }
+      token_offset += s.count;
+    }
+  }
+  if (int32_t(logits_rows.size()) > max_logits_rows_)
+    fail("step {}: {} logits rows exceed the reserved {}", plan.step_id, logits_rows.size(),
+         max_logits_rows_);
+
+  ensure_input_capacity(size_t(num_tokens), size_t(num_seqs), max_blocks);
+  std::vector<int32_t> host;
+  const size_t T = size_t(num_tokens), S = size_t(num_seqs), L = logits_rows.size();
+  host.resize(3 * T + L + (S + 1) + S + S * max_blocks, 0);
+  int32_t* ids = host.data();
+  int32_t* pos = ids + T;
+  int32_t* slots = pos + T;
+  int32_t* lidx = slots + T;
+  int32_t* qsl = lidx + L;
+  int32_t* seq_lens = qsl + S + 1;
+  int32_t* tables = seq_lens + S;
+  std::copy(logits_rows.begin(), logits_rows.end(), lidx);
+  {
+    int32_t t = 0;
+    qsl[0] = 0;
+    for (size_t i = 0; i < sched.size(); ++i) {
+      const Scheduled& s = sched[i];
+      const auto& table = s.seq->block_table;
+      for (int32_t p = s.start; p < s.start + s.count; ++p, ++t) {
+        ids[t] = s.seq->tokens[size_t(p)];
+        pos[t] = p;
+        slots[t] = table[size_t(p / block_size_)] * block_size_ + p % block_size_;
+      }
+      qsl[i + 1] = t;
+      seq_lens[i] = s.start + s.count;
+      const size_t nb = size_t((s.start + s.count + block_size_ - 1) / block_size_);
+      std::copy(table.begin(), table.begin() + ptrdiff_t(nb), tables + i * max_blocks);
+    }
+  }
+  const Tensor all = input_buffer_.tensor(DType::i32, {int64_t(host.size())});
+  backend_->upload(all, host.data(), host.size() * sizeof(int32_t));
+  auto slice = [&](int32_t* p, size_t n) { return all.rows(p - host.data(), int64_t(p - host.data() + ptrdiff_t(n))); };
+
+  ForwardInputs in;
+  in.token_ids = slice(ids, T);
+  in.positions = slice(pos, T);
+  in.slot_mapping = slice(slots, T);
+  in.logits_indices = slice(lidx, L);
+  in.attention.query_start_loc = slice(qsl, S + 1);
+  in.attention.seq_lens = slice(seq_lens, S);
+  in.attention.block_tables = slice(tables, S * max_blocks).view({int64_t(S), int64_t(max_blocks)});
+  in.attention.num_seqs = num_seqs;
+  in.attention.max_query_len = max_query;
+  in.attention.max_seq_len = max_seq;
+  in.num_tokens = num_tokens;
+
+  for (const Scheduled& s : sched) s.seq->num_computed = s.start + s.count;
+
+  result.outputs.resize(sched.size());
+  for (size_t i = 0; i < sched.size(); ++i) result.outputs[i].seq_id = sched[i].seq_id;
+  if (L == 0) {
+    // Nothing to read back (prompt chunks only): still run the layers to fill the KV cache.
+    (void)model_->forward(in, kv_);
+    backend_->synchronize();
+    result.execute_seconds = seconds_since(t0);
+    return result;
+  }
+  const Tensor logits = model_->forward(in, kv_);  // [L, vocab] f32
+
+  // ---- sampling ----
+  if (!sampled.empty()) {
+    std::vector<SamplingRow> rows(sampled.size());
+    std::vector<std::vector<std::pair<int32_t, float>>> biases(sampled.size());
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      const LiveSeq& s = *sched[sampled[r]].seq;
+      const SeqSampling& sp = s.sampling;
+      const int32_t n_out = int32_t(s.tokens.size()) - s.num_prompt;
+      auto& bias = biases[r];
+      bias = sp.logit_bias;
+      if (n_out < sp.min_tokens)
+        for (int32_t t : sp.stop_ids) bias.emplace_back(t, -INFINITY);
+      SamplingRow& row = rows[r];
+      row.temperature = sp.temperature;
+      row.top_k = sp.top_k;
+      row.top_p = sp.top_p;
+      row.min_p = sp.min_p;
+      row.presence_penalty = sp.presence_penalty;
+      row.frequency_penalty = sp.frequency_penalty;
+      row.repetition_penalty = sp.repetition_penalty;
+      row.seed = sp.seed;
+      row.offset = uint64_t(n_out);
+      row.num_logprobs = sp.num_logprobs;
+      row.prompt_ids = std::span<const int32_t>(s.tokens.data(), size_t(s.num_prompt));
+      row.output_ids = std::span<const int32_t>(s.tokens.data() + s.num_prompt, size_t(n_out));
+      row.logit_bias = bias;
+    }
+    const std::vector<SampledToken> tokens =
+        backend_->sample(logits.rows(0, int64_t(sampled.size())), rows);
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      SeqStepOutput& o = result.outputs[sampled[r]];
+      const SampledToken& tok = tokens[r];
+      o.sampled = true;
+      o.token = tok.token;
+      o.logprobs.chosen = LogprobEntry{tok.token, tok.logprob, tok.rank};
+      for (const TokenLogprob& t : tok.top)
+        o.logprobs.top.push_back(LogprobEntry{t.token, t.logprob, t.rank});
+    }
+  }
+
+  // ---- prompt logprobs (host side) ----
+  if (!prompt_rows.empty()) {
+    const int64_t v = config_.vocab_size;
+    const int32_t first = prompt_rows.front().first_row;
+    const int32_t count = int32_t(L) - first;
+    std::vector<float> host_logits(size_t(count) * size_t(v));
+    backend_->download(host_logits.data(), logits.rows(first, first + count),
+                       host_logits.size() * sizeof(float));
+    for (const PromptRows& pr : prompt_rows) {
+      const Scheduled& s = sched[pr.sched_index];
+      auto& out = result.outputs[pr.sched_index].prompt_logprobs;
+      for (int32_t j = 0; j < pr.count; ++j) {
+        const float* row = host_logits.data() + size_t(pr.first_row - first + j) * size_t(v);
+        const int32_t next = s.seq->tokens[size_t(pr.first_position + j + 1)];
+        out.push_back(prompt_logprobs_row(row, next, s.seq->sampling.num_prompt_logprobs));
+      }
+    }
+  }
+  result.execute_seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace troupe

@@ -1,0 +1,130 @@
+// The step messages between the scheduler and the executors, as plain structs.
+//
+// They cross process boundaries (a remote executor is a `troupe worker`), so every field is a
+// plain value; actors/messages.hpp gives each an `inspect` overload. Plans carry diffs: a
+// sequence's full data (its tokens so far, its sampling settings) goes to the executors once, in
+// `new_seqs`; later plans carry only the tokens appended since (the ones the executor sampled
+// itself last step), new block ids, and the ids of sequences to forget.
+//
+// There are no prefill and decode phases: each scheduled sequence gets `num_new_tokens` tokens
+// starting at `num_computed_tokens`. A prefill, a chunk of a long prompt, a decode step and a
+// recompute after preemption are all the same rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace troupe {
+
+/// Prompt positions whose logprobs one step may compute (all sequences together). Logits rows
+/// of a step are at most max_num_seqs (sampled tokens) plus this, so the executor can size its
+/// logits buffer once; the scheduler shortens prompt-logprob chunks to stay within it.
+inline int32_t prompt_logprob_rows_per_step(int32_t max_num_batched_tokens) {
+  return max_num_batched_tokens < 2048 ? max_num_batched_tokens : 2048;
+}
+
+/// Per-sequence sampling settings, fixed for the sequence's life (see SamplingRow for their
+/// meaning). Derived by the engine from SamplingParams.
+struct SeqSampling {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  int32_t num_logprobs = -1;         // -1: none; N: top-N logprobs of each sampled token
+  int32_t num_prompt_logprobs = -1;  // -1: none; N: logprob of each prompt token + top N
+  int32_t min_tokens = 0;            // before this many outputs, `stop_ids` are banned
+  std::vector<int32_t> stop_ids;     // eos (unless ignore_eos) and stop_token_ids
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+
+/// A sequence the executors have not seen (or must forget and re-learn after preemption).
+struct NewSeq {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> token_ids;  // prompt followed by any outputs already generated
+  int32_t num_prompt_tokens = 0;
+  SeqSampling sampling;
+  std::vector<int32_t> block_ids;  // block table covering num_computed + num_new tokens
+  int32_t num_computed_tokens = 0;  // tokens whose KV is already in the cache (prefix hit)
+  int32_t num_new_tokens = 0;
+};
+
+/// A sequence the executors already hold.
+struct CachedSeq {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> appended_token_ids;  // outputs sampled since the last plan
+  std::vector<int32_t> new_block_ids;       // appended to its block table
+  int32_t num_computed_tokens = 0;
+  int32_t num_new_tokens = 0;
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  std::vector<NewSeq> new_seqs;
+  std::vector<CachedSeq> cached_seqs;
+  std::vector<uint64_t> finished_seq_ids;  // forget these (finished, aborted or preempted)
+  [[nodiscard]] bool empty() const { return new_seqs.empty() && cached_seqs.empty(); }
+};
+
+struct LogprobEntry {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;
+};
+
+/// One token position's logprobs: the chosen token first, then the top N.
+struct PositionLogprobs {
+  LogprobEntry chosen;
+  std::vector<LogprobEntry> top;
+};
+
+struct SeqStepOutput {
+  uint64_t seq_id = 0;
+  bool sampled = false;   // false for a prompt chunk that did not reach the end
+  int32_t token = -1;     // the sampled token when `sampled`
+  PositionLogprobs logprobs;  // of the sampled token (top empty unless requested)
+  /// Prompt logprobs of the prompt positions this step computed, in order; the first
+  /// position of the prompt has none and is skipped.
+  std::vector<PositionLogprobs> prompt_logprobs;
+};
+
+struct StepResult {
+  uint64_t step_id = 0;
+  std::vector<SeqStepOutput> outputs;  // one per scheduled sequence, in plan order
+  double execute_seconds = 0.0;        // time inside the executor
+};
+
+/// What an executor is asked to load at start-up.
+struct ExecutorInit {
+  std::string model_dir;
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  std::string dtype = "auto";
+  std::string device = "cpu";  // cpu | cuda
+  int32_t device_index = 0;
+  int32_t tp_rank = 0, tp_size = 1, pp_rank = 0, pp_size = 1;
+  int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 8192;
+  int32_t max_num_seqs = 256;
+  int32_t max_model_len = 0;
+  uint64_t seed = 0;
+  int64_t kv_cache_memory_bytes = 0;  // 0: derive from the device
+  double gpu_memory_utilization = 0.9;
+  int64_t num_gpu_blocks_override = 0;
+  bool enforce_eager = false;
+};
+
+/// What it reports once loaded: the cache it can hold.
+struct ExecutorInfo {
+  int32_t num_blocks = 0;
+  int64_t kv_cache_bytes = 0;
+  int64_t weight_bytes = 0;
+  std::string backend;  // "cpu", "cuda:0"
+  double load_seconds = 0.0;
+};
+
+}  // namespace troupe

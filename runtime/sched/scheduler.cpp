@@ -1,0 +1,231 @@
+#include "runtime/sched/scheduler.hpp"
+
+#include <algorithm>
+
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "";
+    case FinishReason::length: return "length";
+    case FinishReason::stop: return "stop";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+  }
+  return "";
+}
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(config) {
+  if (config_.max_num_batched_tokens <= 0)
+    fail("max_num_batched_tokens = {}: must be > 0", config_.max_num_batched_tokens);
+  if (config_.max_num_seqs <= 0) fail("max_num_seqs = {}: must be > 0", config_.max_num_seqs);
+}
+
+void Scheduler::add(SeqSpec spec) {
+  if (seqs_.contains(spec.seq_id)) fail("scheduler: sequence id {} is already in use", spec.seq_id);
+  const auto len = int32_t(spec.prompt_token_ids.size());
+  if (len == 0) fail("scheduler: sequence {} has an empty prompt", spec.seq_id);
+  if (config_.max_model_len > 0 && len > config_.max_model_len)
+    fail("scheduler: prompt of {} tokens exceeds max_model_len = {}", len, config_.max_model_len);
+  Seq s;
+  s.tokens = spec.prompt_token_ids;
+  s.num_prompt = len;
+  s.spec = std::move(spec);
+  const uint64_t id = s.spec.seq_id;
+  seqs_.emplace(id, std::move(s));
+  waiting_.push_back(id);
+}
+
+void Scheduler::retire(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  Seq& s = it->second;
+  if (s.running) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq_id));
+    releases_.push_back(KVRelease{seq_id, std::move(s.pending), s.num_computed});
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq_id));
+  }
+  if (s.known_to_executors) forget_.push_back(seq_id);
+  seqs_.erase(it);
+}
+
+bool Scheduler::abort(uint64_t seq_id) {
+  if (!seqs_.contains(seq_id)) return false;
+  retire(seq_id);
+  return true;
+}
+
+KVAsk Scheduler::propose() {
+  KVAsk ask;
+  ask.released = std::move(releases_);
+  releases_.clear();
+  ask.max_running_seqs = config_.max_num_seqs;
+  int32_t budget = config_.max_num_batched_tokens;
+  int32_t logprob_rows = prompt_logprob_rows_per_step(config_.max_num_batched_tokens);
+  // A chunk of a sequence that wants prompt logprobs costs one logits row per prompt position.
+  auto cap_for_prompt_logprobs = [&](const Seq& s, int32_t start, int32_t n) {
+    if (s.spec.sampling.num_prompt_logprobs < 0) return n;
+    const int32_t rows = std::max(0, std::min(start + n, s.num_prompt - 1) - start);
+    if (rows <= logprob_rows) {
+      logprob_rows -= rows;
+      return n;
+    }
+    const int32_t capped = logprob_rows;
+    logprob_rows = 0;
+    return capped;
+  };
+  for (uint64_t id : running_) {
+    Seq& s = seqs_.at(id);
+    s.num_scheduled = 0;
+    const int32_t remaining = int32_t(s.tokens.size()) - s.num_computed;
+    const int32_t n = cap_for_prompt_logprobs(s, s.num_computed, std::min(remaining, budget));
+    if (n <= 0) continue;
+    s.num_scheduled = n;
+    budget -= n;
+    ask.running.push_back(KVRunningAsk{id, s.pending, s.num_computed, n});
+  }
+  int32_t count = int32_t(running_.size());
+  for (uint64_t id : waiting_) {
+    if (budget <= 0 || count >= config_.max_num_seqs) break;
+    Seq& s = seqs_.at(id);
+    const int32_t remaining = int32_t(s.tokens.size());
+    if (!config_.enable_chunked_prefill && remaining > budget) break;
+    const int32_t n = cap_for_prompt_logprobs(s, 0, std::min(remaining, budget));
+    if (n <= 0) break;
+    s.num_scheduled = n;
+    budget -= n;
+    ++count;
+    // Prompt logprobs may split a prompt even without chunked prefill (logits rows are capped).
+    const bool wants_prompt_logprobs = s.spec.sampling.num_prompt_logprobs >= 0;
+    ask.waiting.push_back(KVWaitingAsk{id, s.tokens, n, !wants_prompt_logprobs,
+                                       config_.enable_chunked_prefill || wants_prompt_logprobs,
+                                       s.spec.cache_salt});
+  }
+  return ask;
+}
+
+StepPlan Scheduler::apply(const KVGrant& grant) {
+  StepPlan plan;
+  plan.step_id = next_step_++;
+  plan.finished_seq_ids = std::move(forget_);
+  forget_.clear();
+  in_flight_.clear();
+
+  for (uint64_t id : grant.preempted) {
+    Seq& s = seqs_.at(id);
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+    waiting_.push_front(id);
+    s.running = false;
+    s.num_computed = 0;
+    s.num_scheduled = 0;
+    s.pending.clear();
+    if (s.known_to_executors) plan.finished_seq_ids.push_back(id);
+    s.known_to_executors = false;
+    ++preemptions_;
+  }
+  for (const KVRunningGrant& g : grant.running) {
+    Seq& s = seqs_.at(g.seq_id);
+    plan.cached_seqs.push_back(CachedSeq{g.seq_id, std::move(s.pending), g.new_block_ids,
+                                         s.num_computed, s.num_scheduled});
+    s.pending.clear();
+    in_flight_.push_back(g.seq_id);
+  }
+  for (const KVAdmission& a : grant.admitted) {
+    if (waiting_.empty() || waiting_.front() != a.seq_id)
+      fail("scheduler: admission of sequence {} out of queue order", a.seq_id);
+    waiting_.pop_front();
+    Seq& s = seqs_.at(a.seq_id);
+    s.running = true;
+    running_.push_back(a.seq_id);
+    s.num_computed = a.num_cached_tokens;
+    s.num_scheduled = a.num_new_tokens;
+    s.pending.clear();
+    s.known_to_executors = true;
+    plan.new_seqs.push_back(NewSeq{a.seq_id, s.tokens, s.num_prompt, s.spec.sampling, a.block_ids,
+                                   a.num_cached_tokens, a.num_new_tokens});
+    in_flight_.push_back(a.seq_id);
+  }
+  // Waiting sequences asked for but not admitted stay queued with nothing scheduled.
+  for (uint64_t id : waiting_) seqs_.at(id).num_scheduled = 0;
+  return plan;
+}
+
+FinishReason Scheduler::check_stop(const Seq& s, std::optional<int32_t>* stop_token) const {
+  const int32_t n_out = s.num_outputs();
+  if ((config_.max_model_len > 0 && int32_t(s.tokens.size()) >= config_.max_model_len) ||
+      n_out >= s.spec.stop.max_tokens)
+    return FinishReason::length;
+  if (n_out < s.spec.stop.min_tokens) return FinishReason::none;
+  const int32_t last = s.tokens.back();
+  const auto& eos = s.spec.stop.eos_token_ids;
+  if (std::find(eos.begin(), eos.end(), last) != eos.end()) return FinishReason::stop;
+  const auto& stops = s.spec.stop.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
+    *stop_token = last;
+    return FinishReason::stop;
+  }
+  return FinishReason::none;
+}
+
+std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
+  std::vector<SeqUpdate> updates;
+  updates.reserve(result.outputs.size());
+  for (const SeqStepOutput& out : result.outputs) {
+    auto it = seqs_.find(out.seq_id);
+    if (it == seqs_.end()) continue;  // aborted while the step ran
+    Seq& s = it->second;
+    const int32_t chunk_start = s.num_computed;
+    s.num_computed += s.num_scheduled;
+    s.num_scheduled = 0;
+    SeqUpdate u;
+    u.seq_id = out.seq_id;
+    // Prompt logprobs: entry j belongs to position chunk_start + j (predicting the token after
+    // it); positions delivered before a preemption are not sent twice.
+    for (size_t j = 0; j < out.prompt_logprobs.size(); ++j) {
+      const int32_t pos = chunk_start + int32_t(j);
+      if (pos < s.prompt_logprobs_sent) continue;
+      u.prompt_logprobs.push_back(out.prompt_logprobs[j]);
+      s.prompt_logprobs_sent = pos + 1;
+    }
+    if (out.sampled) {
+      s.tokens.push_back(out.token);
+      s.pending.push_back(out.token);
+      u.new_token_ids.push_back(out.token);
+      u.logprobs.push_back(out.logprobs);  // the chosen token's logprob is always there
+      u.finish = check_stop(s, &u.stop_token);
+    }
+    const bool finished = u.finish != FinishReason::none;
+    if (!u.new_token_ids.empty() || !u.prompt_logprobs.empty() || finished)
+      updates.push_back(std::move(u));
+    if (finished) retire(out.seq_id);
+  }
+  in_flight_.clear();
+  return updates;
+}
+
+std::vector<SeqUpdate> Scheduler::fail_all() {
+  std::vector<SeqUpdate> updates;
+  for (const auto& [id, s] : seqs_) {
+    SeqUpdate u;
+    u.seq_id = id;
+    u.finish = FinishReason::error;
+    updates.push_back(std::move(u));
+  }
+  seqs_.clear();
+  running_.clear();
+  waiting_.clear();
+  releases_.clear();
+  forget_.clear();
+  in_flight_.clear();
+  return updates;
+}
+
+SchedulerStats Scheduler::stats() const {
+  return SchedulerStats{int32_t(running_.size()), int32_t(waiting_.size()), preemptions_,
+                        next_step_ - 1};
+}
+
+}  // namespace troupe

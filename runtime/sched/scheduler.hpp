@@ -1,0 +1,126 @@
+// The scheduling policy: waiting and running queues, the token budget, stop conditions.
+// Pure CPU logic with no actors and no devices (tested with hand-made step results).
+//
+// One step is three calls:
+//   1. propose()       -> a KVAsk: in priority order, which sequences want how many tokens
+//                         under max_num_batched_tokens / max_num_seqs (running ones first,
+//                         then waiting ones in arrival order; chunked prefill splits prompts).
+//   2. apply(grant)    -> the StepPlan for the executors, after the cache manager granted or
+//                         trimmed the ask (preempted sequences go back to the front of the
+//                         waiting queue and will be recomputed).
+//   3. on_result(res)  -> per-sequence updates: tokens appended, logprobs, finished or not.
+// Finished and aborted sequences are released in the next ask and forgotten by the executors
+// in the next plan.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/exec/step.hpp"
+#include "runtime/kv/kv_cache_manager.hpp"
+
+namespace troupe {
+
+struct SchedulerConfig {
+  int32_t max_num_batched_tokens = 8192;
+  int32_t max_num_seqs = 256;
+  int32_t max_model_len = 0;
+  bool enable_chunked_prefill = true;
+};
+
+/// When a sequence stops, besides the engine's stop strings.
+struct StopCriteria {
+  int32_t max_tokens = 16;
+  int32_t min_tokens = 0;
+  std::vector<int32_t> eos_token_ids;   // empty when ignore_eos
+  std::vector<int32_t> stop_token_ids;  // finish with stop_reason = the token
+};
+
+/// A new sequence as the engine hands it over.
+struct SeqSpec {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  SeqSampling sampling;
+  StopCriteria stop;
+  uint64_t cache_salt = 0;
+};
+
+enum class FinishReason : uint8_t { none, length, stop, abort, error };
+const char* to_string(FinishReason r);
+
+/// What one step did to one sequence.
+struct SeqUpdate {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> new_token_ids;  // 0 or 1 tokens today; speculative decoding adds more
+  std::vector<PositionLogprobs> logprobs;  // one per new token (top-N only when requested)
+  std::vector<PositionLogprobs> prompt_logprobs;  // prompt positions not delivered before
+  FinishReason finish = FinishReason::none;
+  std::optional<int32_t> stop_token;  // the stop_token_ids entry that ended it
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t steps = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  /// Queues a sequence. Throws troupe::Error if the id is in use or the prompt is empty or
+  /// longer than max_model_len (the engine checks first; this is the last line).
+  void add(SeqSpec spec);
+  /// Drops a sequence wherever it is; its blocks and executor state go with the next step.
+  /// Returns false if it is unknown (already finished).
+  bool abort(uint64_t seq_id);
+
+  [[nodiscard]] bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  [[nodiscard]] bool has_pending_releases() const {
+    return !releases_.empty() || !forget_.empty();
+  }
+
+  [[nodiscard]] KVAsk propose();
+  [[nodiscard]] StepPlan apply(const KVGrant& grant);
+  [[nodiscard]] std::vector<SeqUpdate> on_result(const StepResult& result);
+
+  /// Fails every sequence (the executors are gone): returns one error update per sequence,
+  /// and leaves the scheduler empty.
+  [[nodiscard]] std::vector<SeqUpdate> fail_all();
+
+  [[nodiscard]] SchedulerStats stats() const;
+
+ private:
+  struct Seq {
+    SeqSpec spec;
+    std::vector<int32_t> tokens;  // prompt followed by outputs
+    int32_t num_prompt = 0;
+    int32_t num_computed = 0;
+    int32_t num_scheduled = 0;      // tokens in the step in flight
+    int32_t prompt_logprobs_sent = 0;  // prompt positions delivered (after position 0)
+    std::vector<int32_t> pending;   // tokens appended since executors / KV last heard
+    bool known_to_executors = false;
+    bool running = false;
+    [[nodiscard]] int32_t num_outputs() const { return int32_t(tokens.size()) - num_prompt; }
+  };
+
+  [[nodiscard]] FinishReason check_stop(const Seq& s, std::optional<int32_t>* stop_token) const;
+  void retire(uint64_t seq_id);  // removes from queues, queues release + forget
+
+  SchedulerConfig config_;
+  std::unordered_map<uint64_t, Seq> seqs_;
+  std::vector<uint64_t> running_;  // priority order: admission order
+  std::deque<uint64_t> waiting_;
+  std::vector<KVRelease> releases_;
+  std::vector<uint64_t> forget_;
+  std::vector<uint64_t> in_flight_;  // sequences scheduled in the step in flight
+  uint64_t next_step_ = 1;
+  uint64_t preemptions_ = 0;
+};
+
+}  // namespace troupe

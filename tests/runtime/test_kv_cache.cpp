@@ -1,0 +1,202 @@
+// Block pool and KV cache manager: reference counts, LRU eviction, exact prefix hits,
+// preemption order and admission rules.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "runtime/error.hpp"
+#include "runtime/kv/kv_cache_manager.hpp"
+
+using namespace troupe;
+
+namespace {
+std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
+  std::vector<int32_t> v(size_t(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("block pool allocates, releases and refuses what it does not have", "[kv]") {
+  BlockPool pool(4, 2);
+  auto a = pool.allocate(3);
+  REQUIRE(a);
+  CHECK(a->size() == 3);
+  CHECK(pool.num_free() == 1);
+  CHECK_FALSE(pool.allocate(2));
+  CHECK(pool.num_free() == 1);  // a refused allocation takes nothing
+  pool.release(*a);
+  CHECK(pool.num_free() == 4);
+  CHECK_THROWS_AS(pool.release(std::vector<int32_t>{(*a)[0]}), Error);  // double free
+  CHECK_THROWS_AS(BlockPool(0, 16), Error);
+}
+
+TEST_CASE("freed blocks are reused least recently freed first", "[kv]") {
+  BlockPool pool(3, 1);
+  auto all = *pool.allocate(3);
+  pool.release(std::vector<int32_t>{all[2]});
+  pool.release(std::vector<int32_t>{all[0]});
+  pool.release(std::vector<int32_t>{all[1]});
+  auto again = *pool.allocate(3);
+  CHECK(again == std::vector<int32_t>{all[2], all[0], all[1]});
+}
+
+TEST_CASE("prefix entries are exact: tokens, parent and salt all have to match", "[kv]") {
+  BlockPool pool(8, 4);
+  auto blocks = *pool.allocate(2);
+  std::vector<int32_t> t0{1, 2, 3, 4}, t1{5, 6, 7, 8};
+  pool.register_full(blocks[0], -1, t0, 0);
+  pool.register_full(blocks[1], blocks[0], t1, 0);
+  pool.release(std::vector<int32_t>{blocks[1], blocks[0]});
+  CHECK(pool.num_free() == 8);
+
+  auto h0 = pool.acquire_cached(-1, t0, 0);
+  REQUIRE(h0);
+  CHECK(*h0 == blocks[0]);
+  CHECK(pool.ref_count(blocks[0]) == 1);
+  CHECK(pool.num_free() == 7);  // the hit left the free list
+  auto h1 = pool.acquire_cached(*h0, t1, 0);
+  REQUIRE(h1);
+  CHECK(*h1 == blocks[1]);
+
+  CHECK_FALSE(pool.acquire_cached(-1, t0, 7));  // another salt
+  CHECK_FALSE(pool.acquire_cached(-1, std::vector<int32_t>{1, 2, 3, 5}, 0));
+  CHECK_FALSE(pool.acquire_cached(-1, t1, 0));  // right tokens, wrong parent
+}
+
+TEST_CASE("an evicted parent invalidates its cached children", "[kv]") {
+  BlockPool pool(2, 2);
+  auto b = *pool.allocate(2);
+  std::vector<int32_t> t0{1, 2}, t1{3, 4};
+  pool.register_full(b[0], -1, t0, 0);
+  pool.register_full(b[1], b[0], t1, 0);
+  // Free the parent first so it is evicted first; then re-cache new content in it.
+  pool.release(std::vector<int32_t>{b[0]});
+  pool.release(std::vector<int32_t>{b[1]});
+  auto reused = *pool.allocate(1);
+  CHECK(reused[0] == b[0]);
+  CHECK_FALSE(pool.is_cached(b[0]));
+  pool.register_full(b[0], -1, t0, 0);  // same content again, new generation
+  auto p = pool.acquire_cached(-1, t0, 0);
+  REQUIRE(p);
+  // The child was cached under the old generation of its parent: no hit.
+  CHECK_FALSE(pool.acquire_cached(*p, t1, 0));
+}
+
+TEST_CASE("running sequences grow; when blocks run out the lowest priority is preempted",
+          "[kv]") {
+  KVCacheManager kv(4, 4, false);
+  KVAsk admit;
+  admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(8), 8, true, true, 0});
+  admit.waiting.push_back(KVWaitingAsk{2, iota_tokens(8, 500), 8, true, true, 0});
+  KVGrant g = kv.grant(admit);
+  REQUIRE(g.admitted.size() == 2);
+  CHECK(g.admitted[0].block_ids.size() == 2);
+  CHECK(kv.stats().num_free_blocks == 0);
+
+  // Sequence 1 (higher priority) needs a third block: sequence 2 is preempted.
+  KVAsk grow;
+  grow.running.push_back(KVRunningAsk{1, {7}, 8, 1});
+  grow.running.push_back(KVRunningAsk{2, {9}, 8, 1});
+  g = kv.grant(grow);
+  REQUIRE(g.running.size() == 1);
+  CHECK(g.running[0].seq_id == 1);
+  CHECK(g.running[0].new_block_ids.size() == 1);
+  CHECK(g.preempted == std::vector<uint64_t>{2});
+  CHECK_FALSE(kv.holds(2));
+  CHECK(kv.block_table(1).size() == 3);
+}
+
+TEST_CASE("a sequence that cannot grow even alone preempts itself", "[kv]") {
+  KVCacheManager kv(2, 2, false);
+  KVAsk admit;
+  admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(4), 4, true, true, 0});
+  REQUIRE(kv.grant(admit).admitted.size() == 1);
+  KVAsk grow;
+  grow.running.push_back(KVRunningAsk{1, {1}, 4, 1});
+  KVGrant g = kv.grant(grow);
+  CHECK(g.running.empty());
+  CHECK(g.preempted == std::vector<uint64_t>{1});
+  CHECK(kv.stats().num_free_blocks == 2);
+}
+
+TEST_CASE("admission stops at the first waiting sequence that does not fit", "[kv]") {
+  KVCacheManager kv(3, 4, false);
+  KVAsk ask;
+  ask.waiting.push_back(KVWaitingAsk{1, iota_tokens(8), 8, true, true, 0});  // 2 blocks
+  ask.waiting.push_back(KVWaitingAsk{2, iota_tokens(8), 8, true, true, 0});  // 2 more: no
+  ask.waiting.push_back(KVWaitingAsk{3, iota_tokens(4), 4, true, true, 0});  // would fit
+  KVGrant g = kv.grant(ask);
+  REQUIRE(g.admitted.size() == 1);  // first-come first-served: 3 does not jump the queue
+  CHECK(g.admitted[0].seq_id == 1);
+  CHECK(kv.stats().num_free_blocks == 1);
+}
+
+TEST_CASE("without partial admission a prompt is admitted whole or not at all", "[kv]") {
+  KVCacheManager kv(16, 4, false);
+  KVAsk ask;
+  ask.waiting.push_back(KVWaitingAsk{1, iota_tokens(10), 6, true, /*allow_partial=*/false, 0});
+  CHECK(kv.grant(ask).admitted.empty());
+  ask.waiting[0].allow_partial = true;
+  KVGrant g = kv.grant(ask);
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].num_new_tokens == 6);
+  CHECK(g.admitted[0].block_ids.size() == 2);
+}
+
+TEST_CASE("prefix caching reuses full computed blocks and always leaves a token to compute",
+          "[kv]") {
+  KVCacheManager kv(32, 4, true);
+  const auto prompt = iota_tokens(12);
+  KVAsk a;
+  a.waiting.push_back(KVWaitingAsk{1, prompt, 12, true, true, 0});
+  KVGrant g = kv.grant(a);
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].num_cached_tokens == 0);
+  const auto table1 = g.admitted[0].block_ids;
+
+  // Same prompt: 3 full blocks, but at most (12 - 1) / 4 = 2 may hit.
+  KVAsk b;
+  b.waiting.push_back(KVWaitingAsk{2, prompt, 12, true, true, 0});
+  g = kv.grant(b);
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].num_cached_tokens == 8);
+  CHECK(g.admitted[0].num_new_tokens == 4);
+  CHECK(g.admitted[0].block_ids[0] == table1[0]);
+  CHECK(g.admitted[0].block_ids[1] == table1[1]);
+  CHECK(g.admitted[0].block_ids[2] != table1[2]);
+
+  // A longer prompt sharing the prefix hits all three blocks of the first.
+  auto longer = prompt;
+  longer.push_back(999);
+  KVAsk c;
+  c.waiting.push_back(KVWaitingAsk{3, longer, 13, true, true, 0});
+  g = kv.grant(c);
+  CHECK(g.admitted[0].num_cached_tokens == 12);
+  CHECK(g.admitted[0].num_new_tokens == 1);
+
+  // Prompt logprobs need every position computed: no hit.
+  KVAsk d;
+  d.waiting.push_back(KVWaitingAsk{4, prompt, 12, /*allow_prefix_hit=*/false, true, 0});
+  g = kv.grant(d);
+  CHECK(g.admitted[0].num_cached_tokens == 0);
+  CHECK(kv.stats().prefix_hits == 20);
+}
+
+TEST_CASE("finished sequences leave their computed blocks cached for later requests", "[kv]") {
+  KVCacheManager kv(8, 4, true);
+  KVAsk a;
+  a.waiting.push_back(KVWaitingAsk{1, iota_tokens(6), 6, true, true, 0});
+  REQUIRE(kv.grant(a).admitted.size() == 1);
+  // It generated two tokens; 7 of its 8 tokens were computed when it finished.
+  KVAsk release;
+  release.released.push_back(KVRelease{1, {106, 107}, 7});
+  (void)kv.grant(release);
+  CHECK(kv.stats().num_free_blocks == 8);
+  KVAsk b;
+  auto follow_up = iota_tokens(8);  // 100..107, the first sequence's prompt and outputs
+  follow_up.push_back(5);
+  b.waiting.push_back(KVWaitingAsk{2, follow_up, 9, true, true, 0});
+  KVGrant g = kv.grant(b);
+  CHECK(g.admitted[0].num_cached_tokens == 4);  // block 2 held token 107 uncomputed
+}
