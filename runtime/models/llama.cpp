@@ -1,0 +1,403 @@
+// The Llama family: LlamaForCausalLM, MistralForCausalLM (the same program) and
+// Qwen2ForCausalLM (q/k/v biases, no o_proj bias).
+//
+// Layer program, per step of T tokens (H hidden, d head_dim, nh/nkv heads on this rank, I the
+// intermediate size on this rank, V the vocabulary):
+//   residual = embed(ids)                                        [T, H]
+//   per layer: h = rms_norm(residual)  (later layers: residual += x first, add_rms_norm)
+//              q, k, v = h @ W_qkv^T (+ b)                       [T, nh d], [T, nkv d] x 2
+//              rope(q, k); write_kv(k, v); a = attention(q)      [T, nh d]
+//              x = a @ W_o^T                                      [T, H]
+//              residual += x; h = rms_norm(residual)
+//              x = down(silu(gate) * up), gate|up = h @ W_gu^T    [T, 2I] -> [T, I] -> [T, H]
+//   h = rms_norm(residual + x); logits = h[logits_indices] @ W_lm^T   [L, V] f32
+//
+// q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
+// buffer. The backend ops take contiguous tensors only, so the fused product is computed as
+// three linears over row-views of that buffer (q, k and v each come out contiguous); a
+// backend "split" op or strided views would let it become one GEMM. gate/up need no split:
+// silu_mul reads [gate | up] directly, so that one is a single fused GEMM.
+//
+// Not supported here (each says so at construction or in forward): sliding-window attention
+// (Mistral v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the
+// sequence change nothing), activations other than silu, and running a forward with
+// tp_size > 1 or pp_size > 1: the weights load sliced, but the Backend interface has no
+// all-reduce / stage hand-off yet.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/model/checkpoint.hpp"
+#include "runtime/models/model.hpp"
+#include "runtime/models/rope.hpp"
+#include "runtime/models/weights.hpp"
+
+namespace troupe {
+
+namespace {
+
+enum class Variant : uint8_t { llama, qwen2 };
+
+// How dummy weights of a parameter are drawn.
+enum class Init : uint8_t { matrix, norm, bias };
+
+class LlamaFamily final : public CausalLM {
+ public:
+  LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank, Variant variant);
+
+  [[nodiscard]] const ModelConfig& config() const override { return config_; }
+  [[nodiscard]] KVCacheShape kv_cache_shape() const override {
+    return {int32_t(layers_.size()), int32_t(nkv_), int32_t(d_), cdt_};
+  }
+  void load_weights(const CheckpointReader& checkpoint) override;
+  void init_dummy_weights(uint64_t seed) override;
+  void reserve(int32_t max_tokens, int32_t max_logits) override;
+  Tensor forward(const ForwardInputs& in, const KVCacheView& kv) override;
+
+ private:
+  struct Layer {
+    Tensor input_norm;  // [H]
+    Tensor qkv_w;       // [(nh + 2 nkv) d, H]: q rows, then k rows, then v rows
+    Tensor qkv_b;       // [(nh + 2 nkv) d], empty without q/k/v biases
+    Tensor o_w;         // [H, nh d]
+    Tensor o_b;         // [H], empty without an o_proj bias
+    Tensor post_norm;   // [H]
+    Tensor gate_up_w;   // [2 I, H]: gate rows, then up rows
+    Tensor gate_up_b;   // [2 I], empty without MLP biases
+    Tensor down_w;      // [H, I]
+    Tensor down_b;      // [H], empty without MLP biases
+  };
+
+  // One checkpoint tensor and where its slice lands: rows [dst_row, dst_row + local rows) of
+  // *dst (fused weights take several params).
+  struct Param {
+    WeightSpec spec;
+    Tensor* dst = nullptr;
+    int64_t dst_row = 0;
+    Init init = Init::matrix;
+  };
+
+  Tensor alloc(DType t, std::initializer_list<int64_t> dims);
+  void declare_weights();
+  void add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst, int64_t dst_row,
+           Init init, int64_t parts = 0);
+  void upload_param(const Param& p, const std::vector<unsigned char>& host);
+
+  ModelConfig config_;
+  Backend& backend_;
+  ParallelRank rank_;
+  Variant variant_;
+  DType cdt_;  // compute dtype of weights and activations
+
+  // Sizes on this rank.
+  int64_t H_ = 0, d_ = 0, nh_ = 0, nkv_ = 0, I_ = 0, V_ = 0, V_local_ = 0;
+  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false;
+  int64_t first_layer_ = 0;  // global index of layers_[0]
+  bool has_embed_ = false, has_head_ = false;
+
+  std::vector<Buffer> buffers_;  // owns every weight and activation
+  Tensor embed_;                 // [V_local, H]
+  std::vector<Layer> layers_;
+  Tensor final_norm_;  // [H]
+  Tensor lm_head_;     // [V_local, H]; the embedding itself when tied on one stage
+  Tensor cos_sin_;     // [max_positions, d] f32
+  std::vector<Param> params_;
+
+  // Activations, sized by reserve().
+  int32_t max_tokens_ = 0, max_logits_ = 0;
+  Tensor residual_;  // [T, H]
+  Tensor h_;         // [T, H] normed
+  Tensor x_;         // [T, H] attention / MLP output
+  Tensor q_;         // [T, nh d]
+  Tensor k_;         // [T, nkv d]
+  Tensor v_;         // [T, nkv d]
+  Tensor attn_;      // [T, nh d]
+  Tensor gate_up_;   // [T, 2 I]
+  Tensor act_;       // [T, I]
+  Tensor h_sel_;     // [L, H]
+  Tensor logits_;    // [L, V] f32
+};
+
+LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank,
+                         Variant variant)
+    : config_(config), backend_(backend), rank_(rank), variant_(variant),
+      cdt_(backend.compute_dtype(config.dtype)) {
+  const auto& c = config_;
+  const std::string where = (c.dir / "config.json").string();
+  if (c.hidden_act != "silu" && c.hidden_act != "swish")
+    fail("{}: hidden_act \"{}\" is not supported by {} (only silu)", where, c.hidden_act, c.architecture);
+  const int64_t tp = rank.tp_size;
+  if (tp < 1 || rank.tp_rank < 0 || rank.tp_rank >= tp)
+    fail("tp_rank {} is outside [0, tp_size {})", rank.tp_rank, tp);
+  if (rank.pp_size < 1 || rank.pp_rank < 0 || rank.pp_rank >= rank.pp_size)
+    fail("pp_rank {} is outside [0, pp_size {})", rank.pp_rank, rank.pp_size);
+  if (c.num_attention_heads % tp != 0)
+    fail("{}: num_attention_heads ({}) must be divisible by tensor_parallel_size ({})", where,
+         c.num_attention_heads, tp);
+  if (c.num_key_value_heads % tp != 0 && tp % c.num_key_value_heads != 0)
+    fail("{}: num_key_value_heads ({}) and tensor_parallel_size ({}) must divide one another", where,
+         c.num_key_value_heads, tp);
+  if (c.intermediate_size % tp != 0)
+    fail("{}: intermediate_size ({}) must be divisible by tensor_parallel_size ({})", where,
+         c.intermediate_size, tp);
+  if (c.vocab_size % tp != 0)
+    fail("{}: vocab_size ({}) must be divisible by tensor_parallel_size ({})", where, c.vocab_size, tp);
+  if (c.num_hidden_layers < rank.pp_size)
+    fail("{}: num_hidden_layers ({}) is fewer than pipeline_parallel_size ({})", where,
+         c.num_hidden_layers, rank.pp_size);
+
+  H_ = c.hidden_size;
+  d_ = c.head_dim;
+  nh_ = c.num_attention_heads / tp;
+  nkv_ = c.num_key_value_heads >= tp ? c.num_key_value_heads / tp : 1;  // replicated below tp
+  I_ = c.intermediate_size / tp;
+  V_ = c.vocab_size;
+  V_local_ = c.vocab_size / tp;
+  qkv_bias_ = variant == Variant::qwen2 || c.attention_bias;
+  o_bias_ = variant == Variant::llama && c.attention_bias;
+  mlp_bias_ = variant == Variant::llama && c.mlp_bias;
+
+  // Pipeline stages: vLLM's split (extra layers to the stages before the last, which also
+  // holds the final norm and lm_head).
+  std::vector<int64_t> per(size_t(rank.pp_size), c.num_hidden_layers / rank.pp_size);
+  for (int64_t i = 0; i < c.num_hidden_layers % rank.pp_size; ++i) per[size_t(rank.pp_size - 2 - i)] += 1;
+  for (int32_t s = 0; s < rank.pp_rank; ++s) first_layer_ += per[size_t(s)];
+  layers_.resize(size_t(per[size_t(rank.pp_rank)]));
+  has_embed_ = rank.pp_rank == 0;
+  has_head_ = rank.pp_rank == rank.pp_size - 1;
+
+  declare_weights();
+
+  const int64_t max_pos = rope_max_positions(c);
+  std::vector<float> table = rope_cos_sin_table(c, int32_t(d_), max_pos);
+  cos_sin_ = alloc(DType::f32, {max_pos, d_});
+  backend_.upload(cos_sin_, table.data(), table.size() * sizeof(float));
+}
+
+Tensor LlamaFamily::alloc(DType t, std::initializer_list<int64_t> dims) {
+  size_t n = dtype_size(t);
+  for (int64_t d : dims) n *= size_t(d);
+  buffers_.push_back(backend_.allocate(std::max<size_t>(n, 1)));
+  return buffers_.back().tensor(t, dims);
+}
+
+void LlamaFamily::add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst,
+                      int64_t dst_row, Init init, int64_t parts) {
+  Param p;
+  p.spec = WeightSpec{std::move(name), std::move(shape), shard, parts};
+  p.dst = dst;
+  p.dst_row = dst_row;
+  p.init = init;
+  params_.push_back(std::move(p));
+}
+
+// The weight table: every HF tensor this rank reads, its full shape and its shard rule.
+void LlamaFamily::declare_weights() {
+  const auto& c = config_;
+  const int64_t H = H_, d = d_, I = c.intermediate_size, V = V_;
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t qkv_rows = (nh_ + 2 * nkv_) * d;  // local
+
+  if (has_embed_) {
+    embed_ = alloc(cdt_, {V_local_, H});
+    add("model.embed_tokens.weight", {V, H}, Shard::rows, &embed_, 0, Init::matrix);
+  }
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    Layer& L = layers_[li];
+    const std::string pre = fmt::format("model.layers.{}.", first_layer_ + int64_t(li));
+    L.input_norm = alloc(cdt_, {H});
+    L.qkv_w = alloc(cdt_, {qkv_rows, H});
+    L.o_w = alloc(cdt_, {H, nh_ * d});
+    L.post_norm = alloc(cdt_, {H});
+    L.gate_up_w = alloc(cdt_, {2 * I_, H});
+    L.down_w = alloc(cdt_, {H, I_});
+    add(pre + "input_layernorm.weight", {H}, Shard::replicated, &L.input_norm, 0, Init::norm);
+    add(pre + "self_attn.q_proj.weight", {nh * d, H}, Shard::rows, &L.qkv_w, 0, Init::matrix);
+    add(pre + "self_attn.k_proj.weight", {nkv * d, H}, Shard::rows, &L.qkv_w, nh_ * d, Init::matrix, nkv);
+    add(pre + "self_attn.v_proj.weight", {nkv * d, H}, Shard::rows, &L.qkv_w, (nh_ + nkv_) * d,
+        Init::matrix, nkv);
+    if (qkv_bias_) {
+      L.qkv_b = alloc(cdt_, {qkv_rows});
+      add(pre + "self_attn.q_proj.bias", {nh * d}, Shard::rows, &L.qkv_b, 0, Init::bias);
+      add(pre + "self_attn.k_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, nh_ * d, Init::bias, nkv);
+      add(pre + "self_attn.v_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, (nh_ + nkv_) * d, Init::bias, nkv);
+    }
+    add(pre + "self_attn.o_proj.weight", {H, nh * d}, Shard::cols, &L.o_w, 0, Init::matrix);
+    if (o_bias_) {
+      // Row-parallel bias: whole on every rank, to be added once after the all-reduce.
+      L.o_b = alloc(cdt_, {H});
+      add(pre + "self_attn.o_proj.bias", {H}, Shard::replicated, &L.o_b, 0, Init::bias);
+    }
+    add(pre + "post_attention_layernorm.weight", {H}, Shard::replicated, &L.post_norm, 0, Init::norm);
+    add(pre + "mlp.gate_proj.weight", {I, H}, Shard::rows, &L.gate_up_w, 0, Init::matrix);
+    add(pre + "mlp.up_proj.weight", {I, H}, Shard::rows, &L.gate_up_w, I_, Init::matrix);
+    add(pre + "mlp.down_proj.weight", {H, I}, Shard::cols, &L.down_w, 0, Init::matrix);
+    if (mlp_bias_) {
+      L.gate_up_b = alloc(cdt_, {2 * I_});
+      L.down_b = alloc(cdt_, {H});
+      add(pre + "mlp.gate_proj.bias", {I}, Shard::rows, &L.gate_up_b, 0, Init::bias);
+      add(pre + "mlp.up_proj.bias", {I}, Shard::rows, &L.gate_up_b, I_, Init::bias);
+      add(pre + "mlp.down_proj.bias", {H}, Shard::replicated, &L.down_b, 0, Init::bias);
+    }
+  }
+  if (has_head_) {
+    final_norm_ = alloc(cdt_, {H});
+    add("model.norm.weight", {H}, Shard::replicated, &final_norm_, 0, Init::norm);
+    if (c.tie_word_embeddings && has_embed_) {
+      lm_head_ = embed_;  // one tensor, loaded once
+    } else {
+      lm_head_ = alloc(cdt_, {V_local_, H});
+      // A tied model on a later stage reads the embedding matrix as its head.
+      add(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", {V, H}, Shard::rows,
+          &lm_head_, 0, Init::matrix);
+    }
+  }
+}
+
+void LlamaFamily::upload_param(const Param& p, const std::vector<unsigned char>& host) {
+  const std::vector<int64_t> ls = local_shape(p.spec, rank_);
+  const Tensor dst = p.dst->rows(p.dst_row, p.dst_row + ls[0]);
+  if (size_t(dst.nbytes()) != host.size())
+    fail("internal: weight '{}' slice is {} bytes, destination {} holds {}", p.spec.name, host.size(),
+         describe(dst), dst.nbytes());
+  backend_.upload(dst, host.data(), host.size());
+}
+
+void LlamaFamily::load_weights(const CheckpointReader& checkpoint) {
+  std::vector<unsigned char> host;
+  for (const Param& p : params_) {
+    if (!checkpoint.contains(p.spec.name))
+      fail("checkpoint '{}' lacks weight '{}' (expected shape {}){}", checkpoint.dir().string(),
+           p.spec.name, shape_string(p.spec.shape),
+           p.spec.name == "lm_head.weight" ? "; set tie_word_embeddings if the head is the embedding" : "");
+    const TensorInfo t = checkpoint.get(p.spec.name);
+    int64_t n = 1;
+    for (int64_t x : local_shape(p.spec, rank_)) n *= x;
+    host.resize(size_t(n) * dtype_size(cdt_));
+    copy_shard(t, p.spec, rank_, host.data(), cdt_);
+    upload_param(p, host);
+  }
+  backend_.synchronize();
+}
+
+void LlamaFamily::init_dummy_weights(uint64_t seed) {
+  std::vector<unsigned char> host;
+  for (const Param& p : params_) {
+    int64_t n = 1;
+    for (int64_t x : local_shape(p.spec, rank_)) n *= x;
+    host.resize(size_t(n) * dtype_size(cdt_));
+    const double mean = p.init == Init::norm ? 1.0 : 0.0;
+    const double std = p.init == Init::norm ? 0.0 : 0.02;
+    fill_dummy_shard(seed, p.spec, rank_, mean, std, host.data(), cdt_);
+    upload_param(p, host);
+  }
+  backend_.synchronize();
+}
+
+void LlamaFamily::reserve(int32_t max_tokens, int32_t max_logits) {
+  if (max_tokens < 1 || max_logits < 1)
+    fail("reserve: max_tokens ({}) and max_logits ({}) must be >= 1", max_tokens, max_logits);
+  const int64_t T = max_tokens, L = max_logits;
+  residual_ = alloc(cdt_, {T, H_});
+  h_ = alloc(cdt_, {T, H_});
+  x_ = alloc(cdt_, {T, H_});
+  q_ = alloc(cdt_, {T, nh_ * d_});
+  k_ = alloc(cdt_, {T, nkv_ * d_});
+  v_ = alloc(cdt_, {T, nkv_ * d_});
+  attn_ = alloc(cdt_, {T, nh_ * d_});
+  gate_up_ = alloc(cdt_, {T, 2 * I_});
+  act_ = alloc(cdt_, {T, I_});
+  h_sel_ = alloc(cdt_, {L, H_});
+  logits_ = alloc(DType::f32, {L, V_local_});
+  max_tokens_ = max_tokens;
+  max_logits_ = max_logits;
+}
+
+Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
+  if (rank_.tp_size > 1 || rank_.pp_size > 1)
+    fail("{}: a forward with tensor_parallel_size {} / pipeline_parallel_size {} needs an all-reduce "
+         "and a stage hand-off, which the Backend interface does not provide yet",
+         config_.architecture, rank_.tp_size, rank_.pp_size);
+  if (max_tokens_ == 0) fail("{}: forward called before reserve()", config_.architecture);
+  const int64_t T = in.num_tokens;
+  if (T < 1 || T > max_tokens_)
+    fail("forward: num_tokens {} is outside [1, {}] (the reserved maximum)", T, max_tokens_);
+  if (in.token_ids.numel() != T || in.positions.numel() != T || in.slot_mapping.numel() != T)
+    fail("forward: token_ids, positions and slot_mapping must hold num_tokens ({}) entries, got {}, {}, {}",
+         T, in.token_ids.numel(), in.positions.numel(), in.slot_mapping.numel());
+  const int64_t L = in.logits_indices.numel();
+  if (L < 1 || L > max_logits_)
+    fail("forward: {} logits rows requested; allowed 1 to {} (the reserved maximum)", L, max_logits_);
+  if (kv.k.size() != layers_.size() || kv.v.size() != layers_.size())
+    fail("forward: KV cache has {} / {} layers, the model {}", kv.k.size(), kv.v.size(), layers_.size());
+
+  const float eps = float(config_.rms_norm_eps);
+  const Tensor residual = residual_.rows(0, T);  // [T, H]
+  const Tensor h = h_.rows(0, T);                // [T, H]
+  const Tensor x = x_.rows(0, T);                // [T, H]
+  const Tensor q = q_.rows(0, T);                // [T, nh d]
+  const Tensor k = k_.rows(0, T);                // [T, nkv d]
+  const Tensor v = v_.rows(0, T);                // [T, nkv d]
+  const Tensor attn = attn_.rows(0, T);          // [T, nh d]
+  const Tensor gate_up = gate_up_.rows(0, T);    // [T, 2 I]
+  const Tensor act = act_.rows(0, T);            // [T, I]
+  const Tensor h_sel = h_sel_.rows(0, L);        // [L, H]
+  const Tensor logits = logits_.rows(0, L);      // [L, V] f32
+
+  AttentionShape shape;
+  shape.num_heads = int32_t(nh_);
+  shape.num_kv_heads = int32_t(nkv_);
+  shape.head_dim = int32_t(d_);
+  shape.block_size = kv.block_size;
+  shape.scale = float(1.0 / std::sqrt(double(d_)));
+
+  backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
+  const int64_t q_rows = nh_ * d_, kv_rows = nkv_ * d_;
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& Lw = layers_[li];
+    if (li == 0) {
+      backend_.rms_norm(residual, Lw.input_norm, eps, h);
+    } else {
+      backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);  // residual += mlp out
+    }
+    // Fused qkv weight, three row-views: [q_rows | kv_rows | kv_rows] x H.
+    const Tensor wq = Lw.qkv_w.rows(0, q_rows);
+    const Tensor wk = Lw.qkv_w.rows(q_rows, q_rows + kv_rows);
+    const Tensor wv = Lw.qkv_w.rows(q_rows + kv_rows, q_rows + 2 * kv_rows);
+    Tensor bq, bk, bv;
+    if (!Lw.qkv_b.empty()) {
+      bq = Lw.qkv_b.rows(0, q_rows);
+      bk = Lw.qkv_b.rows(q_rows, q_rows + kv_rows);
+      bv = Lw.qkv_b.rows(q_rows + kv_rows, q_rows + 2 * kv_rows);
+    }
+    backend_.linear(h, wq, bq.empty() ? nullptr : &bq, q);  // [T, nh d]
+    backend_.linear(h, wk, bk.empty() ? nullptr : &bk, k);  // [T, nkv d]
+    backend_.linear(h, wv, bv.empty() ? nullptr : &bv, v);  // [T, nkv d]
+    backend_.rope(q, k, in.positions, cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox);
+    backend_.write_kv(k, v, kv.k[li], kv.v[li], in.slot_mapping);
+    backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
+    backend_.linear(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, x);  // [T, H]
+    backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);              // residual += attn out
+    backend_.linear(h, Lw.gate_up_w, Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b, gate_up);  // [T, 2I]
+    backend_.silu_mul(gate_up, act);                                                        // [T, I]
+    backend_.linear(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, x);           // [T, H]
+  }
+  backend_.add_rms_norm(residual, x, final_norm_, eps, h);  // [T, H]
+  backend_.gather_rows(h, in.logits_indices, h_sel);       // [L, H]
+  backend_.linear(h_sel, lm_head_, nullptr, logits);        // [L, V] f32
+  return logits;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_llama(const ModelConfig& config, Backend& backend, const ParallelRank& rank) {
+  return std::make_unique<LlamaFamily>(config, backend, rank, Variant::llama);
+}
+
+std::unique_ptr<CausalLM> make_qwen2(const ModelConfig& config, Backend& backend, const ParallelRank& rank) {
+  return std::make_unique<LlamaFamily>(config, backend, rank, Variant::qwen2);
+}
+
+}  // namespace troupe
