@@ -158,6 +158,7 @@ class Checker:
     def __init__(self) -> None:
         self.passed = 0
         self.failed = 0
+        self.failures: list[str] = []
 
     def __call__(self, cond: bool, what: str) -> bool:
         if cond:
@@ -165,6 +166,7 @@ class Checker:
             print(f"ok    {what}")
         else:
             self.failed += 1
+            self.failures.append(what)
             print(f"FAIL  {what}")
         return bool(cond)
 

@@ -79,7 +79,8 @@ def split_fortunes(text: str) -> list[str]:
 
 
 def read_file_text(path: str) -> str:
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -74,7 +74,7 @@ def _ok(results: list[TrialResult]) -> list[TrialResult]:
 
 
 def plan_next(results: list[TrialResult], base: Trial, remaining_s: float,
-              seconds_per_epoch: float, min_epochs: int = 2) -> Trial | None:
+              seconds_per_epoch: float) -> Trial | None:
     """The next run to do, or None when the search is over.
 
     1. Epoch ladder at base.lr / base.weight_decay: base.epochs, then doubled while the
@@ -90,9 +90,9 @@ def plan_next(results: list[TrialResult], base: Trial, remaining_s: float,
     done_names = {r.trial.name for r in results}
 
     if not ladder:
-        epochs = min(base.epochs, fit)
-        if epochs < min_epochs:
-            return None
+        # The first run always happens, shortened to what fits (at least one epoch; if even
+        # that does not fit, the deadline cuts it and its best checkpoint still counts).
+        epochs = max(1, min(base.epochs, fit))
         return Trial(f"{LADDER_PREFIX}{epochs}", epochs, base.lr, base.weight_decay)
 
     ladder_over = any(not r.trial.name.startswith(LADDER_PREFIX) for r in results)

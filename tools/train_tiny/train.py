@@ -75,6 +75,7 @@ GRAD_CLIP = 1.0
 INIT_STD = 0.02
 
 EVAL_DOCS = 64         # the first 64 held-out fortunes are the reported evaluation
+MIN_VALIDATION_DOCS = 50  # the held-out fortunes after those choose the best model
 PROMPTS = ["The future of AI is", "Once upon a time", "A wise man"]
 SAMPLING = {"temperature": 0.8, "top_p": 0.95, "max_new_tokens": 64}
 SAMPLES_PER_PROMPT = 8
@@ -166,7 +167,6 @@ def tokenizer_config() -> dict:
         "bos_token": BOS,
         "eos_token": EOS,
         "pad_token": PAD,
-        "unk_token": None,
         "add_bos_token": True,
         "add_eos_token": False,
         "model_max_length": MAX_POSITIONS,
@@ -188,11 +188,12 @@ def documents_tensors(doc_ids: list[list[int]]) -> list[torch.Tensor]:
     return [torch.tensor(ids + [EOS_ID], dtype=torch.long) for ids in doc_ids]
 
 
-def make_rows(flat: torch.Tensor, seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, torch.Tensor]:
+def make_rows(flat: torch.Tensor, seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Cuts a token stream into rows so that every token but the first is predicted once.
 
     flat: [L] int64. Returns inputs [N, seq_len] and targets [N, seq_len] (int64), where
     targets are the inputs shifted by one and the padding of the last row is IGNORE."""
+    seq_len = seq_len or SEQ_LEN
     check(flat.dim() == 1 and flat.numel() >= 2, f"make_rows: need a 1-D stream, got {tuple(flat.shape)}")
     n_pred = flat.numel() - 1
     n_rows = (n_pred + seq_len - 1) // seq_len
@@ -292,6 +293,10 @@ def validation_loss(model, rows: tuple[torch.Tensor, torch.Tensor], autocast: bo
     return float(total / count.clamp(min=1))
 
 
+def perplexity(loss: float) -> float:
+    return math.exp(min(loss, 50.0))  # a log line must not overflow on a diverged loss
+
+
 def make_optimizer(model, lr: float, weight_decay: float):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -341,12 +346,38 @@ def run_trial(trial: schedule.Trial, model, train_docs: list[torch.Tensor], val_
     log(f"run {trial.name}: {trial.epochs} epochs x {steps_per_epoch} steps of {BATCH_ROWS}x{SEQ_LEN}, "
         f"lr {trial.lr:g}, weight decay {trial.weight_decay:g}, warmup {warmup}")
     step = 0
+    last_eval = 0
     trial_best = math.inf
     trial_best_epoch = 0.0
     failed = False
     stopped = False
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_count = torch.zeros((), dtype=torch.int64, device=device)
+
+    def evaluate(lr: float) -> bool:
+        """Validation at the current step; False when training diverged."""
+        nonlocal last_eval, trial_best, trial_best_epoch
+        last_eval = step
+        train_loss = float(window_loss / window_count.clamp(min=1))
+        window_loss.zero_()
+        window_count.zero_()
+        val = validation_loss(model, val_rows, autocast)
+        epochs_done = step / steps_per_epoch
+        if not (math.isfinite(train_loss) and math.isfinite(val)):
+            log(f"  {trial.name}: diverged at step {step} (train {train_loss}, val {val})")
+            return False
+        if val < trial_best:
+            trial_best, trial_best_epoch = val, epochs_done
+        mark = ""
+        if best.offer(model, val, trial.name, epochs_done, step * BATCH_ROWS * SEQ_LEN):
+            mark = "  * best so far"
+        elapsed = time.monotonic() - t_start
+        log(f"  {trial.name} ep {epochs_done:5.2f} step {step:5d}/{total_steps} lr {lr:.2e} "
+            f"train {train_loss:.4f} val {val:.4f} (ppl {perplexity(val):7.2f}) "
+            f"{step * BATCH_ROWS * SEQ_LEN / max(elapsed, 1e-9) / 1e6:.2f} Mtok/s{mark}")
+        return True
+
+    lr = trial.lr
     for epoch in range(trial.epochs):
         inputs, targets = epoch_rows(train_docs, seed * 1000 + epoch)
         inputs = inputs[: steps_per_epoch * BATCH_ROWS].to(device, non_blocking=True)
@@ -358,8 +389,8 @@ def run_trial(trial: schedule.Trial, model, train_docs: list[torch.Tensor], val_
             lr = schedule.lr_at(step, total_steps, trial.lr, warmup)
             for group in opt.param_groups:
                 group["lr"] = lr
-            x = inputs[b * BATCH_ROWS:(b + 1) * BATCH_ROWS]
-            y = targets[b * BATCH_ROWS:(b + 1) * BATCH_ROWS]
+            x = inputs[b * BATCH_ROWS:(b + 1) * BATCH_ROWS]          # [B, T] int64
+            y = targets[b * BATCH_ROWS:(b + 1) * BATCH_ROWS]         # [B, T] int64
             nll, count = loss_sum(model, x, y, autocast)
             loss = nll / count.clamp(min=1)
             loss.backward()
@@ -377,27 +408,14 @@ def run_trial(trial: schedule.Trial, model, train_docs: list[torch.Tensor], val_
                     check(abs(value - math.log(VOCAB_SIZE)) < 1.5,
                           f"dry run: first loss {value:.3f} is far from ln(V) = {math.log(VOCAB_SIZE):.3f}: bad init")
             if step % eval_every == 0 or step == total_steps:
-                train_loss = float(window_loss / window_count.clamp(min=1))
-                window_loss.zero_()
-                window_count.zero_()
-                val = validation_loss(model, val_rows, autocast)
-                epochs_done = step / steps_per_epoch
-                if not (math.isfinite(train_loss) and math.isfinite(val)):
-                    log(f"  {trial.name}: diverged at step {step} (train {train_loss}, val {val})")
-                    failed = True
-                    stopped = True
+                if not evaluate(lr):
+                    failed = stopped = True
                     break
-                mark = ""
-                if val < trial_best:
-                    trial_best, trial_best_epoch = val, epochs_done
-                if best.offer(model, val, trial.name, epochs_done, step * BATCH_ROWS * SEQ_LEN):
-                    mark = "  * best so far"
-                elapsed = time.monotonic() - t_start
-                log(f"  {trial.name} ep {epochs_done:5.2f} step {step:5d}/{total_steps} lr {lr:.2e} "
-                    f"train {train_loss:.4f} val {val:.4f} (ppl {math.exp(val):7.2f}) "
-                    f"{step * BATCH_ROWS * SEQ_LEN / max(elapsed, 1e-9) / 1e6:.2f} Mtok/s{mark}")
         if stopped:
             break
+    # A run cut by the deadline still offers its last state (it may be the only run).
+    if not failed and max_steps is None and step > last_eval:
+        failed = not evaluate(lr)
     seconds = time.monotonic() - t_start
     epochs_done = max(step / steps_per_epoch, 1e-9)
     return schedule.TrialResult(
@@ -655,20 +673,33 @@ def prepare(args):
     train_texts, heldout = fortune_data.split_train_heldout(docs)
     log(f"{len(docs)} fortunes: {len(train_texts)} train, {len(heldout)} held out "
         f"({sum(map(len, train_texts)) / 1e6:.2f} M characters of training text)")
-    check(len(heldout) > EVAL_DOCS + 50, f"data: only {len(heldout)} held-out fortunes")
+    check(len(heldout) >= EVAL_DOCS + MIN_VALIDATION_DOCS, f"data: only {len(heldout)} held-out fortunes, "
+          f"need {EVAL_DOCS} for evaluation + {MIN_VALIDATION_DOCS} for validation")
     os.makedirs(args.out_dir, exist_ok=True)
     fortune_data.write_fortune_file(os.path.join(args.out_dir, "heldout.txt"), heldout)
     return train_texts, heldout
 
 
+def pick_device() -> torch.device:
+    forced = os.environ.get("TRAIN_TINY_DEVICE")  # the CPU smoke test sets "cpu"
+    if forced:
+        return torch.device(forced)
+    check(torch.cuda.is_available(), "no CUDA device: this script trains on the GPU")
+    return torch.device("cuda")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    check(torch.cuda.is_available(), "no CUDA device: this script trains on the GPU")
+    device = pick_device()
     # Training runs under bf16 autocast; float32 work (evaluation, the reload check) must be
     # a true float32 reference, so no TF32.
     torch.set_float32_matmul_precision("highest")
-    device = torch.device("cuda")
-    log(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+    log(f"torch {torch.__version__} on {torch.cuda.get_device_name(0) if device.type == 'cuda' else device}")
     model_dir = os.path.join(args.out_dir, MODEL_NAME)
     train_texts, heldout = prepare(args)
 
@@ -696,20 +727,22 @@ def main(argv=None) -> int:
     log(f"validation: {len(heldout_ids) - EVAL_DOCS} fortunes, {val_flat.numel()} tokens, {val_rows[0].shape[0]} rows")
 
     # Dry run and rehearsal: 5 real steps, then everything the end of the script does.
+    autocast = device.type == "cuda"  # bf16 autocast is slow on the CPU (the smoke test)
     dry_best = Best()
     model = new_model(device, args.seed)
     n_params = count_parameters(model)
     log(f"model: {n_params} parameters ({n_params / 1e6:.2f} M), tied embeddings")
     run_trial(schedule.Trial("dry-run", 1, BASE_TRIAL.lr, BASE_TRIAL.weight_decay), model, train_docs,
-              val_rows, device, math.inf, dry_best, args.seed, max_steps=5, dry_run=True)
-    val = validation_loss(model, val_rows, autocast=True)
+              val_rows, device, math.inf, dry_best, args.seed, autocast=autocast, max_steps=5, dry_run=True)
+    val = validation_loss(model, val_rows, autocast)
     check(math.isfinite(val), f"dry run: validation loss {val}")
     log(f"dry run ok: validation loss {val:.4f}")
-    torch.cuda.synchronize()
+    sync(device)
     t = time.monotonic()
     timing = run_trial(schedule.Trial("timing", 1, BASE_TRIAL.lr, BASE_TRIAL.weight_decay), model,
-                       train_docs, val_rows, device, math.inf, dry_best, args.seed, max_steps=20)
-    torch.cuda.synchronize()
+                       train_docs, val_rows, device, math.inf, dry_best, args.seed, autocast=autocast,
+                       max_steps=20)
+    sync(device)
     step_s = (time.monotonic() - t) / 20
     est_epoch_s = step_s * timing.extra["steps_per_epoch"] * 1.15
     log(f"timing: {step_s * 1000:.1f} ms per step, about {est_epoch_s:.2f} s per epoch")
@@ -735,7 +768,8 @@ def main(argv=None) -> int:
     train_start = time.monotonic()
     reserve_s = 45.0  # saving + evaluation + sampling after training
     deadline = min(train_start + args.seconds, T0 + args.total_seconds - reserve_s)
-    check(deadline - train_start > 20, f"budget: only {deadline - train_start:.0f} s left for training")
+    check(deadline - train_start > min(20.0, 0.5 * args.seconds),
+          f"budget: only {deadline - train_start:.0f} s left for training of --seconds {args.seconds:g}")
     best = Best()
     results: list[schedule.TrialResult] = []
     sec_per_epoch = est_epoch_s
@@ -745,7 +779,8 @@ def main(argv=None) -> int:
         if trial is None:
             break
         model = new_model(device, args.seed)
-        res = run_trial(trial, model, train_docs, val_rows, device, deadline, best, args.seed)
+        res = run_trial(trial, model, train_docs, val_rows, device, deadline, best, args.seed,
+                        autocast=autocast)
         results.append(res)
         if res.extra["steps"] > 0 and res.completed:
             sec_per_epoch = res.seconds_per_epoch
@@ -758,7 +793,7 @@ def main(argv=None) -> int:
     train_seconds = time.monotonic() - train_start
     check(best.state is not None, "search: no run produced a finite validation loss")
     log(f"search done in {train_seconds:.1f} s: best {best.trial} at epoch {best.epoch:.2f}, "
-        f"val {best.val:.4f} (ppl {math.exp(best.val):.2f})")
+        f"val {best.val:.4f} (ppl {perplexity(best.val):.2f})")
 
     model = new_model(device, args.seed)
     model.load_state_dict(best.state)
@@ -768,7 +803,7 @@ def main(argv=None) -> int:
         "train_tokens_seen": best.tokens,
         "num_parameters": n_params,
         "best_run": {"name": best.trial, "epoch": round(best.epoch, 3), "val_loss": best.val,
-                     "val_perplexity": math.exp(best.val)},
+                     "val_perplexity": perplexity(best.val)},
         "search": [{"name": r.trial.name, "epochs": r.trial.epochs, "lr": r.trial.lr,
                     "weight_decay": r.trial.weight_decay, "best_val_loss": r.best_val,
                     "best_epoch": round(r.best_epoch, 3), "completed": r.completed,
