@@ -5,15 +5,16 @@
 
 DATA_DIR: a copy of /usr/share/games/fortunes (tools/train_tiny/prepare_data.sh makes one).
 OUT_DIR/troupe-fortunes/ receives a Hugging Face checkpoint (config.json, model.safetensors in
-bf16, tokenizer.json, tokenizer_config.json, generation_config.json) and eval.json;
-OUT_DIR/heldout.txt the held-out fortunes; OUT_DIR/train_summary.json the search log.
+bf16, tokenizer.json, tokenizer_config.json, generation_config.json) and eval.json (the
+evaluation, samples and the search log); OUT_DIR/heldout.txt the held-out fortunes. Seven
+files in all, so a log tee'd into the same folder still fits the device tool's 8 files.
 
 Written for one GPU, python 3.12, torch 2.11, transformers 5.x, tokenizers 0.23. The whole
 run (tokenizer, search, evaluation, saving) stays under 6 minutes. It is meant to run once,
 so everything that runs at the end (saving, reloading with transformers, evaluation,
 sampling) is first rehearsed on a 5-step model before the real training starts, and the
-results are saved before the evaluation so a failing evaluation can be redone with
---eval-only without training again.
+results are saved before the evaluation (eval.json first holds only the training summary)
+so a failing evaluation can be redone with --eval-only without training again.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ import sys
 import time
 import traceback
 
-import torch
-import torch.nn.functional as F
+# Everything is local: never let transformers or huggingface_hub try the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fortune_data  # noqa: E402
@@ -557,30 +563,74 @@ def evaluate_documents(model, tok, texts: list[str], device: torch.device) -> di
 
 
 @torch.no_grad()
+def manual_generate(model, x: torch.Tensor, do_sample: bool, max_new_tokens: int, n: int,
+                    temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """Fallback for model.generate: recomputes the whole prefix each step (no KV cache),
+    temperature then nucleus (top-p) sampling, stops rows at EOS and pads them after.
+    x [1, P] -> [n, P + new]."""
+    seqs = x.repeat(n, 1)
+    done = torch.zeros(n, dtype=torch.bool, device=x.device)
+    for _ in range(max_new_tokens):
+        logits = forward_logits(model, seqs)[:, -1].float()                # [n, V]
+        if do_sample:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            p_sorted, idx = probs.sort(dim=-1, descending=True)
+            keep = (p_sorted.cumsum(dim=-1) - p_sorted) < top_p                # always keeps the top token
+            p_sorted = p_sorted * keep
+            pick = torch.multinomial(p_sorted / p_sorted.sum(dim=-1, keepdim=True), 1)
+            nxt = idx.gather(1, pick)[:, 0]
+        else:
+            nxt = logits.argmax(dim=-1)
+        nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
+        seqs = torch.cat([seqs, nxt[:, None]], dim=1)
+        done |= nxt == EOS_ID
+        if bool(done.all()):
+            break
+    return seqs
+
+
+def generate(model, x: torch.Tensor, do_sample: bool, max_new_tokens: int, n: int) -> tuple[torch.Tensor, str]:
+    """model.generate with our settings; on any error the manual fallback. Returns the
+    sequences [n, P + new] and which sampler made them."""
+    settings = dict(temperature=SAMPLING["temperature"], top_p=SAMPLING["top_p"]) if do_sample \
+        else dict(temperature=1.0, top_p=1.0)
+    try:
+        out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=do_sample,
+                             max_new_tokens=max_new_tokens, num_return_sequences=n,
+                             bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, **settings)
+        check(out.dim() == 2 and out.shape[0] == n and out.shape[1] > x.shape[1]
+              and torch.equal(out[:, :x.shape[1]], x.repeat(n, 1)), f"generate: output {tuple(out.shape)}")
+        return out, "transformers generate"
+    except Exception as e:  # noqa: BLE001 - samples must not be lost to an API detail
+        log(f"warning: model.generate failed ({type(e).__name__}: {e}); using the manual sampler")
+        return manual_generate(model, x, do_sample, max_new_tokens, n, **settings), "manual (fallback)"
+
+
 def sample_prompts(model, tok, device: torch.device, samples: int = SAMPLES_PER_PROMPT,
-                   max_new_tokens: int = SAMPLING["max_new_tokens"],
-                   greedy_tokens: int = GREEDY_NEW_TOKENS) -> tuple[list, list]:
-    """Sampled (seed 0 before each prompt) and greedy continuations of PROMPTS."""
-    sampled, greedy = [], []
+                   max_new_tokens: int = SAMPLING["max_new_tokens"]) -> tuple[list, str]:
+    """`samples` sampled continuations of each prompt, torch seed SAMPLE_SEED before each."""
+    out_list, sampler = [], ""
     for prompt in PROMPTS:
         ids = tok.encode(prompt).ids
         x = torch.tensor([ids], dtype=torch.long, device=device)
-        mask = torch.ones_like(x)
         torch.manual_seed(SAMPLE_SEED)
-        out = model.generate(input_ids=x, attention_mask=mask, do_sample=True,
-                             temperature=SAMPLING["temperature"], top_p=SAMPLING["top_p"],
-                             max_new_tokens=max_new_tokens, num_return_sequences=samples,
-                             bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-        check(out.shape[0] == samples and out.shape[1] > len(ids), f"generate: output {tuple(out.shape)}")
+        out, sampler = generate(model, x, True, max_new_tokens, samples)
         conts = [tok.decode(row[len(ids):].tolist(), skip_special_tokens=True) for row in out]
-        sampled.append({"prompt": prompt, "prompt_ids": ids, "continuations": conts})
-        out = model.generate(input_ids=x, attention_mask=mask, do_sample=False,
-                             max_new_tokens=greedy_tokens, bos_token_id=BOS_ID,
-                             eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+        out_list.append({"prompt": prompt, "prompt_ids": ids, "continuations": conts})
+    return out_list, sampler
+
+
+def greedy_prompts(model, tok, device: torch.device, new_tokens: int = GREEDY_NEW_TOKENS) -> list:
+    """Greedy continuations of each prompt (a fixture for greedy parity tests)."""
+    out_list = []
+    for prompt in PROMPTS:
+        ids = tok.encode(prompt).ids
+        x = torch.tensor([ids], dtype=torch.long, device=device)
+        out, sampler = generate(model, x, False, new_tokens, 1)
         new_ids = out[0, len(ids):].tolist()
-        greedy.append({"prompt": prompt, "prompt_ids": ids, "new_token_ids": new_ids,
-                       "text": tok.decode(new_ids, skip_special_tokens=True)})
-    return sampled, greedy
+        out_list.append({"prompt": prompt, "prompt_ids": ids, "new_token_ids": new_ids,
+                         "text": tok.decode(new_ids, skip_special_tokens=True), "sampler": sampler})
+    return out_list
 
 
 def check_hf_tokenizer(model_dir: str, tok) -> str:
@@ -617,6 +667,10 @@ def versions() -> dict:
     return out
 
 
+SUMMARY_KEYS = ("train_seconds", "train_tokens_seen", "num_parameters", "best_run", "search",
+                "batch", "optimizer", "seed")
+
+
 def run_evaluation(model_dir: str, tok, heldout: list[str], device: torch.device, summary: dict,
                    trained=None) -> dict:
     """eval.json from the saved checkpoint. Sampling failures are recorded, not raised."""
@@ -632,16 +686,20 @@ def run_evaluation(model_dir: str, tok, heldout: list[str], device: torch.device
                             "with dtype=float32, eager attention; nll_sum = sum over predicted "
                             "tokens of -log softmax (float64); perplexity = exp(total_nll / total_predicted)")
     try:
-        sampled, greedy = sample_prompts(model, tok, device)
+        sampled, sampler = sample_prompts(model, tok, device)
         result["samples"] = {"temperature": SAMPLING["temperature"], "top_p": SAMPLING["top_p"],
                              "max_new_tokens": SAMPLING["max_new_tokens"], "seed": SAMPLE_SEED,
-                             "prompts": sampled}
-        result["greedy"] = greedy
+                             "sampler": sampler, "prompts": sampled}
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
         result["samples_error"] = f"{type(e).__name__}: {e}"
+    try:
+        result["greedy"] = greedy_prompts(model, tok, device)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        result["greedy_error"] = f"{type(e).__name__}: {e}"
     result["hf_tokenizer_check"] = check_hf_tokenizer(model_dir, tok)
-    for key in ("train_seconds", "train_tokens_seen", "num_parameters", "best_run", "search"):
+    for key in SUMMARY_KEYS:
         result[key] = summary.get(key)
     result["versions"] = versions()
     write_json(os.path.join(model_dir, "eval.json"), result)
@@ -654,7 +712,7 @@ def run_evaluation(model_dir: str, tok, heldout: list[str], device: torch.device
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data_dir", help="copy of /usr/share/games/fortunes (prepare_data.sh)")
-    p.add_argument("out_dir", help="receives troupe-fortunes/, heldout.txt, train_summary.json")
+    p.add_argument("out_dir", help="receives troupe-fortunes/ and heldout.txt")
     p.add_argument("--seconds", type=float, default=240.0, help="training time budget (all runs)")
     p.add_argument("--total-seconds", type=float, default=330.0,
                    help="hard wall-clock budget of the whole script; training stops early "
@@ -707,8 +765,8 @@ def main(argv=None) -> int:
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-        with open(os.path.join(args.out_dir, "train_summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
+        with open(os.path.join(model_dir, "eval.json"), encoding="utf-8") as f:
+            summary = json.load(f)  # the training summary survives in it, evaluated or not
         res = run_evaluation(model_dir, tok, heldout, device, summary)
         log(f"held-out perplexity {res['perplexity']:.3f}")
         return 0
@@ -754,7 +812,9 @@ def main(argv=None) -> int:
     diff = check_reload_matches(model, reloaded, device)
     small = evaluate_documents(reloaded, tok, heldout[:4], device)
     try:
-        sample_prompts(reloaded, tok, device, samples=2, max_new_tokens=8, greedy_tokens=4)
+        _, sampler = sample_prompts(reloaded, tok, device, samples=2, max_new_tokens=8)
+        greedy_prompts(reloaded, tok, device, new_tokens=4)
+        log(f"rehearsal sampling ok ({sampler})")
     except Exception:  # noqa: BLE001 - samples are not worth stopping for; the end records the error
         traceback.print_exc()
         log("warning: sampling failed in the rehearsal (see above); training goes on")
@@ -815,7 +875,7 @@ def main(argv=None) -> int:
         "seed": args.seed,
     }
     save_checkpoint(model, tok, model_dir)
-    write_json(os.path.join(args.out_dir, "train_summary.json"), summary)
+    write_json(os.path.join(model_dir, "eval.json"), dict(summary, status="trained; evaluation pending"))
 
     res = run_evaluation(model_dir, tok, heldout, device, summary, trained=model)
     log(f"held-out perplexity over {res['total_predicted']} tokens of {EVAL_DOCS} fortunes: "

@@ -261,15 +261,80 @@ class PackingTest(unittest.TestCase):
             train.make_rows(torch.tensor([1]))
 
 
+def use_fake_hf() -> None:
+    path = os.path.join(HERE, "fake_hf")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    for name in ("transformers", "tokenizers"):
+        mod = sys.modules.get(name)
+        if mod is not None and not getattr(mod, "__file__", "").startswith(path):
+            sys.modules.pop(name)
+
+
+@unittest.skipUnless(have("torch"), "needs torch")
+class GenerateTest(unittest.TestCase):
+    def model(self):
+        use_fake_hf()
+        import torch
+        import train
+        import transformers
+
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(train.build_config()).eval()
+
+    def test_manual_sampler_keeps_the_prompt_and_pads_after_eos(self):
+        import torch
+        import train
+
+        model = self.model()
+        x = torch.tensor([[train.BOS_ID, 40, 41, 42]])
+        with torch.no_grad():
+            model.model.embed_tokens.weight[train.EOS_ID] *= 0  # make EOS likely enough to appear
+        torch.manual_seed(0)
+        out = train.manual_generate(model, x, True, 12, 5, temperature=0.8, top_p=0.95)
+        self.assertEqual(out.shape[0], 5)
+        self.assertTrue(torch.equal(out[:, :4], x.repeat(5, 1)))
+        for row in out.tolist():
+            if train.EOS_ID in row[4:]:
+                after = row[4:][row[4:].index(train.EOS_ID) + 1:]
+                self.assertTrue(all(t == train.PAD_ID for t in after))
+
+    def test_tiny_top_p_is_greedy(self):
+        import torch
+        import train
+
+        model = self.model()
+        x = torch.tensor([[train.BOS_ID, 50, 60]])
+        greedy = train.manual_generate(model, x, False, 6, 1)
+        nucleus = train.manual_generate(model, x, True, 6, 3, temperature=0.8, top_p=1e-9)
+        self.assertTrue(torch.equal(nucleus, greedy.repeat(3, 1)))
+
+    def test_generate_falls_back_when_transformers_fails(self):
+        import torch
+        import train
+
+        model = self.model()
+
+        def broken(**kwargs):
+            raise TypeError("unexpected keyword argument")
+
+        model.generate = broken
+        x = torch.tensor([[train.BOS_ID, 70]])
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            out, sampler = train.generate(model, x, True, 5, 2)
+        self.assertEqual(sampler, "manual (fallback)")
+        self.assertEqual(out.shape[0], 2)
+        self.assertIn("model.generate failed", log.getvalue())
+
+
 @unittest.skipUnless(have("torch") and have("jinja2") and os.path.isdir(FORTUNES),
                      "needs torch, jinja2 and the fortunes package")
 class SmokeTest(unittest.TestCase):
     """train.py end to end on the CPU with fake_hf's stand-ins, then check_outputs.py."""
 
     def test_train_then_check_then_eval_only(self):
-        sys.path.insert(0, os.path.join(HERE, "fake_hf"))
-        for name in ("transformers", "tokenizers"):
-            sys.modules.pop(name, None)
+        use_fake_hf()
         import train
 
         saved = {k: getattr(train, k) for k in ("PARAM_RANGE", "BATCH_ROWS", "EVAL_DOCS", "MIN_VALIDATION_DOCS")}
@@ -337,14 +402,21 @@ class SmokeTest(unittest.TestCase):
                 self.assertGreater(checker.passed, 40)
 
                 before = ev["perplexity"]
-                os.remove(os.path.join(mdir, "eval.json"))
+                ev["perplexity"] = -1.0
+                ev["documents"] = []
+                with open(os.path.join(mdir, "eval.json"), "w") as f:
+                    json.dump(ev, f)
                 with contextlib.redirect_stdout(io.StringIO()):
                     rc = train.main([data, out, "--eval-only"])
                 self.assertEqual(rc, 0)
                 with open(os.path.join(mdir, "eval.json")) as f:
                     again = json.load(f)
                 self.assertAlmostEqual(again["perplexity"], before, places=6)
+                self.assertEqual(len(again["documents"]), 8)
                 self.assertEqual(again["train_seconds"], ev["train_seconds"])
+                self.assertEqual(again["search"], ev["search"])
+                self.assertEqual(sorted(os.listdir(mdir)), sorted(check_outputs.EXPECTED_FILES))
+                self.assertEqual(sorted(os.listdir(out)), ["heldout.txt", "troupe-fortunes"])
         finally:
             for k, v in saved.items():
                 setattr(train, k, v)
