@@ -75,6 +75,9 @@ ARCH = {
 PARAM_RANGE = (3_000_000, 5_500_000)
 
 BATCH_ROWS = 32        # 32 x 256 = 8192 tokens per step: many updates per epoch
+# No torch.compile: an epoch takes about a second in eager mode, the search builds a fresh
+# model for every run, and a compile (tens of seconds, a possible graph break in the HF
+# modules) would cost more of the budget than it saves.
 BASE_TRIAL = schedule.Trial("base", epochs=6, lr=2e-3, weight_decay=0.1)
 ADAM_BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
@@ -668,7 +671,7 @@ def versions() -> dict:
 
 
 SUMMARY_KEYS = ("train_seconds", "train_tokens_seen", "num_parameters", "best_run", "search",
-                "batch", "optimizer", "seed")
+                "data", "batch", "optimizer", "seed")
 
 
 def run_evaluation(model_dir: str, tok, heldout: list[str], device: torch.device, summary: dict,
@@ -758,6 +761,7 @@ def main(argv=None) -> int:
     # a true float32 reference, so no TF32.
     torch.set_float32_matmul_precision("highest")
     log(f"torch {torch.__version__} on {torch.cuda.get_device_name(0) if device.type == 'cuda' else device}")
+    log(f"versions: {json.dumps(versions())}")
     model_dir = os.path.join(args.out_dir, MODEL_NAME)
     train_texts, heldout = prepare(args)
 
@@ -873,6 +877,10 @@ def main(argv=None) -> int:
         "optimizer": {"name": "AdamW", "betas": ADAM_BETAS, "grad_clip": GRAD_CLIP,
                       "schedule": "linear warmup, cosine to 5% of peak"},
         "seed": args.seed,
+        "data": {"fortunes": len(train_texts) + len(heldout), "train": len(train_texts),
+                 "heldout": len(heldout), "evaluation": EVAL_DOCS,
+                 "validation": len(heldout) - EVAL_DOCS, "train_stream_tokens": n_train_tokens,
+                 "tokenizer_vocab": tok.get_vocab_size()},
     }
     save_checkpoint(model, tok, model_dir)
     write_json(os.path.join(model_dir, "eval.json"), dict(summary, status="trained; evaluation pending"))

@@ -176,6 +176,34 @@ class ScheduleTest(unittest.TestCase):
         self.assertIsNone(schedule.plan_next([r1], self.base, 100, 1.0))
 
 
+class ModelCardTest(unittest.TestCase):
+    def test_missing_value_is_an_error_naming_it(self):
+        import fill_model_card
+
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "troupe-fortunes"))
+            with open(os.path.join(d, "troupe-fortunes", "eval.json"), "w") as f:
+                json.dump({"num_parameters": 5}, f)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(fill_model_card.main([d]), 1)
+            self.assertIn("eval.json has no", err.getvalue())
+            self.assertFalse(os.path.exists(os.path.join(d, "troupe-fortunes", "README.md")))
+
+    def test_template_placeholders_all_have_values(self):
+        import re
+
+        import fill_model_card
+
+        with open(fill_model_card.DEFAULT_TEMPLATE) as f:
+            names = set(re.findall(r"\{\{([A-Z_]+)\}\}", f.read()))
+        ev = {"num_parameters": 1, "data": {"fortunes": 1, "heldout": 1, "train_stream_tokens": 1},
+              "train_seconds": 1.0, "versions": {"torch": "x"}, "search": [], "best_run": {"name": "a", "epoch": 1.0},
+              "train_tokens_seen": 1, "perplexity": 2.0, "total_predicted": 1,
+              "samples": {"prompts": [{"prompt": "p", "continuations": ["c"]}]}}
+        self.assertEqual(names, set(fill_model_card.values(ev)))
+
+
 class ByteLevelBpeTest(unittest.TestCase):
     def tokenizer_json(self):
         table = check_outputs.byte_to_unicode()
@@ -400,6 +428,20 @@ class SmokeTest(unittest.TestCase):
                               if not ("safetensors" in f or "checkpoint folder" in f or "plausible" in f)]
                 self.assertEqual(unexpected, [])
                 self.assertGreater(checker.passed, 40)
+
+                # The model card fills from eval.json, every placeholder included.
+                import fill_model_card
+
+                with contextlib.redirect_stdout(io.StringIO()):
+                    self.assertEqual(fill_model_card.main([out]), 0)
+                with open(os.path.join(mdir, "README.md")) as f:
+                    card = f.read()
+                self.assertNotIn("{{", card)
+                self.assertNotIn("TEMPLATE", card)
+                self.assertIn(f"{ev['perplexity']:.2f}", card)
+                self.assertIn("**Once upon a time**", card)
+                self.assertIn("| epochs-", card)
+                os.remove(os.path.join(mdir, "README.md"))
 
                 before = ev["perplexity"]
                 ev["perplexity"] = -1.0
