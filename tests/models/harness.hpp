@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,9 +52,11 @@ class PagedRunner {
     view_.num_blocks = num_blocks;
     for (int32_t l = 0; l < s.num_layers; ++l) {
       for (auto* side : {&view_.k, &view_.v}) {
-        bufs_.push_back(be.allocate(size_t(num_blocks) * size_t(block_size) * size_t(s.num_kv_heads) *
-                                    size_t(s.head_dim) * dtype_size(s.dtype)));
-        side->push_back(bufs_.back().tensor(s.dtype, {num_blocks, block_size, s.num_kv_heads, s.head_dim}));
+        bufs_.push_back(be.allocate(size_t(num_blocks) * size_t(block_size) *
+                                    size_t(s.num_kv_heads) * size_t(s.head_dim) *
+                                    dtype_size(s.dtype)));
+        side->push_back(
+            bufs_.back().tensor(s.dtype, {num_blocks, block_size, s.num_kv_heads, s.head_dim}));
       }
     }
     free_.resize(size_t(num_blocks));
@@ -66,7 +68,8 @@ class PagedRunner {
   /// Runs one forward over `new_tokens[i]` appended to `*seqs[i]`. Returns the logits rows
   /// requested: every new token's row when `all_rows`, else each sequence's last row.
   std::vector<std::vector<float>> step(const std::vector<PagedSeq*>& seqs,
-                                       const std::vector<std::vector<int32_t>>& new_tokens, bool all_rows) {
+                                       const std::vector<std::vector<int32_t>>& new_tokens,
+                                       bool all_rows) {
     const int32_t bs = view_.block_size;
     std::vector<int32_t> ids, pos, slots, qsl{0}, seq_lens, logits_idx;
     int32_t max_q = 0, max_len = 0;
@@ -97,7 +100,8 @@ class PagedRunner {
     // Unused table entries point at block 0, which is valid but never read.
     std::vector<int32_t> table(seqs.size() * max_blocks, 0);
     for (size_t s = 0; s < seqs.size(); ++s)
-      std::copy(seqs[s]->blocks.begin(), seqs[s]->blocks.end(), table.begin() + long(s * max_blocks));
+      std::copy(seqs[s]->blocks.begin(), seqs[s]->blocks.end(),
+                table.begin() + long(s * max_blocks));
 
     std::vector<Buffer> keep;
     auto dev = [&](const std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
@@ -125,7 +129,8 @@ class PagedRunner {
     std::vector<float> flat(L * V);
     be_.download(flat.data(), logits, flat.size() * 4);
     std::vector<std::vector<float>> rows(L);
-    for (size_t r = 0; r < L; ++r) rows[r].assign(flat.begin() + long(r * V), flat.begin() + long((r + 1) * V));
+    for (size_t r = 0; r < L; ++r)
+      rows[r].assign(flat.begin() + long(r * V), flat.begin() + long((r + 1) * V));
     return rows;
   }
 
@@ -156,7 +161,8 @@ inline std::vector<double> tensor_f64(const CheckpointReader& ck, const std::str
 inline std::vector<double> reference_inv_freq(const ModelConfig& c) {
   const int64_t d = c.head_dim;
   std::vector<double> inv(static_cast<size_t>(d / 2));
-  for (int64_t i = 0; i < d / 2; ++i) inv[size_t(i)] = std::pow(c.rope_theta, -double(2 * i) / double(d));
+  for (int64_t i = 0; i < d / 2; ++i)
+    inv[size_t(i)] = std::pow(c.rope_theta, -double(2 * i) / double(d));
   const auto& s = c.rope_scaling;
   if (s.type == "linear") {
     for (auto& f : inv) f /= s.factor;
@@ -169,7 +175,8 @@ inline std::vector<double> reference_inv_freq(const ModelConfig& c) {
         f /= s.factor;
         continue;
       }
-      const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const double smooth =
+          (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       f = (1 - smooth) * f / s.factor + smooth * f;
     }
   }
@@ -177,12 +184,15 @@ inline std::vector<double> reference_inv_freq(const ModelConfig& c) {
 }
 
 /// Logits [T][V] of every position of `ids`, in float64. `qwen2` selects Qwen2's biases.
-inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c, const CheckpointReader& ck,
-                                                         const std::vector<int32_t>& ids, bool qwen2) {
+inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c,
+                                                         const CheckpointReader& ck,
+                                                         const std::vector<int32_t>& ids,
+                                                         bool qwen2) {
   const auto T = int64_t(ids.size()), H = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads,
              nkv = c.num_key_value_heads, I = c.intermediate_size, V = c.vocab_size;
   using Mat = std::vector<std::vector<double>>;
-  auto linear = [](const Mat& x, const std::vector<double>& w, const std::vector<double>* b, int64_t n) {
+  auto linear = [](const Mat& x, const std::vector<double>& w, const std::vector<double>* b,
+                   int64_t n) {
     const auto k = int64_t(x[0].size());
     Mat out(x.size(), std::vector<double>(size_t(n)));
     for (size_t t = 0; t < x.size(); ++t)
@@ -214,7 +224,8 @@ inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c, c
           const double a = double(t) * inv[size_t(i)];
           double& x1 = x[size_t(t)][size_t(h * d + i)];
           double& x2 = x[size_t(t)][size_t(h * d + i + d / 2)];
-          const double y1 = x1 * std::cos(a) - x2 * std::sin(a), y2 = x2 * std::cos(a) + x1 * std::sin(a);
+          const double y1 = x1 * std::cos(a) - x2 * std::sin(a),
+                       y2 = x2 * std::cos(a) + x1 * std::sin(a);
           x1 = y1;
           x2 = y2;
         }
@@ -225,15 +236,18 @@ inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c, c
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < H; ++i) x[size_t(t)][size_t(i)] = embed[size_t(ids[size_t(t)] * H + i)];
 
-  const bool qkv_b = qwen2 || c.attention_bias, o_b = !qwen2 && c.attention_bias, mlp_b = !qwen2 && c.mlp_bias;
+  const bool qkv_b = qwen2 || c.attention_bias, o_b = !qwen2 && c.attention_bias,
+             mlp_b = !qwen2 && c.mlp_bias;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const Mat h = norm(x, tensor_f64(ck, p + "input_layernorm.weight"));
     auto bq = opt(p + "self_attn.q_proj.bias", qkv_b), bk = opt(p + "self_attn.k_proj.bias", qkv_b),
          bv = opt(p + "self_attn.v_proj.bias", qkv_b);
     Mat q = linear(h, tensor_f64(ck, p + "self_attn.q_proj.weight"), qkv_b ? &bq : nullptr, nh * d);
-    Mat k = linear(h, tensor_f64(ck, p + "self_attn.k_proj.weight"), qkv_b ? &bk : nullptr, nkv * d);
-    Mat v = linear(h, tensor_f64(ck, p + "self_attn.v_proj.weight"), qkv_b ? &bv : nullptr, nkv * d);
+    Mat k =
+        linear(h, tensor_f64(ck, p + "self_attn.k_proj.weight"), qkv_b ? &bk : nullptr, nkv * d);
+    Mat v =
+        linear(h, tensor_f64(ck, p + "self_attn.v_proj.weight"), qkv_b ? &bv : nullptr, nkv * d);
     rope(q, nh);
     rope(k, nkv);
     Mat a(static_cast<size_t>(T), std::vector<double>(size_t(nh * d), 0.0));
@@ -245,7 +259,8 @@ inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c, c
         double mx = -1e300;
         for (int64_t u = 0; u <= t; ++u) {
           double dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += q[size_t(t)][size_t(hd * d + i)] * k[size_t(u)][size_t(kh * d + i)];
+          for (int64_t i = 0; i < d; ++i)
+            dot += q[size_t(t)][size_t(hd * d + i)] * k[size_t(u)][size_t(kh * d + i)];
           s[size_t(u)] = dot * scale;
           mx = std::max(mx, s[size_t(u)]);
         }
@@ -270,13 +285,13 @@ inline std::vector<std::vector<double>> reference_logits(const ModelConfig& c, c
         const double gv = g[size_t(t)][size_t(i)];
         act[size_t(t)][size_t(i)] = gv / (1.0 + std::exp(-gv)) * up[size_t(t)][size_t(i)];
       }
-    const Mat down = linear(act, tensor_f64(ck, p + "mlp.down_proj.weight"), mlp_b ? &bd : nullptr, H);
+    const Mat down =
+        linear(act, tensor_f64(ck, p + "mlp.down_proj.weight"), mlp_b ? &bd : nullptr, H);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < H; ++i) x[size_t(t)][size_t(i)] += down[size_t(t)][size_t(i)];
   }
   const Mat hf = norm(x, tensor_f64(ck, "model.norm.weight"));
-  const std::vector<double> head =
-      c.tie_word_embeddings ? embed : tensor_f64(ck, "lm_head.weight");
+  const std::vector<double> head = c.tie_word_embeddings ? embed : tensor_f64(ck, "lm_head.weight");
   return linear(hf, head, nullptr, V);
 }
 

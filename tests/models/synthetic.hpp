@@ -76,9 +76,9 @@ inline std::vector<SynthTensor> synthetic_tensors(const nlohmann::json& c) {
 }
 
 /// Writes config.json and model.safetensors (st_dtype "F32", "F16" or "BF16") into `dir`.
-inline void write_synthetic(const std::filesystem::path& dir, const nlohmann::json& config, uint64_t seed,
-                            const std::string& st_dtype, const std::string& skip = "",
-                            const std::string& reshape = "") {
+inline void write_synthetic(const std::filesystem::path& dir, const nlohmann::json& config,
+                            uint64_t seed, const std::string& st_dtype,
+                            const std::string& skip = "", const std::string& reshape = "") {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<StTensor> out;
@@ -94,7 +94,8 @@ inline void write_synthetic(const std::filesystem::path& dir, const nlohmann::js
       bytes = as_bytes(v);
     } else {
       std::vector<uint16_t> h(v.size());
-      convert_floats(v.data(), DType::f32, h.data(), st_dtype == "F16" ? DType::f16 : DType::bf16, v.size());
+      convert_floats(v.data(), DType::f32, h.data(), st_dtype == "F16" ? DType::f16 : DType::bf16,
+                     v.size());
       bytes = as_bytes(h);
     }
     out.push_back({t.name, st_dtype, t.shape, bytes});

@@ -32,8 +32,11 @@ std::vector<Variant> variants() {
     c["tie_word_embeddings"] = true;
     c["attention_bias"] = true;
     c["mlp_bias"] = true;
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 16}};
     c["torch_dtype"] = "bfloat16";
     c.erase("dtype");
     v.push_back({"llama bf16 tied, all biases, llama3 rope", c, "BF16"});
@@ -146,7 +149,8 @@ TEST_CASE("llama family: batched chunked prefill and paged decode match float64"
 
 TEST_CASE("llama family: missing and mis-shaped weights are named", "[models]") {
   const json c = small_config("LlamaForCausalLM");
-  auto expect = [&](const std::string& skip, const std::string& reshape, std::vector<std::string> frags) {
+  auto expect = [&](const std::string& skip, const std::string& reshape,
+                    std::vector<std::string> frags) {
     TempDir dir("badw");
     write_synthetic(dir.path(), c, 3, "F32", skip, reshape);
     const ModelConfig cfg = load_model_config(dir.path());
@@ -162,7 +166,8 @@ TEST_CASE("llama family: missing and mis-shaped weights are named", "[models]") 
       for (const auto& f : frags) CHECK_THAT(msg, Contains(f));
     }
   };
-  expect("model.layers.1.mlp.up_proj.weight", "", {"lacks weight 'model.layers.1.mlp.up_proj.weight'", "[40, 32]"});
+  expect("model.layers.1.mlp.up_proj.weight", "",
+         {"lacks weight 'model.layers.1.mlp.up_proj.weight'", "[40, 32]"});
   expect("lm_head.weight", "", {"lacks weight 'lm_head.weight'", "tie_word_embeddings"});
   expect("", "model.layers.0.self_attn.k_proj.weight",
          {"'model.layers.0.self_attn.k_proj.weight'", "[24, 33]", "[24, 32]"});

@@ -33,7 +33,9 @@ std::filesystem::path fixtures_root() {
   return std::filesystem::path(TROUPE_FIXTURES_DIR) / "models";
 }
 
-std::vector<double> as_doubles(const json& j) { return j.get<std::vector<double>>(); }
+std::vector<double> as_doubles(const json& j) {
+  return j.get<std::vector<double>>();
+}
 
 float top_margin(const std::vector<float>& v) {
   float a = -INFINITY, b = -INFINITY;
@@ -63,8 +65,9 @@ void run_parity(const std::string& name, const std::string& want_arch) {
   const ModelConfig config = load_model_config(dir);
   REQUIRE(config.architecture == want_arch);
   REQUIRE(ref.at("vocab_size").get<int64_t>() == config.vocab_size);
-  INFO("fixture " << name << " (transformers " << ref.value("transformers_version", "?") << ", torch "
-                  << ref.value("torch_version", "?") << ", references on " << ref.value("device", "?") << ")");
+  INFO("fixture " << name << " (transformers " << ref.value("transformers_version", "?")
+                  << ", torch " << ref.value("torch_version", "?") << ", references on "
+                  << ref.value("device", "?") << ")");
 
   auto backend = make_cpu_backend(0);
   const auto ck = CheckpointReader::open(dir);
@@ -122,16 +125,18 @@ void run_parity(const std::string& name, const std::string& want_arch) {
       if (diverged[i] || tok == want[step].get<int32_t>()) continue;
       diverged[i] = true;
       const double ref_margin = prompts[i].at("greedy_margins")[step].get<double>();
-      INFO("prompt " << i << " (" << ids[i].size() << " tokens), greedy step " << step << ": transformers chose "
-                     << want[step].get<int32_t>() << ", troupe chose " << tok << "; transformers' top-1/top-2 margin "
-                     << ref_margin << ", troupe's " << top_margin(rows[i])
+      INFO("prompt " << i << " (" << ids[i].size() << " tokens), greedy step " << step
+                     << ": transformers chose " << want[step].get<int32_t>() << ", troupe chose "
+                     << tok << "; transformers' top-1/top-2 margin " << ref_margin << ", troupe's "
+                     << top_margin(rows[i])
                      << (ref_margin < 1e-3 ? " -- a near tie, likely float noise rather than a bug"
                                            : " -- a clear margin: a real mismatch"));
       CHECK(tok == want[step].get<int32_t>());
     }
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    INFO("prompt " << i << " smallest reference margin " << prompts[i].value("greedy_min_margin", 0.0));
+    INFO("prompt " << i << " smallest reference margin "
+                   << prompts[i].value("greedy_min_margin", 0.0));
     CHECK(got[i] == prompts[i].at("greedy_tokens").get<std::vector<int32_t>>());
   }
 }
@@ -142,7 +147,8 @@ TEST_CASE("parity: llama_gqa (Llama, GQA, F32) vs transformers", "[models][parit
   run_parity("llama_gqa", "LlamaForCausalLM");
 }
 
-TEST_CASE("parity: llama3_tied (Llama 3 RoPE, tied, sharded BF16) vs transformers", "[models][parity]") {
+TEST_CASE("parity: llama3_tied (Llama 3 RoPE, tied, sharded BF16) vs transformers",
+          "[models][parity]") {
   run_parity("llama3_tied", "LlamaForCausalLM");
 }
 

@@ -96,7 +96,8 @@ TEST_CASE("weights: 1-D and replicated weights, and bad splits", "[models][weigh
                     Contains("'w'") && Contains("cannot be split into 4 parts"));
   CHECK_THROWS_WITH(local_shape(WeightSpec{"b", {6}, Shard::cols}, tp(0, 2)),
                     Contains("'b'") && Contains("no dimension 1"));
-  CHECK_THROWS_WITH(local_shape(WeightSpec{"w", {6, 2}, Shard::rows}, tp(2, 2)), Contains("tp_rank 2"));
+  CHECK_THROWS_WITH(local_shape(WeightSpec{"w", {6, 2}, Shard::rows}, tp(2, 2)),
+                    Contains("tp_rank 2"));
   const Grid g(2, 3);
   CHECK_THROWS_WITH(slice(g, WeightSpec{"w", {3, 2}, Shard::rows}, tp(0, 1)),
                     Contains("'w'") && Contains("[2, 3]") && Contains("[3, 2]"));
@@ -134,14 +135,18 @@ TEST_CASE("weights: dummy weights are one model under every TP layout", "[models
   CHECK(mean == Approx(0.5).margin(0.01));
   CHECK(std::sqrt(var) == Approx(2.0).epsilon(0.01));
   std::vector<float> a(8), b(8), c(8);
-  fill_dummy_shard(1, WeightSpec{"x", {8}, Shard::replicated}, tp(0, 1), 0, 1, a.data(), DType::f32);
-  fill_dummy_shard(1, WeightSpec{"y", {8}, Shard::replicated}, tp(0, 1), 0, 1, b.data(), DType::f32);
-  fill_dummy_shard(2, WeightSpec{"x", {8}, Shard::replicated}, tp(0, 1), 0, 1, c.data(), DType::f32);
+  fill_dummy_shard(1, WeightSpec{"x", {8}, Shard::replicated}, tp(0, 1), 0, 1, a.data(),
+                   DType::f32);
+  fill_dummy_shard(1, WeightSpec{"y", {8}, Shard::replicated}, tp(0, 1), 0, 1, b.data(),
+                   DType::f32);
+  fill_dummy_shard(2, WeightSpec{"x", {8}, Shard::replicated}, tp(0, 1), 0, 1, c.data(),
+                   DType::f32);
   CHECK(a != b);
   CHECK(a != c);
   // Norm weights: mean 1, std 0 -> exactly 1, in bf16 too.
   std::vector<uint16_t> ones(4);
-  fill_dummy_shard(1, WeightSpec{"n", {4}, Shard::replicated}, tp(0, 1), 1.0, 0.0, ones.data(), DType::bf16);
+  fill_dummy_shard(1, WeightSpec{"n", {4}, Shard::replicated}, tp(0, 1), 1.0, 0.0, ones.data(),
+                   DType::bf16);
   for (auto o : ones) CHECK(o == 0x3F80);
 }
 
@@ -161,7 +166,8 @@ TEST_CASE("rope: default inverse frequencies and the cos|sin table", "[models][r
   const ModelConfig c = rope_config(10000.0, 16, 40);
   const auto inv = rope_inv_freq(c, 16);
   REQUIRE(inv.size() == 8);
-  for (size_t i = 0; i < 8; ++i) CHECK(double(inv[i]) == Approx(std::pow(10000.0, -double(2 * i) / 16.0)).epsilon(1e-7));
+  for (size_t i = 0; i < 8; ++i)
+    CHECK(double(inv[i]) == Approx(std::pow(10000.0, -double(2 * i) / 16.0)).epsilon(1e-7));
   CHECK(inv[0] == 1.0f);
   const auto table = rope_cos_sin_table(c, 16, rope_max_positions(c));
   REQUIRE(table.size() == 40 * 16);
@@ -211,7 +217,8 @@ TEST_CASE("rope: linear scaling, table length, unsupported types", "[models][rop
   c.rope_scaling.type = "linear";
   c.rope_scaling.factor = 4.0;
   const auto scaled = rope_inv_freq(c, 8);
-  for (size_t i = 0; i < 4; ++i) CHECK(double(scaled[i]) == Approx(double(plain[i]) / 4.0).epsilon(1e-7));
+  for (size_t i = 0; i < 4; ++i)
+    CHECK(double(scaled[i]) == Approx(double(plain[i]) / 4.0).epsilon(1e-7));
   CHECK(rope_max_positions(c) == 400);
   c.rope_scaling.type = "dynamic";
   CHECK_THROWS_WITH(rope_inv_freq(c, 8), Contains("\"dynamic\"") && Contains("not supported"));

@@ -17,7 +17,9 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::string f32_bytes(std::vector<float> v) { return as_bytes(v); }
+std::string f32_bytes(std::vector<float> v) {
+  return as_bytes(v);
+}
 
 // Expects open() to throw a troupe::Error whose message contains every fragment.
 void expect_open_error(const std::string& file_bytes, std::vector<std::string> fragments) {
@@ -86,8 +88,12 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
   const std::string good_header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string data8 = f32_bytes({1, 2});
 
-  SECTION("shorter than the length prefix") { expect_open_error("abc", {"truncated"}); }
-  SECTION("empty file") { expect_open_error("", {"truncated"}); }
+  SECTION("shorter than the length prefix") {
+    expect_open_error("abc", {"truncated"});
+  }
+  SECTION("empty file") {
+    expect_open_error("", {"truncated"});
+  }
   SECTION("header length beyond the file") {
     expect_open_error(raw_safetensors(1000, good_header, data8), {"header length 1000"});
   }
@@ -136,7 +142,8 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
     expect_open_error(raw_safetensors(h.size(), h, data8), {"'w'", "data_offsets"});
   }
   SECTION("metadata that is not strings") {
-    const std::string h = R"({"__metadata__":{"format":3},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    const std::string h =
+        R"({"__metadata__":{"format":3},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"__metadata__"});
   }
 }
@@ -149,19 +156,21 @@ TEST_CASE("safetensors: a missing file is an error naming it", "[checkpoint]") {
 TEST_CASE("checkpoint: F16 and BF16 weights convert to f32 exactly", "[checkpoint]") {
   // Bit patterns and the values they stand for (exact in both formats).
   const std::vector<uint16_t> f16 = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x3555, 0x8000};
-  const std::vector<double> f16_val = {1.0, -2.5, 65504.0, std::ldexp(1.0, -24), 0.333251953125, -0.0};
+  const std::vector<double> f16_val = {1.0, -2.5, 65504.0, std::ldexp(1.0, -24), 0.333251953125,
+                                       -0.0};
   const std::vector<uint16_t> bf16 = {0x3F80, 0xC020, 0x4049, 0x0001, 0x7F7F, 0x3EAB};
-  const std::vector<double> bf16_val = {1.0, -2.5, 3.140625, std::ldexp(1.0, -133),
-                                        3.3895313892515355e38, 0.333984375};
+  const std::vector<double> bf16_val = {
+      1.0, -2.5, 3.140625, std::ldexp(1.0, -133), 3.3895313892515355e38, 0.333984375};
   TempDir dir("st_conv");
   write_text(dir.path() / "config.json", tiny_config_json());
   // A 1-byte pad tensor first puts the others at odd offsets: conversion must not assume
   // aligned data.
-  write_bytes(dir.path() / "model.safetensors",
-              make_safetensors({{"pad", "U8", {1}, std::string(1, '\x05')},
-                                {"h", "F16", {2, 3}, as_bytes(f16)},
-                                {"b", "BF16", {6}, as_bytes(bf16)},
-                                {"ties", "F16", {2}, as_bytes(std::vector<uint16_t>{0x3C04, 0x3C0C})}}));
+  write_bytes(
+      dir.path() / "model.safetensors",
+      make_safetensors({{"pad", "U8", {1}, std::string(1, '\x05')},
+                        {"h", "F16", {2, 3}, as_bytes(f16)},
+                        {"b", "BF16", {6}, as_bytes(bf16)},
+                        {"ties", "F16", {2}, as_bytes(std::vector<uint16_t>{0x3C04, 0x3C0C})}}));
   const auto ck = CheckpointReader::open(dir.path());
   const TensorInfo h = ck.get("h");
   CHECK(h.dtype == DType::f16);
@@ -172,14 +181,15 @@ TEST_CASE("checkpoint: F16 and BF16 weights convert to f32 exactly", "[checkpoin
   for (size_t i = 0; i < 6; ++i) CHECK(double(out[i]) == f16_val[i]);
   CHECK(std::signbit(out[5]));
 
-  copy_shard(ck.get("b"), WeightSpec{"b", {6}, Shard::replicated}, ParallelRank{}, out.data(), DType::f32);
+  copy_shard(ck.get("b"), WeightSpec{"b", {6}, Shard::replicated}, ParallelRank{}, out.data(),
+             DType::f32);
   for (size_t i = 0; i < 6; ++i) CHECK(double(out[i]) == bf16_val[i]);
 
   // f16 -> bf16 rounds to nearest, ties to even: 1 + 4/1024 and 1 + 12/1024 sit exactly
   // halfway between bf16 neighbours and go to the even one (0x3F80, 0x3F82).
   std::vector<uint16_t> as_bf16(2);
-  copy_shard(ck.get("ties"), WeightSpec{"ties", {2}, Shard::replicated}, ParallelRank{}, as_bf16.data(),
-             DType::bf16);
+  copy_shard(ck.get("ties"), WeightSpec{"ties", {2}, Shard::replicated}, ParallelRank{},
+             as_bf16.data(), DType::bf16);
   CHECK(as_bf16[0] == 0x3F80);
   CHECK(as_bf16[1] == 0x3F82);
 }
@@ -187,8 +197,9 @@ TEST_CASE("checkpoint: F16 and BF16 weights convert to f32 exactly", "[checkpoin
 TEST_CASE("checkpoint: single-file directory", "[checkpoint]") {
   TempDir dir("ck_single");
   write_text(dir.path() / "config.json", tiny_config_json());
-  write_bytes(dir.path() / "model.safetensors",
-              make_safetensors({{"x", "F32", {1}, f32_bytes({3})}, {"y", "F32", {2}, f32_bytes({4, 5})}}));
+  write_bytes(
+      dir.path() / "model.safetensors",
+      make_safetensors({{"x", "F32", {1}, f32_bytes({3})}, {"y", "F32", {2}, f32_bytes({4, 5})}}));
   const auto ck = CheckpointReader::open(dir.path());
   CHECK(ck.names() == std::vector<std::string>{"x", "y"});
   CHECK(ck.contains("y"));
@@ -203,8 +214,9 @@ namespace {
 // Two shards and an index; `index` overrides the index text when non-empty.
 void write_sharded(const std::filesystem::path& d, const std::string& index = "") {
   write_text(d / "config.json", tiny_config_json());
-  write_bytes(d / "model-00001-of-00002.safetensors",
-              make_safetensors({{"a", "F32", {1}, f32_bytes({1})}, {"b", "F32", {1}, f32_bytes({2})}}));
+  write_bytes(
+      d / "model-00001-of-00002.safetensors",
+      make_safetensors({{"a", "F32", {1}, f32_bytes({1})}, {"b", "F32", {1}, f32_bytes({2})}}));
   write_bytes(d / "model-00002-of-00002.safetensors",
               make_safetensors({{"c", "F32", {2}, f32_bytes({3, 4})}}));
   write_text(d / "model.safetensors.index.json",
@@ -238,7 +250,8 @@ TEST_CASE("checkpoint: sharded directory through the index", "[checkpoint]") {
   std::memcpy(cv.data(), c.data, 8);
   CHECK(cv == std::vector<float>{3, 4});
   // The index wins over a stray single file.
-  write_bytes(dir.path() / "model.safetensors", make_safetensors({{"zz", "F32", {1}, f32_bytes({0})}}));
+  write_bytes(dir.path() / "model.safetensors",
+              make_safetensors({{"zz", "F32", {1}, f32_bytes({0})}}));
   CHECK_FALSE(CheckpointReader::open(dir.path()).contains("zz"));
 }
 
@@ -291,7 +304,8 @@ TEST_CASE("checkpoint: every broken directory gets its own clear error", "[check
   SECTION("a tensor stored in two shards") {
     write_sharded(d);
     write_bytes(d / "model-00002-of-00002.safetensors",
-                make_safetensors({{"c", "F32", {2}, f32_bytes({3, 4})}, {"a", "F32", {1}, f32_bytes({9})}}));
+                make_safetensors(
+                    {{"c", "F32", {2}, f32_bytes({3, 4})}, {"a", "F32", {1}, f32_bytes({9})}}));
     expect_dir_error(d, {"tensor 'a'", "stored twice"});
   }
   SECTION("a corrupt shard") {

@@ -28,7 +28,9 @@ json llama_json() {
     "use_cache": true, "vocab_size": 128256})");
 }
 
-ModelConfig parse(const json& j) { return parse_model_config(j.dump(), "/models/x"); }
+ModelConfig parse(const json& j) {
+  return parse_model_config(j.dump(), "/models/x");
+}
 
 void expect_error(const json& j, std::vector<std::string> fragments) {
   try {
@@ -98,7 +100,8 @@ TEST_CASE("config.json: eos_token_id as int, list or null", "[checkpoint][config
   expect_error(j, {"'eos_token_id'"});
 }
 
-TEST_CASE("config.json: defaults for head_dim, KV heads and optional fields", "[checkpoint][config]") {
+TEST_CASE("config.json: defaults for head_dim, KV heads and optional fields",
+          "[checkpoint][config]") {
   json j = llama_json();
   j.erase("num_key_value_heads");
   j.erase("rms_norm_eps");
@@ -142,9 +145,9 @@ TEST_CASE("config.json: rope scaling in every spelling", "[checkpoint][config]")
   SECTION("transformers 5 rope_parameters, flat") {
     j.erase("rope_theta");
     j.erase("rope_scaling");
-    j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 250000.0}, {"factor", 32.0},
-                            {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                            {"original_max_position_embeddings", 8192}};
+    j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 250000.0},
+                            {"factor", 32.0},          {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
     const ModelConfig c = parse(j);
     CHECK(c.rope_theta == 250000.0);
     CHECK(c.rope_scaling.type == "llama3");
@@ -158,8 +161,9 @@ TEST_CASE("config.json: rope scaling in every spelling", "[checkpoint][config]")
     CHECK(c.rope_scaling.type.empty());
   }
   SECTION("transformers 5 rope_parameters, per layer type") {
-    j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 7.0}}},
-                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+    j["rope_parameters"] = {
+        {"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 7.0}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
     const ModelConfig c = parse(j);
     CHECK(c.rope_scaling.type == "linear");
     CHECK(c.rope_scaling.factor == 4.0);
@@ -179,7 +183,8 @@ TEST_CASE("config.json: rope scaling in every spelling", "[checkpoint][config]")
   }
 }
 
-TEST_CASE("config.json: missing and mistyped fields name the path and field", "[checkpoint][config]") {
+TEST_CASE("config.json: missing and mistyped fields name the path and field",
+          "[checkpoint][config]") {
   json j = llama_json();
   SECTION("missing hidden_size") {
     j.erase("hidden_size");
@@ -219,7 +224,8 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field", "[
       (void)parse_model_config("{\"vocab_size\": ", "/models/x");
       FAIL("no error");
     } catch (const Error& e) {
-      CHECK_THAT(std::string(e.what()), Contains("/models/x/config.json") && Contains("not valid JSON"));
+      CHECK_THAT(std::string(e.what()),
+                 Contains("/models/x/config.json") && Contains("not valid JSON"));
     }
   }
 }
@@ -235,7 +241,8 @@ TEST_CASE("config.json: load_model_config reads the directory's file", "[checkpo
   TempDir dir("cfg");
   CHECK_THROWS_WITH(load_model_config(dir.path() / "missing"),
                     Contains((dir.path() / "missing").string()) && Contains("does not exist"));
-  CHECK_THROWS_WITH(load_model_config(dir.path()), Contains("config.json") && Contains("not found"));
+  CHECK_THROWS_WITH(load_model_config(dir.path()),
+                    Contains("config.json") && Contains("not found"));
   write_text(dir.path() / "config.json", llama_json().dump());
   const ModelConfig c = load_model_config(dir.path());
   CHECK(c.dir == dir.path());
@@ -295,7 +302,8 @@ TEST_CASE("generation_config.json: optional, typed", "[checkpoint][config]") {
         std::vector<int64_t>{2});
   CHECK_THROWS_WITH(parse_generation_config(R"({"temperature": "hot"})", "g.json"),
                     Contains("g.json") && Contains("'temperature'"));
-  CHECK_THROWS_WITH(parse_generation_config(R"({"do_sample": 1})", "g.json"), Contains("'do_sample'"));
+  CHECK_THROWS_WITH(parse_generation_config(R"({"do_sample": 1})", "g.json"),
+                    Contains("'do_sample'"));
   CHECK_THROWS_WITH(parse_generation_config(R"({"top_k": -1})", "g.json"), Contains("'top_k'"));
   CHECK_THROWS_WITH(parse_generation_config(R"({"top_p": 1.5})", "g.json"), Contains("'top_p'"));
   CHECK_THROWS_WITH(parse_generation_config(R"({"eos_token_id": [1, null]})", "g.json"),
@@ -324,18 +332,23 @@ class UnusedBackend final : public Backend {
   void rms_norm(const Tensor&, const Tensor&, float, const Tensor&) override {}
   void add_rms_norm(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&) override {}
   void linear(const Tensor&, const Tensor&, const Tensor*, const Tensor&) override {}
-  void rope(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int32_t, int32_t, RopeStyle) override {}
-  void write_kv(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void attention(const Tensor&, const Tensor&, const Tensor&, const AttentionBatch&, const AttentionShape&,
-                 const Tensor&) override {}
+  void rope(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int32_t, int32_t,
+            RopeStyle) override {}
+  void write_kv(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                const Tensor&) override {}
+  void attention(const Tensor&, const Tensor&, const Tensor&, const AttentionBatch&,
+                 const AttentionShape&, const Tensor&) override {}
   void silu_mul(const Tensor&, const Tensor&) override {}
   void gather_rows(const Tensor&, const Tensor&, const Tensor&) override {}
-  std::vector<SampledToken> sample(const Tensor&, std::span<const SamplingRow>) override { return {}; }
+  std::vector<SampledToken> sample(const Tensor&, std::span<const SamplingRow>) override {
+    return {};
+  }
 };
 
 }  // namespace
 
-TEST_CASE("registry: unknown architectures are named with the supported ones", "[checkpoint][config]") {
+TEST_CASE("registry: unknown architectures are named with the supported ones",
+          "[checkpoint][config]") {
   const auto archs = supported_architectures();
   CHECK(std::find(archs.begin(), archs.end(), "LlamaForCausalLM") != archs.end());
   CHECK(std::find(archs.begin(), archs.end(), "Qwen2ForCausalLM") != archs.end());

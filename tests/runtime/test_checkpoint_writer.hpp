@@ -4,13 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace troupe::testing {
@@ -42,10 +42,13 @@ inline void write_bytes(const std::filesystem::path& p, const std::string& bytes
   out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-inline void write_text(const std::filesystem::path& p, const std::string& text) { write_bytes(p, text); }
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  write_bytes(p, text);
+}
 
 /// 8-byte little-endian length + header + data, exactly as given (for broken files).
-inline std::string raw_safetensors(uint64_t header_len, const std::string& header, const std::string& data) {
+inline std::string raw_safetensors(uint64_t header_len, const std::string& header,
+                                   const std::string& data) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[size_t(i)] = char((header_len >> (8 * i)) & 0xff);
   return s + header + data;
@@ -72,7 +75,9 @@ inline std::string make_safetensors(const std::vector<StTensor>& tensors,
   if (!metadata.is_null()) h["__metadata__"] = metadata;
   std::string data;
   for (const auto& t : tensors) {
-    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    h[t.name] = {{"dtype", t.dtype},
+                 {"shape", t.shape},
+                 {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data += t.bytes;
   }
   std::string header = h.dump();
