@@ -80,7 +80,8 @@ class LlamaFamily final : public CausalLM {
     Init init = Init::matrix;
   };
 
-  Tensor alloc(DType t, std::initializer_list<int64_t> dims);
+  // Allocates into `owner` (weights_ or activations_).
+  Tensor alloc(DType t, std::initializer_list<int64_t> dims, std::vector<Buffer>* owner = nullptr);
   void declare_weights();
   void add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst, int64_t dst_row,
            Init init, int64_t parts = 0);
@@ -98,8 +99,9 @@ class LlamaFamily final : public CausalLM {
   int64_t first_layer_ = 0;  // global index of layers_[0]
   bool has_embed_ = false, has_head_ = false;
 
-  std::vector<Buffer> buffers_;  // owns every weight and activation
-  Tensor embed_;                 // [V_local, H]
+  std::vector<Buffer> weights_;      // owns every weight and the RoPE table
+  std::vector<Buffer> activations_;  // owns the reserve() buffers, replaced by a new reserve()
+  Tensor embed_;                     // [V_local, H]
   std::vector<Layer> layers_;
   Tensor final_norm_;  // [H]
   Tensor lm_head_;     // [V_local, H]; the embedding itself when tied on one stage
@@ -183,11 +185,13 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
   backend_.upload(cos_sin_, table.data(), table.size() * sizeof(float));
 }
 
-Tensor LlamaFamily::alloc(DType t, std::initializer_list<int64_t> dims) {
+Tensor LlamaFamily::alloc(DType t, std::initializer_list<int64_t> dims,
+                          std::vector<Buffer>* owner) {
+  std::vector<Buffer>& buffers = owner ? *owner : weights_;
   size_t n = dtype_size(t);
   for (int64_t d : dims) n *= size_t(d);
-  buffers_.push_back(backend_.allocate(std::max<size_t>(n, 1)));
-  return buffers_.back().tensor(t, dims);
+  buffers.push_back(backend_.allocate(std::max<size_t>(n, 1)));
+  return buffers.back().tensor(t, dims);
 }
 
 void LlamaFamily::add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst,
@@ -313,17 +317,20 @@ void LlamaFamily::reserve(int32_t max_tokens, int32_t max_logits) {
   if (max_tokens < 1 || max_logits < 1)
     fail("reserve: max_tokens ({}) and max_logits ({}) must be >= 1", max_tokens, max_logits);
   const int64_t T = max_tokens, L = max_logits;
-  residual_ = alloc(cdt_, {T, H_});
-  h_ = alloc(cdt_, {T, H_});
-  x_ = alloc(cdt_, {T, H_});
-  q_ = alloc(cdt_, {T, nh_ * d_});
-  k_ = alloc(cdt_, {T, nkv_ * d_});
-  v_ = alloc(cdt_, {T, nkv_ * d_});
-  attn_ = alloc(cdt_, {T, nh_ * d_});
-  gate_up_ = alloc(cdt_, {T, 2 * I_});
-  act_ = alloc(cdt_, {T, I_});
-  h_sel_ = alloc(cdt_, {L, H_});
-  logits_ = alloc(DType::f32, {L, V_local_});
+  max_tokens_ = 0;  // unusable until every buffer below exists
+  activations_.clear();
+  std::vector<Buffer>* o = &activations_;
+  residual_ = alloc(cdt_, {T, H_}, o);
+  h_ = alloc(cdt_, {T, H_}, o);
+  x_ = alloc(cdt_, {T, H_}, o);
+  q_ = alloc(cdt_, {T, nh_ * d_}, o);
+  k_ = alloc(cdt_, {T, nkv_ * d_}, o);
+  v_ = alloc(cdt_, {T, nkv_ * d_}, o);
+  attn_ = alloc(cdt_, {T, nh_ * d_}, o);
+  gate_up_ = alloc(cdt_, {T, 2 * I_}, o);
+  act_ = alloc(cdt_, {T, I_}, o);
+  h_sel_ = alloc(cdt_, {L, H_}, o);
+  logits_ = alloc(DType::f32, {L, V_local_}, o);
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
 }

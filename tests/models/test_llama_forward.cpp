@@ -211,6 +211,11 @@ TEST_CASE("llama family: bad configs and bad calls are clear errors", "[models]"
     PagedSeq s2;
     CHECK_THROWS_WITH(runner.step({&s2}, {{1, 2, 3}}, true), Contains("3 logits rows"));
     CHECK_THROWS_WITH(model->reserve(0, 1), Contains("max_tokens"));
+    // A second reserve replaces the buffers; the model still runs.
+    model->reserve(8, 8);
+    PagedRunner again(*be, *model, 4, 8, 2);
+    PagedSeq s3;
+    CHECK(again.step({&s3}, {{1, 2, 3, 4, 5}}, true).size() == 5);
   }
 }
 
