@@ -311,8 +311,34 @@ def greedy(model, ids, device):
     return toks, margins, recheck, method
 
 
+def verify_loaded(spec, model, out):
+    """The reloaded model must hold exactly the saved weights: a renamed or skipped tensor
+    would otherwise be silently random-initialised and the references would be worthless."""
+    saved = {}
+    for fname in sorted(os.listdir(out)):
+        if fname.endswith(".safetensors"):
+            with safe_open(os.path.join(out, fname), framework="pt") as f:
+                for k in f.keys():
+                    saved[k] = f.get_tensor(k)
+    state = model.state_dict()
+    for name, t in saved.items():
+        if name not in state:
+            raise SystemExit(f"{spec['name']}: saved tensor {name} is not a parameter of the reloaded model")
+        if not torch.equal(state[name].detach().cpu().float(), t.float()):
+            raise SystemExit(f"{spec['name']}: reloaded {name} differs from the saved tensor")
+    for name, p in model.named_parameters():
+        if name not in saved and not (name == "lm_head.weight" and spec["config"]["tie_word_embeddings"]):
+            raise SystemExit(f"{spec['name']}: parameter {name} was not in the checkpoint (random init)")
+    if spec["config"]["tie_word_embeddings"]:
+        if not torch.equal(model.lm_head.weight.detach().cpu(), model.model.embed_tokens.weight.detach().cpu()):
+            raise SystemExit(f"{spec['name']}: lm_head is not tied to embed_tokens after reload")
+
+
 def reference(spec, out, device):
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    if type(model).__name__ != spec["model_cls"].__name__:
+        raise SystemExit(f"{spec['name']}: reloaded as {type(model).__name__}")
+    verify_loaded(spec, model, out)
     model = model.to(device).eval()
     vocab = spec["config"]["vocab_size"]
     g = torch.Generator(device="cpu").manual_seed(spec["seed"] + 7)

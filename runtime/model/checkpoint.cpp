@@ -70,9 +70,11 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
         fail("{}: weight_map['{}'] must be a file name, got {}", ip, it.key(), it.value().dump());
       const std::string file = it.value().get<std::string>();
       const fs::path fp(file);
-      const bool escapes = std::any_of(fp.begin(), fp.end(), [](const fs::path& c) { return c == ".."; });
+      const bool escapes =
+          std::any_of(fp.begin(), fp.end(), [](const fs::path& c) { return c == ".."; });
       if (file.empty() || fp.is_absolute() || escapes)
-        fail("{}: weight_map['{}'] = \"{}\" is not a file name inside the directory", ip, it.key(), file);
+        fail("{}: weight_map['{}'] = \"{}\" is not a file name inside the directory", ip, it.key(),
+             file);
       if (shard_order.emplace(file, shards.size()).second) shards.push_back(file);
     }
     for (const auto& s : shards) {
@@ -93,7 +95,8 @@ CheckpointReader CheckpointReader::open(const std::filesystem::path& dir) {
     const bool has_bin = fs::exists(dir / "pytorch_model.bin", ec) ||
                          fs::exists(dir / "pytorch_model.bin.index.json", ec);
     fail("no weights in '{}': expected model.safetensors or model.safetensors.index.json{}",
-         dir.string(), has_bin ? " (pytorch_model.bin is not supported; convert it to safetensors)" : "");
+         dir.string(),
+         has_bin ? " (pytorch_model.bin is not supported; convert it to safetensors)" : "");
   }
   return r;
 }

@@ -44,7 +44,8 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  if (!j.is_object()) fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
+  if (!j.is_object())
+    fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
 
   GenerationConfig g;
   if (const json* eos = field(j, "eos_token_id")) {

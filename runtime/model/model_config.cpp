@@ -136,8 +136,8 @@ void read_rope_dict(const Fields& f, ModelConfig& c) {
            f.name("original_max_position_embeddings"));
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
       fail("{}: '{}' ({}) must be greater than '{}' ({}) for rope type \"llama3\"", f.path(),
-           f.name("high_freq_factor"), c.rope_scaling.high_freq_factor,
-           f.name("low_freq_factor"), c.rope_scaling.low_freq_factor);
+           f.name("high_freq_factor"), c.rope_scaling.high_freq_factor, f.name("low_freq_factor"),
+           c.rope_scaling.low_freq_factor);
   }
 }
 
@@ -159,7 +159,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  if (!j.is_object()) fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
+  if (!j.is_object())
+    fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
   const Fields f(j, path);
 
   ModelConfig c;
@@ -172,9 +173,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   } else {
     c.architecture = architecture_for(c.model_type);
     if (c.architecture.empty())
-      fail("{}: required field 'architectures' is missing (e.g. [\"LlamaForCausalLM\"]) and "
-           "model_type '{}' does not imply one",
-           path, c.model_type);
+      fail(
+          "{}: required field 'architectures' is missing (e.g. [\"LlamaForCausalLM\"]) and "
+          "model_type '{}' does not imply one",
+          path, c.model_type);
   }
 
   c.vocab_size = f.integer("vocab_size");
@@ -187,11 +189,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
     fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", path,
          c.num_attention_heads, c.num_key_value_heads);
   if (!f.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
-    fail("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is "
-         "given",
-         path, c.hidden_size, c.num_attention_heads);
+    fail(
+        "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is "
+        "given",
+        path, c.hidden_size, c.num_attention_heads);
   c.head_dim = f.integer("head_dim", c.hidden_size / c.num_attention_heads);
-  if (c.head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for rotary embeddings", path, c.head_dim);
+  if (c.head_dim % 2 != 0)
+    fail("{}: head_dim ({}) must be even for rotary embeddings", path, c.head_dim);
   c.max_position_embeddings = f.integer("max_position_embeddings");
   c.rms_norm_eps = f.number("rms_norm_eps", c.rms_norm_eps);
   c.hidden_act = f.string("hidden_act", c.hidden_act);

@@ -88,9 +88,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | f.base_[i];  // little-endian
   if (header_len > max_header_bytes || header_len > file_size - 8)
-    fail("{}: header length {} runs past the end of the {}-byte file (truncated or not a "
-         "safetensors file)",
-         p, header_len, file_size);
+    fail(
+        "{}: header length {} runs past the end of the {}-byte file (truncated or not a "
+        "safetensors file)",
+        p, header_len, file_size);
 
   json header;
   try {
@@ -122,9 +123,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       fail("{}: tensor '{}': missing or non-string 'dtype'", p, name);
     const StDType* sd = find_st_dtype(dt->get<std::string>());
     if (!sd)
-      fail("{}: tensor '{}': unknown dtype \"{}\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, "
-           "U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2, F8_E8M0)",
-           p, name, dt->get<std::string>());
+      fail(
+          "{}: tensor '{}': unknown dtype \"{}\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, "
+          "U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2, F8_E8M0)",
+          p, name, dt->get<std::string>());
     if (sh == v.end() || !sh->is_array())
       fail("{}: tensor '{}': missing or non-list 'shape'", p, name);
     Entry e;
@@ -133,7 +135,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     uint64_t numel = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned())
-        fail("{}: tensor '{}': shape {} has a negative or non-integer dimension", p, name, sh->dump());
+        fail("{}: tensor '{}': shape {} has a negative or non-integer dimension", p, name,
+             sh->dump());
       auto n = mul(numel, d.get<uint64_t>());
       if (!n || d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
         fail("{}: tensor '{}': shape {} overflows", p, name, sh->dump());
@@ -147,9 +150,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     const uint64_t b = (*off)[0].get<uint64_t>();
     const uint64_t end = (*off)[1].get<uint64_t>();
     if (b > end || end > data_size)
-      fail("{}: tensor '{}': data_offsets [{}, {}] out of range (the data buffer has {} bytes; "
-           "truncated file?)",
-           p, name, b, end, data_size);
+      fail(
+          "{}: tensor '{}': data_offsets [{}, {}] out of range (the data buffer has {} bytes; "
+          "truncated file?)",
+          p, name, b, end, data_size);
     auto want = mul(numel, sd->bytes);
     if (!want || *want != end - b)
       fail("{}: tensor '{}': {} {} needs {} bytes but data_offsets [{}, {}] hold {}", p, name,
@@ -192,7 +196,9 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   return *this;
 }
 
-SafetensorsFile::~SafetensorsFile() { unmap(); }
+SafetensorsFile::~SafetensorsFile() {
+  unmap();
+}
 
 void SafetensorsFile::unmap() noexcept {
   if (base_) ::munmap(const_cast<unsigned char*>(base_), size_);
@@ -200,7 +206,9 @@ void SafetensorsFile::unmap() noexcept {
   size_ = 0;
 }
 
-bool SafetensorsFile::contains(std::string_view name) const { return entries_.find(name) != entries_.end(); }
+bool SafetensorsFile::contains(std::string_view name) const {
+  return entries_.find(name) != entries_.end();
+}
 
 TensorInfo SafetensorsFile::get(std::string_view name) const {
   auto it = entries_.find(name);

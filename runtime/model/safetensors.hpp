@@ -62,7 +62,9 @@ class SafetensorsFile {
   [[nodiscard]] bool contains(std::string_view name) const;
   /// Throws troupe::Error when absent or stored in a dtype troupe does not support.
   [[nodiscard]] TensorInfo get(std::string_view name) const;
-  [[nodiscard]] const std::map<std::string, Entry, std::less<>>& entries() const { return entries_; }
+  [[nodiscard]] const std::map<std::string, Entry, std::less<>>& entries() const {
+    return entries_;
+  }
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

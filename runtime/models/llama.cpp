@@ -45,7 +45,8 @@ enum class Init : uint8_t { matrix, norm, bias };
 
 class LlamaFamily final : public CausalLM {
  public:
-  LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank, Variant variant);
+  LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank,
+              Variant variant);
 
   [[nodiscard]] const ModelConfig& config() const override { return config_; }
   [[nodiscard]] KVCacheShape kv_cache_shape() const override {
@@ -79,7 +80,8 @@ class LlamaFamily final : public CausalLM {
     Init init = Init::matrix;
   };
 
-  Tensor alloc(DType t, std::initializer_list<int64_t> dims);
+  // Allocates into `owner` (weights_ or activations_).
+  Tensor alloc(DType t, std::initializer_list<int64_t> dims, std::vector<Buffer>* owner = nullptr);
   void declare_weights();
   void add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst, int64_t dst_row,
            Init init, int64_t parts = 0);
@@ -97,8 +99,9 @@ class LlamaFamily final : public CausalLM {
   int64_t first_layer_ = 0;  // global index of layers_[0]
   bool has_embed_ = false, has_head_ = false;
 
-  std::vector<Buffer> buffers_;  // owns every weight and activation
-  Tensor embed_;                 // [V_local, H]
+  std::vector<Buffer> weights_;      // owns every weight and the RoPE table
+  std::vector<Buffer> activations_;  // owns the reserve() buffers, replaced by a new reserve()
+  Tensor embed_;                     // [V_local, H]
   std::vector<Layer> layers_;
   Tensor final_norm_;  // [H]
   Tensor lm_head_;     // [V_local, H]; the embedding itself when tied on one stage
@@ -122,12 +125,16 @@ class LlamaFamily final : public CausalLM {
 
 LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank,
                          Variant variant)
-    : config_(config), backend_(backend), rank_(rank), variant_(variant),
+    : config_(config),
+      backend_(backend),
+      rank_(rank),
+      variant_(variant),
       cdt_(backend.compute_dtype(config.dtype)) {
   const auto& c = config_;
   const std::string where = (c.dir / "config.json").string();
   if (c.hidden_act != "silu" && c.hidden_act != "swish")
-    fail("{}: hidden_act \"{}\" is not supported by {} (only silu)", where, c.hidden_act, c.architecture);
+    fail("{}: hidden_act \"{}\" is not supported by {} (only silu)", where, c.hidden_act,
+         c.architecture);
   const int64_t tp = rank.tp_size;
   if (tp < 1 || rank.tp_rank < 0 || rank.tp_rank >= tp)
     fail("tp_rank {} is outside [0, tp_size {})", rank.tp_rank, tp);
@@ -137,13 +144,14 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
     fail("{}: num_attention_heads ({}) must be divisible by tensor_parallel_size ({})", where,
          c.num_attention_heads, tp);
   if (c.num_key_value_heads % tp != 0 && tp % c.num_key_value_heads != 0)
-    fail("{}: num_key_value_heads ({}) and tensor_parallel_size ({}) must divide one another", where,
-         c.num_key_value_heads, tp);
+    fail("{}: num_key_value_heads ({}) and tensor_parallel_size ({}) must divide one another",
+         where, c.num_key_value_heads, tp);
   if (c.intermediate_size % tp != 0)
     fail("{}: intermediate_size ({}) must be divisible by tensor_parallel_size ({})", where,
          c.intermediate_size, tp);
   if (c.vocab_size % tp != 0)
-    fail("{}: vocab_size ({}) must be divisible by tensor_parallel_size ({})", where, c.vocab_size, tp);
+    fail("{}: vocab_size ({}) must be divisible by tensor_parallel_size ({})", where, c.vocab_size,
+         tp);
   if (c.num_hidden_layers < rank.pp_size)
     fail("{}: num_hidden_layers ({}) is fewer than pipeline_parallel_size ({})", where,
          c.num_hidden_layers, rank.pp_size);
@@ -162,7 +170,8 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
   // Pipeline stages: vLLM's split (extra layers to the stages before the last, which also
   // holds the final norm and lm_head).
   std::vector<int64_t> per(size_t(rank.pp_size), c.num_hidden_layers / rank.pp_size);
-  for (int64_t i = 0; i < c.num_hidden_layers % rank.pp_size; ++i) per[size_t(rank.pp_size - 2 - i)] += 1;
+  for (int64_t i = 0; i < c.num_hidden_layers % rank.pp_size; ++i)
+    per[size_t(rank.pp_size - 2 - i)] += 1;
   for (int32_t s = 0; s < rank.pp_rank; ++s) first_layer_ += per[size_t(s)];
   layers_.resize(size_t(per[size_t(rank.pp_rank)]));
   has_embed_ = rank.pp_rank == 0;
@@ -176,11 +185,13 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
   backend_.upload(cos_sin_, table.data(), table.size() * sizeof(float));
 }
 
-Tensor LlamaFamily::alloc(DType t, std::initializer_list<int64_t> dims) {
+Tensor LlamaFamily::alloc(DType t, std::initializer_list<int64_t> dims,
+                          std::vector<Buffer>* owner) {
+  std::vector<Buffer>& buffers = owner ? *owner : weights_;
   size_t n = dtype_size(t);
   for (int64_t d : dims) n *= size_t(d);
-  buffers_.push_back(backend_.allocate(std::max<size_t>(n, 1)));
-  return buffers_.back().tensor(t, dims);
+  buffers.push_back(backend_.allocate(std::max<size_t>(n, 1)));
+  return buffers.back().tensor(t, dims);
 }
 
 void LlamaFamily::add(std::string name, std::vector<int64_t> shape, Shard shard, Tensor* dst,
@@ -215,14 +226,17 @@ void LlamaFamily::declare_weights() {
     L.down_w = alloc(cdt_, {H, I_});
     add(pre + "input_layernorm.weight", {H}, Shard::replicated, &L.input_norm, 0, Init::norm);
     add(pre + "self_attn.q_proj.weight", {nh * d, H}, Shard::rows, &L.qkv_w, 0, Init::matrix);
-    add(pre + "self_attn.k_proj.weight", {nkv * d, H}, Shard::rows, &L.qkv_w, nh_ * d, Init::matrix, nkv);
+    add(pre + "self_attn.k_proj.weight", {nkv * d, H}, Shard::rows, &L.qkv_w, nh_ * d, Init::matrix,
+        nkv);
     add(pre + "self_attn.v_proj.weight", {nkv * d, H}, Shard::rows, &L.qkv_w, (nh_ + nkv_) * d,
         Init::matrix, nkv);
     if (qkv_bias_) {
       L.qkv_b = alloc(cdt_, {qkv_rows});
       add(pre + "self_attn.q_proj.bias", {nh * d}, Shard::rows, &L.qkv_b, 0, Init::bias);
-      add(pre + "self_attn.k_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, nh_ * d, Init::bias, nkv);
-      add(pre + "self_attn.v_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, (nh_ + nkv_) * d, Init::bias, nkv);
+      add(pre + "self_attn.k_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, nh_ * d, Init::bias,
+          nkv);
+      add(pre + "self_attn.v_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, (nh_ + nkv_) * d,
+          Init::bias, nkv);
     }
     add(pre + "self_attn.o_proj.weight", {H, nh * d}, Shard::cols, &L.o_w, 0, Init::matrix);
     if (o_bias_) {
@@ -230,7 +244,8 @@ void LlamaFamily::declare_weights() {
       L.o_b = alloc(cdt_, {H});
       add(pre + "self_attn.o_proj.bias", {H}, Shard::replicated, &L.o_b, 0, Init::bias);
     }
-    add(pre + "post_attention_layernorm.weight", {H}, Shard::replicated, &L.post_norm, 0, Init::norm);
+    add(pre + "post_attention_layernorm.weight", {H}, Shard::replicated, &L.post_norm, 0,
+        Init::norm);
     add(pre + "mlp.gate_proj.weight", {I, H}, Shard::rows, &L.gate_up_w, 0, Init::matrix);
     add(pre + "mlp.up_proj.weight", {I, H}, Shard::rows, &L.gate_up_w, I_, Init::matrix);
     add(pre + "mlp.down_proj.weight", {H, I}, Shard::cols, &L.down_w, 0, Init::matrix);
@@ -250,8 +265,8 @@ void LlamaFamily::declare_weights() {
     } else {
       lm_head_ = alloc(cdt_, {V_local_, H});
       // A tied model on a later stage reads the embedding matrix as its head.
-      add(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", {V, H}, Shard::rows,
-          &lm_head_, 0, Init::matrix);
+      add(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", {V, H},
+          Shard::rows, &lm_head_, 0, Init::matrix);
     }
   }
 }
@@ -260,8 +275,8 @@ void LlamaFamily::upload_param(const Param& p, const std::vector<unsigned char>&
   const std::vector<int64_t> ls = local_shape(p.spec, rank_);
   const Tensor dst = p.dst->rows(p.dst_row, p.dst_row + ls[0]);
   if (size_t(dst.nbytes()) != host.size())
-    fail("internal: weight '{}' slice is {} bytes, destination {} holds {}", p.spec.name, host.size(),
-         describe(dst), dst.nbytes());
+    fail("internal: weight '{}' slice is {} bytes, destination {} holds {}", p.spec.name,
+         host.size(), describe(dst), dst.nbytes());
   backend_.upload(dst, host.data(), host.size());
 }
 
@@ -271,7 +286,9 @@ void LlamaFamily::load_weights(const CheckpointReader& checkpoint) {
     if (!checkpoint.contains(p.spec.name))
       fail("checkpoint '{}' lacks weight '{}' (expected shape {}){}", checkpoint.dir().string(),
            p.spec.name, shape_string(p.spec.shape),
-           p.spec.name == "lm_head.weight" ? "; set tie_word_embeddings if the head is the embedding" : "");
+           p.spec.name == "lm_head.weight"
+               ? "; set tie_word_embeddings if the head is the embedding"
+               : "");
     const TensorInfo t = checkpoint.get(p.spec.name);
     int64_t n = 1;
     for (int64_t x : local_shape(p.spec, rank_)) n *= x;
@@ -300,38 +317,47 @@ void LlamaFamily::reserve(int32_t max_tokens, int32_t max_logits) {
   if (max_tokens < 1 || max_logits < 1)
     fail("reserve: max_tokens ({}) and max_logits ({}) must be >= 1", max_tokens, max_logits);
   const int64_t T = max_tokens, L = max_logits;
-  residual_ = alloc(cdt_, {T, H_});
-  h_ = alloc(cdt_, {T, H_});
-  x_ = alloc(cdt_, {T, H_});
-  q_ = alloc(cdt_, {T, nh_ * d_});
-  k_ = alloc(cdt_, {T, nkv_ * d_});
-  v_ = alloc(cdt_, {T, nkv_ * d_});
-  attn_ = alloc(cdt_, {T, nh_ * d_});
-  gate_up_ = alloc(cdt_, {T, 2 * I_});
-  act_ = alloc(cdt_, {T, I_});
-  h_sel_ = alloc(cdt_, {L, H_});
-  logits_ = alloc(DType::f32, {L, V_local_});
+  max_tokens_ = 0;  // unusable until every buffer below exists
+  activations_.clear();
+  std::vector<Buffer>* o = &activations_;
+  residual_ = alloc(cdt_, {T, H_}, o);
+  h_ = alloc(cdt_, {T, H_}, o);
+  x_ = alloc(cdt_, {T, H_}, o);
+  q_ = alloc(cdt_, {T, nh_ * d_}, o);
+  k_ = alloc(cdt_, {T, nkv_ * d_}, o);
+  v_ = alloc(cdt_, {T, nkv_ * d_}, o);
+  attn_ = alloc(cdt_, {T, nh_ * d_}, o);
+  gate_up_ = alloc(cdt_, {T, 2 * I_}, o);
+  act_ = alloc(cdt_, {T, I_}, o);
+  h_sel_ = alloc(cdt_, {L, H_}, o);
+  logits_ = alloc(DType::f32, {L, V_local_}, o);
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
 }
 
 Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   if (rank_.tp_size > 1 || rank_.pp_size > 1)
-    fail("{}: a forward with tensor_parallel_size {} / pipeline_parallel_size {} needs an all-reduce "
-         "and a stage hand-off, which the Backend interface does not provide yet",
-         config_.architecture, rank_.tp_size, rank_.pp_size);
+    fail(
+        "{}: a forward with tensor_parallel_size {} / pipeline_parallel_size {} needs an "
+        "all-reduce "
+        "and a stage hand-off, which the Backend interface does not provide yet",
+        config_.architecture, rank_.tp_size, rank_.pp_size);
   if (max_tokens_ == 0) fail("{}: forward called before reserve()", config_.architecture);
   const int64_t T = in.num_tokens;
   if (T < 1 || T > max_tokens_)
     fail("forward: num_tokens {} is outside [1, {}] (the reserved maximum)", T, max_tokens_);
   if (in.token_ids.numel() != T || in.positions.numel() != T || in.slot_mapping.numel() != T)
-    fail("forward: token_ids, positions and slot_mapping must hold num_tokens ({}) entries, got {}, {}, {}",
-         T, in.token_ids.numel(), in.positions.numel(), in.slot_mapping.numel());
+    fail(
+        "forward: token_ids, positions and slot_mapping must hold num_tokens ({}) entries, got {}, "
+        "{}, {}",
+        T, in.token_ids.numel(), in.positions.numel(), in.slot_mapping.numel());
   const int64_t L = in.logits_indices.numel();
   if (L < 1 || L > max_logits_)
-    fail("forward: {} logits rows requested; allowed 1 to {} (the reserved maximum)", L, max_logits_);
+    fail("forward: {} logits rows requested; allowed 1 to {} (the reserved maximum)", L,
+         max_logits_);
   if (kv.k.size() != layers_.size() || kv.v.size() != layers_.size())
-    fail("forward: KV cache has {} / {} layers, the model {}", kv.k.size(), kv.v.size(), layers_.size());
+    fail("forward: KV cache has {} / {} layers, the model {}", kv.k.size(), kv.v.size(),
+         layers_.size());
 
   const float eps = float(config_.rms_norm_eps);
   const Tensor residual = residual_.rows(0, T);  // [T, H]
@@ -380,23 +406,26 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     backend_.linear(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, x);  // [T, H]
     backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);              // residual += attn out
-    backend_.linear(h, Lw.gate_up_w, Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b, gate_up);  // [T, 2I]
-    backend_.silu_mul(gate_up, act);                                                        // [T, I]
-    backend_.linear(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, x);           // [T, H]
+    backend_.linear(h, Lw.gate_up_w, Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b,
+                    gate_up);                                                      // [T, 2I]
+    backend_.silu_mul(gate_up, act);                                               // [T, I]
+    backend_.linear(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, x);  // [T, H]
   }
   backend_.add_rms_norm(residual, x, final_norm_, eps, h);  // [T, H]
-  backend_.gather_rows(h, in.logits_indices, h_sel);       // [L, H]
+  backend_.gather_rows(h, in.logits_indices, h_sel);        // [L, H]
   backend_.linear(h_sel, lm_head_, nullptr, logits);        // [L, V] f32
   return logits;
 }
 
 }  // namespace
 
-std::unique_ptr<CausalLM> make_llama(const ModelConfig& config, Backend& backend, const ParallelRank& rank) {
+std::unique_ptr<CausalLM> make_llama(const ModelConfig& config, Backend& backend,
+                                     const ParallelRank& rank) {
   return std::make_unique<LlamaFamily>(config, backend, rank, Variant::llama);
 }
 
-std::unique_ptr<CausalLM> make_qwen2(const ModelConfig& config, Backend& backend, const ParallelRank& rank) {
+std::unique_ptr<CausalLM> make_qwen2(const ModelConfig& config, Backend& backend,
+                                     const ParallelRank& rank) {
   return std::make_unique<LlamaFamily>(config, backend, rank, Variant::qwen2);
 }
 

@@ -31,8 +31,9 @@ std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, Backend& bac
                                          const ParallelRank& rank) {
   for (const auto& e : registry)
     if (config.architecture == e.architecture) return e.make(config, backend, rank);
-  fail("{}: architecture \"{}\" is not supported; supported: {}", (config.dir / "config.json").string(),
-       config.architecture, fmt::join(supported_architectures(), ", "));
+  fail("{}: architecture \"{}\" is not supported; supported: {}",
+       (config.dir / "config.json").string(), config.architecture,
+       fmt::join(supported_architectures(), ", "));
 }
 
 std::vector<std::string> supported_architectures() {

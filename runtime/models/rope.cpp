@@ -9,7 +9,9 @@ namespace troupe {
 
 namespace {
 
-float f32(double x) { return static_cast<float>(x); }
+float f32(double x) {
+  return static_cast<float>(x);
+}
 
 }  // namespace
 
@@ -43,8 +45,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int32_t rotary_dim) {
       if (double(wavelen) > low_wavelen) {
         f = f32(double(f) / s.factor);
       } else if (!(double(wavelen) < high_wavelen)) {
-        const float smooth =
-            f32((old_len / double(wavelen) - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor));
+        const float smooth = f32((old_len / double(wavelen) - s.low_freq_factor) /
+                                 (s.high_freq_factor - s.low_freq_factor));
         f = f32((1.0 - double(smooth)) * double(f) / s.factor + double(smooth) * double(f));
       }
     }
@@ -58,7 +60,8 @@ int64_t rope_max_positions(const ModelConfig& c) {
   return c.max_position_embeddings;
 }
 
-std::vector<float> rope_cos_sin_table(const ModelConfig& c, int32_t rotary_dim, int64_t max_positions) {
+std::vector<float> rope_cos_sin_table(const ModelConfig& c, int32_t rotary_dim,
+                                      int64_t max_positions) {
   const std::vector<float> inv = rope_inv_freq(c, rotary_dim);
   const size_t half = inv.size();
   std::vector<float> table(size_t(max_positions) * size_t(rotary_dim));

@@ -70,8 +70,8 @@ SliceRange shard_range(const WeightSpec& spec, const ParallelRank& rank) {
   const int64_t n = spec.shape[size_t(r.dim)];
   const int64_t parts = spec.parts > 0 ? std::min<int64_t>(spec.parts, rank.tp_size) : rank.tp_size;
   if (rank.tp_size % parts != 0 || n % parts != 0)
-    fail("weight '{}' {}: dimension {} ({}) cannot be split into {} parts for tp_size {}", spec.name,
-         shape_string(spec.shape), r.dim, n, parts, rank.tp_size);
+    fail("weight '{}' {}: dimension {} ({}) cannot be split into {} parts for tp_size {}",
+         spec.name, shape_string(spec.shape), r.dim, n, parts, rank.tp_size);
   const int64_t part = rank.tp_rank / (rank.tp_size / parts);
   r.begin = part * (n / parts);
   r.end = r.begin + n / parts;
@@ -117,7 +117,8 @@ void copy_shard(const TensorInfo& t, const WeightSpec& spec, const ParallelRank&
 
 void fill_dummy_shard(uint64_t seed, const WeightSpec& spec, const ParallelRank& rank, double mean,
                       double std, void* dst, DType dst_type) {
-  if (!is_float(dst_type)) fail("dummy weight '{}': {} is not a float type", spec.name, dtype_name(dst_type));
+  if (!is_float(dst_type))
+    fail("dummy weight '{}': {} is not a float type", spec.name, dtype_name(dst_type));
   const SliceRange r = shard_range(spec, rank);
   const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
   int64_t full_numel = 1;
@@ -138,7 +139,8 @@ void fill_dummy_shard(uint64_t seed, const WeightSpec& spec, const ParallelRank&
       const uint64_t base = uint64_t(full_row * row_elems + col0);
       for (int64_t j = 0; j < local_cols; ++j)
         tmp[size_t(j)] = float(mean + std * double(pseudo_normal(key, base + uint64_t(j))));
-      convert_floats(tmp.data(), DType::f32, out + size_t(i * local_cols) * ds, dst_type, size_t(local_cols));
+      convert_floats(tmp.data(), DType::f32, out + size_t(i * local_cols) * ds, dst_type,
+                     size_t(local_cols));
     }
   };
   // Big weights (an 8B model's embedding is half a billion values) are split over threads.

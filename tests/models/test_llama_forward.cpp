@@ -1,0 +1,291 @@
+// The Llama-family program on the CPU backend against a float64 reference forward, on small
+// random checkpoints the test writes (every variant: untied/tied, biases, RoPE scalings,
+// F32/F16/BF16 storage), through a paged KV cache with shuffled blocks; plus every error the
+// model raises for a bad checkpoint or bad call.
+#include <catch2/catch.hpp>
+
+#include "cpu/cpu_backend.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/checkpoint.hpp"
+#include "runtime/model/model_config.hpp"
+#include "tests/models/harness.hpp"
+#include "tests/models/synthetic.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+struct Variant {
+  std::string label;
+  json config;
+  std::string st_dtype;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  v.push_back({"llama f32 untied", small_config("LlamaForCausalLM"), "F32"});
+  {
+    json c = small_config("LlamaForCausalLM");
+    c["tie_word_embeddings"] = true;
+    c["attention_bias"] = true;
+    c["mlp_bias"] = true;
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 16}};
+    c["torch_dtype"] = "bfloat16";
+    c.erase("dtype");
+    v.push_back({"llama bf16 tied, all biases, llama3 rope", c, "BF16"});
+  }
+  {
+    json c = small_config("Qwen2ForCausalLM");
+    c["tie_word_embeddings"] = true;
+    c["rope_theta"] = 1000000.0;
+    c["dtype"] = "float16";
+    v.push_back({"qwen2 f16 tied", c, "F16"});
+  }
+  {
+    json c = small_config("MistralForCausalLM");
+    c["num_key_value_heads"] = 1;
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    v.push_back({"mistral f32, MQA, linear rope", c, "F32"});
+  }
+  return v;
+}
+
+std::vector<int32_t> random_ids(size_t n, int32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& x : ids) x = int32_t(rng() % uint64_t(vocab));
+  return ids;
+}
+
+struct Loaded {
+  ModelConfig config;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CheckpointReader> ck;
+  std::unique_ptr<CausalLM> model;
+};
+
+Loaded load(const std::filesystem::path& dir, int32_t max_tokens = 64, int32_t max_logits = 64) {
+  Loaded l;
+  l.config = load_model_config(dir);
+  l.backend = make_cpu_backend(1);
+  l.ck = std::make_unique<CheckpointReader>(CheckpointReader::open(dir));
+  l.model = make_causal_lm(l.config, *l.backend);
+  l.model->load_weights(*l.ck);
+  l.model->reserve(max_tokens, max_logits);
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("llama family: prefill logits of every position match float64", "[models]") {
+  for (const auto& v : variants()) {
+    INFO(v.label);
+    TempDir dir("fwd");
+    write_synthetic(dir.path(), v.config, 11, v.st_dtype);
+    Loaded l = load(dir.path());
+    const bool qwen2 = l.config.architecture == "Qwen2ForCausalLM";
+    const auto ids = random_ids(23, int32_t(l.config.vocab_size), 5);
+    const auto ref = reference_logits(l.config, *l.ck, ids, qwen2);
+
+    PagedRunner runner(*l.backend, *l.model, 4, 16, 77);
+    PagedSeq seq;
+    const auto rows = runner.step({&seq}, {ids}, true);
+    REQUIRE(rows.size() == ids.size());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      INFO("position " << t);
+      CHECK(rel_error(rows[t], ref[t]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("llama family: batched chunked prefill and paged decode match float64", "[models]") {
+  for (const auto& v : variants()) {
+    INFO(v.label);
+    TempDir dir("decode");
+    write_synthetic(dir.path(), v.config, 12, v.st_dtype);
+    Loaded l = load(dir.path());
+    const bool qwen2 = l.config.architecture == "Qwen2ForCausalLM";
+    const int32_t vocab = int32_t(l.config.vocab_size);
+    // Two sequences of different lengths, run in the same steps: A prefills 9 tokens in
+    // chunks of 5 and 4, B prefills 3 at once, then both decode one token per step.
+    const auto a = random_ids(30, vocab, 1), b = random_ids(25, vocab, 2);
+    const auto ref_a = reference_logits(l.config, *l.ck, a, qwen2);
+    const auto ref_b = reference_logits(l.config, *l.ck, b, qwen2);
+
+    PagedRunner runner(*l.backend, *l.model, 4, 32, 99);
+    PagedSeq sa, sb;
+    auto slice = [](const std::vector<int32_t>& x, size_t i, size_t n) {
+      return std::vector<int32_t>(x.begin() + long(i), x.begin() + long(i + n));
+    };
+    auto r = runner.step({&sa, &sb}, {slice(a, 0, 5), slice(b, 0, 3)}, false);
+    CHECK(rel_error(r[0], ref_a[4]) < 1e-5);
+    CHECK(rel_error(r[1], ref_b[2]) < 1e-5);
+    r = runner.step({&sb, &sa}, {slice(b, 3, 1), slice(a, 5, 4)}, false);  // order swapped
+    CHECK(rel_error(r[0], ref_b[3]) < 1e-5);
+    CHECK(rel_error(r[1], ref_a[8]) < 1e-5);
+    size_t pa = 9, pb = 4;
+    while (pb < b.size()) {
+      r = runner.step({&sa, &sb}, {slice(a, pa, 1), slice(b, pb, 1)}, false);
+      INFO("decode step at a[" << pa << "], b[" << pb << "]");
+      CHECK(rel_error(r[0], ref_a[pa]) < 1e-5);
+      CHECK(rel_error(r[1], ref_b[pb]) < 1e-5);
+      ++pa;
+      ++pb;
+    }
+    // A continues alone, with B's blocks still held.
+    for (; pa < a.size(); ++pa) {
+      r = runner.step({&sa}, {slice(a, pa, 1)}, false);
+      CHECK(rel_error(r[0], ref_a[pa]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("llama family: missing and mis-shaped weights are named", "[models]") {
+  const json c = small_config("LlamaForCausalLM");
+  auto expect = [&](const std::string& skip, const std::string& reshape,
+                    std::vector<std::string> frags) {
+    TempDir dir("badw");
+    write_synthetic(dir.path(), c, 3, "F32", skip, reshape);
+    const ModelConfig cfg = load_model_config(dir.path());
+    auto be = make_cpu_backend(1);
+    auto model = make_causal_lm(cfg, *be);
+    const auto ck = CheckpointReader::open(dir.path());
+    try {
+      model->load_weights(ck);
+      FAIL("no error; wanted one mentioning " << frags.front());
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      for (const auto& f : frags) CHECK_THAT(msg, Contains(f));
+    }
+  };
+  expect("model.layers.1.mlp.up_proj.weight", "",
+         {"lacks weight 'model.layers.1.mlp.up_proj.weight'", "[40, 32]"});
+  expect("lm_head.weight", "", {"lacks weight 'lm_head.weight'", "tie_word_embeddings"});
+  expect("", "model.layers.0.self_attn.k_proj.weight",
+         {"'model.layers.0.self_attn.k_proj.weight'", "[24, 33]", "[24, 32]"});
+  expect("", "model.norm.weight", {"'model.norm.weight'", "[33]", "[32]"});
+}
+
+TEST_CASE("llama family: bad configs and bad calls are clear errors", "[models]") {
+  auto be = make_cpu_backend(1);
+  json c = small_config("LlamaForCausalLM");
+  SECTION("activation") {
+    c["hidden_act"] = "gelu";
+    CHECK_THROWS_WITH(make_causal_lm(parse_model_config(c.dump(), "/m"), *be),
+                      Contains("hidden_act \"gelu\"") && Contains("silu"));
+  }
+  SECTION("unsupported rope type") {
+    c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    CHECK_THROWS_WITH(make_causal_lm(parse_model_config(c.dump(), "/m"), *be),
+                      Contains("\"yarn\"") && Contains("llama3"));
+  }
+  SECTION("tensor parallel size that does not divide the heads") {
+    ParallelRank r;
+    r.tp_size = 3;
+    CHECK_THROWS_WITH(make_causal_lm(parse_model_config(c.dump(), "/m"), *be, r),
+                      Contains("num_attention_heads (4)") && Contains("(3)"));
+  }
+  SECTION("forward before reserve, and too many tokens") {
+    TempDir dir("calls");
+    write_synthetic(dir.path(), c, 4, "F32");
+    const ModelConfig cfg = load_model_config(dir.path());
+    auto model = make_causal_lm(cfg, *be);
+    model->load_weights(CheckpointReader::open(dir.path()));
+    {
+      PagedRunner runner(*be, *model, 4, 8, 1);
+      PagedSeq s;
+      CHECK_THROWS_WITH(runner.step({&s}, {{1, 2}}, false), Contains("before reserve"));
+    }
+    model->reserve(4, 2);
+    PagedRunner runner(*be, *model, 4, 8, 1);
+    PagedSeq s;
+    CHECK_THROWS_WITH(runner.step({&s}, {{1, 2, 3, 4, 5}}, false), Contains("num_tokens 5"));
+    PagedSeq s2;
+    CHECK_THROWS_WITH(runner.step({&s2}, {{1, 2, 3}}, true), Contains("3 logits rows"));
+    CHECK_THROWS_WITH(model->reserve(0, 1), Contains("max_tokens"));
+    // A second reserve replaces the buffers; the model still runs.
+    model->reserve(8, 8);
+    PagedRunner again(*be, *model, 4, 8, 2);
+    PagedSeq s3;
+    CHECK(again.step({&s3}, {{1, 2, 3, 4, 5}}, true).size() == 5);
+  }
+}
+
+TEST_CASE("llama family: tensor-parallel ranks load their slices", "[models]") {
+  TempDir dir("tp");
+  const json c = small_config("LlamaForCausalLM");
+  write_synthetic(dir.path(), c, 5, "F32");
+  const ModelConfig cfg = load_model_config(dir.path());
+  const auto ck = CheckpointReader::open(dir.path());
+  auto be = make_cpu_backend(1);
+  for (int32_t tp : {2, 4}) {
+    for (int32_t r = 0; r < tp; ++r) {
+      ParallelRank rank;
+      rank.tp_rank = r;
+      rank.tp_size = tp;
+      if (tp == 4) {  // 4 heads split 4 ways; 48 vocab rows and 40 intermediate rows do too
+        auto model = make_causal_lm(cfg, *be, rank);
+        CHECK(model->kv_cache_shape().num_kv_heads == 1);  // 2 KV heads replicated over 4 ranks
+        model->load_weights(ck);
+        continue;
+      }
+      auto model = make_causal_lm(cfg, *be, rank);
+      const KVCacheShape s = model->kv_cache_shape();
+      CHECK(s.num_kv_heads == 1);
+      CHECK(s.num_layers == 2);
+      CHECK(s.head_dim == 12);
+      model->load_weights(ck);
+      model->reserve(4, 4);
+      PagedRunner runner(*be, *model, 4, 8, 1);
+      PagedSeq seq;
+      CHECK_THROWS_WITH(runner.step({&seq}, {{1, 2}}, false),
+                        Contains("tensor_parallel_size 2") && Contains("all-reduce"));
+    }
+  }
+}
+
+TEST_CASE("llama family: pipeline stages hold their layers", "[models]") {
+  json c = small_config("LlamaForCausalLM");
+  c["num_hidden_layers"] = 5;
+  c["tie_word_embeddings"] = true;
+  TempDir dir("pp");
+  write_synthetic(dir.path(), c, 6, "F32");
+  const ModelConfig cfg = load_model_config(dir.path());
+  const auto ck = CheckpointReader::open(dir.path());
+  auto be = make_cpu_backend(1);
+  // vLLM's split of 5 layers over 3 stages: 2, 2, 1 (the last stage also holds the head).
+  const int32_t want[] = {2, 2, 1};
+  for (int32_t s = 0; s < 3; ++s) {
+    ParallelRank rank;
+    rank.pp_rank = s;
+    rank.pp_size = 3;
+    auto model = make_causal_lm(cfg, *be, rank);
+    CHECK(model->kv_cache_shape().num_layers == want[s]);
+    model->load_weights(ck);  // the tied head on the last stage reads the embedding
+  }
+}
+
+TEST_CASE("llama family: dummy weights are reproducible and usable", "[models]") {
+  const ModelConfig cfg = parse_model_config(small_config("Qwen2ForCausalLM").dump(), "/dummy");
+  auto be = make_cpu_backend(1);
+  auto run = [&](uint64_t seed) {
+    auto model = make_causal_lm(cfg, *be);
+    model->init_dummy_weights(seed);
+    model->reserve(8, 8);
+    PagedRunner runner(*be, *model, 4, 8, 3);
+    PagedSeq s;
+    return runner.step({&s}, {{3, 1, 4, 1, 5}}, false)[0];
+  };
+  const auto a = run(7), b = run(7), c = run(8);
+  CHECK(a == b);
+  CHECK(a != c);
+  for (float x : a) CHECK(std::isfinite(x));
+}
