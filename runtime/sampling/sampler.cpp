@@ -29,7 +29,7 @@ void check_ids(const std::string& where, const char* field, std::span<const int3
 }
 
 // vLLM's penalties, applied to the biased logits in place.
-void apply_penalties(std::vector<float>& logits, const SamplingRow& row) {
+void apply_penalties(std::span<float> logits, const SamplingRow& row) {
   if (row.repetition_penalty != 1.0f) {
     std::vector<int32_t> seen(row.prompt_ids.begin(), row.prompt_ids.end());
     seen.insert(seen.end(), row.output_ids.begin(), row.output_ids.end());
@@ -130,6 +130,11 @@ void check_sampling_row(const SamplingRow& row, int64_t vocab, int64_t row_index
   }
 }
 
+void apply_bias_and_penalties(std::span<float> logits, const SamplingRow& row) {
+  for (const auto& [token, bias] : row.logit_bias) logits[size_t(token)] += bias;
+  if (row.has_penalties()) apply_penalties(logits, row);
+}
+
 SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& row) {
   check_sampling_row(row, vocab);
   const auto v = size_t(vocab);
@@ -150,8 +155,7 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
 
   // Processed logits: bias, then penalties.
   std::vector<float> work(logits, logits + v);
-  for (const auto& [token, bias] : row.logit_bias) work[size_t(token)] += bias;
-  if (row.has_penalties()) apply_penalties(work, row);
+  apply_bias_and_penalties(work, row);
 
   int32_t token = -1;
   if (row.greedy()) {
