@@ -75,6 +75,7 @@ class CpuBackend final : public Backend {
   // ---- memory ----
 
   [[nodiscard]] Buffer allocate(size_t bytes) override {
+    if (bytes > (size_t(1) << 62)) fail("allocate: {} bytes is not a plausible size", bytes);
     // aligned_alloc needs a size that is a multiple of the alignment (and not zero).
     const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);

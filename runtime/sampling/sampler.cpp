@@ -77,17 +77,27 @@ std::vector<int32_t> surviving_tokens(const std::vector<float>& scaled, const Sa
     std::erase_if(keep, [&](int32_t i) { return scaled[size_t(i)] < kth; });
   }
   if (row.top_p < 1.0f) {
-    std::sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) {
+    auto more_likely = [&](int32_t a, int32_t b) {
       const float la = scaled[size_t(a)], lb = scaled[size_t(b)];
       return la > lb || (la == lb && a < b);
-    });
+    };
     double z = 0.0;
     for (int32_t i : keep) z += std::exp(double(scaled[size_t(i)]) - vmax);
+    // The order is total, so a sorted prefix is the full sort's prefix: sort a growing
+    // prefix until the kept mass reaches top_p (a few hundred tokens for a peaked row)
+    // instead of the whole vocabulary.
+    size_t sorted = std::min<size_t>(keep.size(), 256);
     double before = 0.0;  // probability mass of the more likely tokens already kept
     size_t n = 0;
-    while (n < keep.size() && (n == 0 || before < double(row.top_p))) {
-      before += std::exp(double(scaled[size_t(keep[n])]) - vmax) / z;
-      ++n;
+    for (;;) {
+      std::partial_sort(keep.begin() + std::ptrdiff_t(n), keep.begin() + std::ptrdiff_t(sorted),
+                        keep.end(), more_likely);
+      while (n < sorted && (n == 0 || before < double(row.top_p))) {
+        before += std::exp(double(scaled[size_t(keep[n])]) - vmax) / z;
+        ++n;
+      }
+      if (n < sorted || sorted == keep.size()) break;
+      sorted = std::min(keep.size(), sorted * 4);
     }
     keep.resize(n);
   }
