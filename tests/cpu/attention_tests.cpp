@@ -120,7 +120,7 @@ DeviceBatch upload_batch(OpHarness& h, const HostBatch& b, const AttentionShape&
 
 }  // namespace
 
-TEST_CASE("cpu attention matches float64 on mixed prefill/decode batches", "[cpu][ops]") {
+TEST_CASE("attention matches float64 on mixed prefill/decode batches", "[cpu][ops]") {
   OpHarness h(2);
   std::mt19937_64 rng(11);
   for (auto [heads, kv_heads] : {std::pair<int32_t, int32_t>{8, 2}, {4, 4}}) {
@@ -150,7 +150,7 @@ TEST_CASE("cpu attention matches float64 on mixed prefill/decode batches", "[cpu
   }
 }
 
-TEST_CASE("cpu write_kv then attention equals attention over a directly filled cache",
+TEST_CASE("write_kv then attention equals attention over a directly filled cache",
           "[cpu][ops]") {
   // The model's order of calls: write this step's K/V, then attend. Two decode steps.
   OpHarness h(2);
@@ -185,7 +185,7 @@ TEST_CASE("cpu write_kv then attention equals attention over a directly filled c
                                                                          b.rows)));
 }
 
-TEST_CASE("cpu attention rejects bad shapes and bad batch metadata", "[cpu][ops]") {
+TEST_CASE("attention rejects bad shapes and bad batch metadata", "[cpu][ops]") {
   OpHarness h(1);
   std::mt19937_64 rng(13);
   const AttentionShape sh{4, 2, 8, 4, 0.35f};

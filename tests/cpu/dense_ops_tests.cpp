@@ -16,7 +16,7 @@ using troupe::test::OpHarness;
 using troupe::test::random_floats;
 using troupe::test::report;
 
-TEST_CASE("cpu embedding copies table rows and rejects ids outside the table", "[cpu][ops]") {
+TEST_CASE("embedding copies table rows and rejects ids outside the table", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(1);
   const int64_t vocab = 37, hidden = 19;
@@ -57,7 +57,7 @@ std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector
 }
 }  // namespace
 
-TEST_CASE("cpu rms_norm and add_rms_norm match float64", "[cpu][ops]") {
+TEST_CASE("rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(2);
   for (auto [rows, hidden] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {16, 4096}, {3, 896}}) {
@@ -97,7 +97,7 @@ TEST_CASE("cpu rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("cpu linear matches float64, with and without bias", "[cpu][ops]") {
+TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(3);
   struct Case {
@@ -152,7 +152,7 @@ TEST_CASE("cpu linear matches float64, with and without bias", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("cpu silu_mul matches float64", "[cpu][ops]") {
+TEST_CASE("silu_mul matches float64", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(4);
   for (auto [rows, inter] : {std::pair<int64_t, int64_t>{1, 1}, {9, 37}, {64, 4864}}) {
@@ -178,7 +178,7 @@ TEST_CASE("cpu silu_mul matches float64", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("cpu gather_rows picks rows and rejects bad indices", "[cpu][ops]") {
+TEST_CASE("gather_rows picks rows and rejects bad indices", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(5);
   const auto x_host = random_floats(rng, 13 * 11);
@@ -233,7 +233,7 @@ std::vector<double> rope_ref(const std::vector<float>& x, const std::vector<int3
 }
 }  // namespace
 
-TEST_CASE("cpu rope rotates q and k like float64, neox and gptj, full and partial", "[cpu][ops]") {
+TEST_CASE("rope rotates q and k like float64, neox and gptj, full and partial", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(6);
   const int64_t tokens = 9, max_pos = 4096;
@@ -285,7 +285,7 @@ TEST_CASE("cpu rope rotates q and k like float64, neox and gptj, full and partia
   }
 }
 
-TEST_CASE("cpu write_kv stores rows at their slots and skips negative slots", "[cpu][ops]") {
+TEST_CASE("write_kv stores rows at their slots and skips negative slots", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(7);
   const int64_t blocks = 5, block_size = 8, kv_heads = 2, d = 16, row = kv_heads * d;

@@ -11,7 +11,7 @@
 
 using namespace troupe;
 
-TEST_CASE("cpu backend identity: name, device, f32 compute dtype", "[cpu][memory]") {
+TEST_CASE("backend identity: name, device, f32 compute dtype", "[cpu][memory]") {
   auto backend = make_cpu_backend(1);
   CHECK(backend->name() == "cpu");
   CHECK(backend->device() == Device{DeviceKind::cpu, 0});
@@ -19,7 +19,7 @@ TEST_CASE("cpu backend identity: name, device, f32 compute dtype", "[cpu][memory
   CHECK_THROWS_AS(make_cpu_backend(-1), Error);
 }
 
-TEST_CASE("cpu allocate gives 64-byte aligned memory of the asked size", "[cpu][memory]") {
+TEST_CASE("allocate gives 64-byte aligned memory of the asked size", "[cpu][memory]") {
   auto backend = make_cpu_backend(1);
   for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(1000), size_t(1) << 20}) {
     Buffer b = backend->allocate(bytes);
@@ -30,7 +30,7 @@ TEST_CASE("cpu allocate gives 64-byte aligned memory of the asked size", "[cpu][
   }
 }
 
-TEST_CASE("cpu upload, download and copy round-trip bytes", "[cpu][memory]") {
+TEST_CASE("upload, download and copy round-trip bytes", "[cpu][memory]") {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> host(100);
   std::iota(host.begin(), host.end(), -50);
@@ -58,7 +58,7 @@ TEST_CASE("cpu upload, download and copy round-trip bytes", "[cpu][memory]") {
   }
 }
 
-TEST_CASE("cpu memory_info reports MemAvailable and MemTotal", "[cpu][memory]") {
+TEST_CASE("memory_info reports MemAvailable and MemTotal", "[cpu][memory]") {
   auto backend = make_cpu_backend(1);
   const MemoryInfo info = backend->memory_info();
   CHECK(info.total_bytes > 0);
