@@ -24,8 +24,8 @@ struct Task {
 };
 
 void check_shapes(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
-                  const Tensor& v_cache, const AttentionBatch& batch,
-                  const AttentionShape& shape, const Tensor& out) {
+                  const Tensor& v_cache, const AttentionBatch& batch, const AttentionShape& shape,
+                  const Tensor& out) {
   check.positive("num_heads", shape.num_heads);
   check.positive("num_kv_heads", shape.num_kv_heads);
   check.positive("head_dim", shape.head_dim);
@@ -82,8 +82,8 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
                  batch.max_seq_len);
     const int64_t used = (int64_t(seq_lens[s]) + block_size - 1) / block_size;
     if (used > max_blocks)
-      check.fail("seq_lens[{}] = {} needs {} blocks of {}, block_tables {} has {} per sequence",
-                 s, seq_lens[s], used, block_size, describe(batch.block_tables), max_blocks);
+      check.fail("seq_lens[{}] = {} needs {} blocks of {}, block_tables {} has {} per sequence", s,
+                 seq_lens[s], used, block_size, describe(batch.block_tables), max_blocks);
     for (int64_t b = 0; b < used; ++b) {
       const int32_t block = tables[s * max_blocks + b];
       if (block < 0 || block >= num_blocks)

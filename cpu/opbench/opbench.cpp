@@ -93,8 +93,9 @@ void bench_attention(Backend& be, int32_t seqs, int32_t context, int32_t q_len, 
   const Tensor out = random_tensor(be, keep, {int64_t(seqs) * q_len, int64_t(heads) * d}, rng);
   const double s = time_per_call([&] { be.attention(q, kc, vc, batch, shape, out); });
   const double kv_bytes = 2.0 * double(seqs) * len * kv_heads * d * sizeof(float);
-  fmt::print("attention  S={:<3} ctx={:<5} q={:<4} heads {}/{} d={} block={}  {:9.3f} ms  {:7.1f} GB/s\n",
-             seqs, context, q_len, heads, kv_heads, d, bs, s * 1e3, kv_bytes / s * 1e-9);
+  fmt::print(
+      "attention  S={:<3} ctx={:<5} q={:<4} heads {}/{} d={} block={}  {:9.3f} ms  {:7.1f} GB/s\n",
+      seqs, context, q_len, heads, kv_heads, d, bs, s * 1e3, kv_bytes / s * 1e-9);
 }
 
 }  // namespace
@@ -108,10 +109,10 @@ int main(int argc, char** argv) {
     bench_linear(*be, 16, 4096, 4096);
     bench_linear(*be, 128, 4096, 11008);
     bench_linear(*be, 512, 2048, 2048);
-    bench_attention(*be, 16, 1023, 1, 32, 8, 128, 16);   // decode
-    bench_attention(*be, 64, 255, 1, 32, 32, 128, 16);   // decode, no GQA
-    bench_attention(*be, 1, 0, 512, 32, 8, 128, 16);     // prefill
-    bench_attention(*be, 4, 512, 64, 14, 2, 64, 32);     // chunked prefill
+    bench_attention(*be, 16, 1023, 1, 32, 8, 128, 16);  // decode
+    bench_attention(*be, 64, 255, 1, 32, 32, 128, 16);  // decode, no GQA
+    bench_attention(*be, 1, 0, 512, 32, 8, 128, 16);    // prefill
+    bench_attention(*be, 4, 512, 64, 14, 2, 64, 32);    // chunked prefill
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "troupe_cpu_opbench: {}\n", e.what());

@@ -19,7 +19,9 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Orders raw logits for ranks and top-N: NaN counts as -inf so the order stays strict weak.
-float order_key(float x) { return std::isnan(x) ? kNegInf : x; }
+float order_key(float x) {
+  return std::isnan(x) ? kNegInf : x;
+}
 
 void check_ids(const std::string& where, const char* field, std::span<const int32_t> ids,
                int64_t vocab) {
@@ -66,7 +68,8 @@ std::vector<int32_t> surviving_tokens(const std::vector<float>& scaled, const Sa
 
   if (row.min_p > 0.0f) {  // p_i / p_max = exp(l_i - l_max)
     const double min_p = row.min_p;
-    std::erase_if(keep, [&](int32_t i) { return std::exp(double(scaled[size_t(i)]) - vmax) < min_p; });
+    std::erase_if(keep,
+                  [&](int32_t i) { return std::exp(double(scaled[size_t(i)]) - vmax) < min_p; });
   }
   if (row.top_k > 0 && size_t(row.top_k) < keep.size()) {
     std::vector<float> values(keep.size());
@@ -135,8 +138,8 @@ void check_sampling_row(const SamplingRow& row, int64_t vocab, int64_t row_index
       fail("{}logit_bias[{}] names token {}, outside the vocabulary [0, {})", where, i, token,
            vocab);
     if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity())
-      fail("{}logit_bias[{}] for token {} is {}; allowed: a finite value or -inf (a ban)", where,
-           i, token, bias);
+      fail("{}logit_bias[{}] for token {} is {}; allowed: a finite value or -inf (a ban)", where, i,
+           token, bias);
   }
 }
 
@@ -192,8 +195,9 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
     }
   }
   if (token < 0)
-    fail("sampling: no token left to sample (every logit is -inf or NaN after logit_bias and "
-         "penalties)");
+    fail(
+        "sampling: no token left to sample (every logit is -inf or NaN after logit_bias and "
+        "penalties)");
 
   SampledToken result;
   result.token = token;
@@ -220,8 +224,8 @@ std::vector<SampledToken> sample_rows(const float* logits, int64_t vocab,
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   // Threads only pay off once there is real work per thread.
   const int64_t work = int64_t(rows.size()) * vocab;
-  const auto threads = size_t(std::clamp<int64_t>(
-      std::min<int64_t>(num_threads, work / (1 << 16)), 1, int64_t(rows.size())));
+  const auto threads = size_t(std::clamp<int64_t>(std::min<int64_t>(num_threads, work / (1 << 16)),
+                                                  1, int64_t(rows.size())));
   auto run = [&](size_t first, size_t stride) {
     for (size_t s = first; s < rows.size(); s += stride)
       result[s] = sample_row(logits + int64_t(s) * vocab, vocab, rows[s]);

@@ -15,13 +15,15 @@ TEST_CASE("backend identity: name, device, f32 compute dtype", "[cpu][memory]") 
   auto backend = make_cpu_backend(1);
   CHECK(backend->name() == "cpu");
   CHECK(backend->device() == Device{DeviceKind::cpu, 0});
-  for (DType t : {DType::f32, DType::f16, DType::bf16}) CHECK(backend->compute_dtype(t) == DType::f32);
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    CHECK(backend->compute_dtype(t) == DType::f32);
   CHECK_THROWS_AS(make_cpu_backend(-1), Error);
 }
 
 TEST_CASE("allocate gives 64-byte aligned memory of the asked size", "[cpu][memory]") {
   auto backend = make_cpu_backend(1);
-  for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(1000), size_t(1) << 20}) {
+  for (size_t bytes :
+       {size_t(0), size_t(1), size_t(63), size_t(64), size_t(1000), size_t(1) << 20}) {
     Buffer b = backend->allocate(bytes);
     CHECK(b.bytes() == bytes);
     CHECK(b.device() == Device{DeviceKind::cpu, 0});

@@ -158,8 +158,8 @@ TEST_CASE("sampler bias and penalties match a hand computation", "[sampler]") {
   apply_bias_and_penalties(work, row);
   // bias: [2, -1, .5, 0, -inf, -1]; repetition on {0,1,2,3}: [1, -2, .25, 0, ...];
   // frequency * count and presence on output {2: 2, 3: 1, 1: 1}.
-  const std::vector<float> want{1.0f, -2.0f - 0.5f - 0.25f, 0.25f - 1.0f - 0.25f,
-                                0.0f - 0.5f - 0.25f, -kInf, -1.0f};
+  const std::vector<float> want{
+      1.0f, -2.0f - 0.5f - 0.25f, 0.25f - 1.0f - 0.25f, 0.0f - 0.5f - 0.25f, -kInf, -1.0f};
   CHECK(work == want);
 
   // Greedy sees the processed logits: token 4 (raw best) is banned, 0 wins at 1.0.
@@ -215,9 +215,10 @@ TEST_CASE("sampler is the documented exponential race over philox draws", "[samp
     float sigma, temperature, top_p, min_p;
     int32_t top_k;
   };
-  for (const Case c : {Case{300, 2.0f, 0.8f, 1.0f, 0.0f, 0}, Case{5000, 0.5f, 1.0f, 0.9f, 0.0f, 0},
-                       Case{5000, 3.0f, 1.1f, 0.95f, 0.0f, 0}, Case{3000, 1.0f, 0.7f, 0.8f, 0.01f, 1000},
-                       Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40}}) {
+  for (const Case c :
+       {Case{300, 2.0f, 0.8f, 1.0f, 0.0f, 0}, Case{5000, 0.5f, 1.0f, 0.9f, 0.0f, 0},
+        Case{5000, 3.0f, 1.1f, 0.95f, 0.0f, 0}, Case{3000, 1.0f, 0.7f, 0.8f, 0.01f, 1000},
+        Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40}}) {
     const auto logits = random_logits(rng, c.vocab, c.sigma);
     SamplingRow row;
     row.temperature = c.temperature;
@@ -305,9 +306,10 @@ TEST_CASE("sampler draws follow the filtered distribution (chi-square)", "[sampl
     float top_p;
     float min_p;
   };
-  for (const Case c : {Case{"plain", 1.0f, 0, 1.0f, 0.0f}, Case{"temperature+top_k", 0.7f, 5, 1.0f, 0.0f},
-                       Case{"hot+top_p", 1.3f, -1, 0.8f, 0.0f}, Case{"min_p", 1.0f, 0, 1.0f, 0.1f},
-                       Case{"all four", 0.9f, 6, 0.9f, 0.05f}}) {
+  for (const Case c :
+       {Case{"plain", 1.0f, 0, 1.0f, 0.0f}, Case{"temperature+top_k", 0.7f, 5, 1.0f, 0.0f},
+        Case{"hot+top_p", 1.3f, -1, 0.8f, 0.0f}, Case{"min_p", 1.0f, 0, 1.0f, 0.1f},
+        Case{"all four", 0.9f, 6, 0.9f, 0.05f}}) {
     SamplingRow row;
     row.temperature = c.temperature;
     row.top_k = c.top_k;

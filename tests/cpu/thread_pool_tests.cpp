@@ -34,7 +34,8 @@ TEST_CASE("thread pool rethrows a chunk's exception and stays usable", "[cpu][po
   for (int round = 0; round < 50; ++round) {
     CHECK_THROWS_WITH(pool.parallel_for(100, 1,
                                         [&](int64_t begin, int64_t end) {
-                                          if (begin <= 42 && 42 < end) throw std::runtime_error("chunk 42");
+                                          if (begin <= 42 && 42 < end)
+                                            throw std::runtime_error("chunk 42");
                                         }),
                       "chunk 42");
     std::atomic<int64_t> sum{0};
