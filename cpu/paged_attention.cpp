@@ -24,8 +24,8 @@ struct Task {
 };
 
 void check_shapes(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
-                  const Tensor& v_cache, const AttentionBatch& batch,
-                  const AttentionShape& shape, const Tensor& out) {
+                  const Tensor& v_cache, const AttentionBatch& batch, const AttentionShape& shape,
+                  const Tensor& out) {
   check.positive("num_heads", shape.num_heads);
   check.positive("num_kv_heads", shape.num_kv_heads);
   check.positive("head_dim", shape.head_dim);
@@ -63,11 +63,15 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
   const int64_t max_blocks = batch.block_tables.dim(1);
   const int64_t num_blocks = k_cache.dim(0);
   if (qsl[0] != 0) check.fail("query_start_loc[0] = {} must be 0", qsl[0]);
-  for (int32_t s = 0; s < batch.num_seqs; ++s) {
-    const int32_t q_len = qsl[s + 1] - qsl[s];
-    if (q_len < 0)
+  for (int32_t s = 0; s < batch.num_seqs; ++s)
+    if (qsl[s + 1] < qsl[s])
       check.fail("query_start_loc must not decrease: [{}] = {} > [{}] = {}", s, qsl[s], s + 1,
                  qsl[s + 1]);
+  if (qsl[batch.num_seqs] > q.dim(0))
+    check.fail("query_start_loc[{}] = {} is more than the {} rows of q {}", batch.num_seqs,
+               qsl[batch.num_seqs], q.dim(0), describe(q));
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    const int32_t q_len = qsl[s + 1] - qsl[s];
     if (q_len > batch.max_query_len)
       check.fail("sequence {} has {} query tokens, more than max_query_len = {}", s, q_len,
                  batch.max_query_len);
@@ -78,8 +82,8 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
                  batch.max_seq_len);
     const int64_t used = (int64_t(seq_lens[s]) + block_size - 1) / block_size;
     if (used > max_blocks)
-      check.fail("seq_lens[{}] = {} needs {} blocks of {}, block_tables {} has {} per sequence",
-                 s, seq_lens[s], used, block_size, describe(batch.block_tables), max_blocks);
+      check.fail("seq_lens[{}] = {} needs {} blocks of {}, block_tables {} has {} per sequence", s,
+                 seq_lens[s], used, block_size, describe(batch.block_tables), max_blocks);
     for (int64_t b = 0; b < used; ++b) {
       const int32_t block = tables[s * max_blocks + b];
       if (block < 0 || block >= num_blocks)
@@ -87,9 +91,6 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
                    num_blocks);
     }
   }
-  if (qsl[batch.num_seqs] > q.dim(0))
-    check.fail("query_start_loc[{}] = {} is more than the {} rows of q {}", batch.num_seqs,
-               qsl[batch.num_seqs], q.dim(0), describe(q));
 }
 
 }  // namespace

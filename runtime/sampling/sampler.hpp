@@ -30,6 +30,11 @@ namespace troupe {
 /// vocabulary, ...). `row_index` only labels the message; -1 leaves it out.
 void check_sampling_row(const SamplingRow& row, int64_t vocab, int64_t row_index = -1);
 
+/// The processed logits that greedy and sampling start from: `logits` [vocab] plus
+/// row.logit_bias, then row's penalties, in place. Exposed so other samplers can compare
+/// their intermediate logits. Assumes check_sampling_row passed.
+void apply_bias_and_penalties(std::span<float> logits, const SamplingRow& row);
+
 /// Samples one token from `logits` [vocab] f32. Throws troupe::Error on a bad row or when
 /// no token can be sampled (every logit -inf or NaN after bias and penalties).
 [[nodiscard]] SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& row);
