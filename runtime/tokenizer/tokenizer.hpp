@@ -1,0 +1,120 @@
+// Hugging Face `tokenizer.json` tokenizers for byte-level BPE (GPT-2, Llama 3, Qwen2/Qwen3 and
+// models trained with HF `tokenizers`' ByteLevel BPE), giving the ids HF gives.
+//
+// What encode does, in HF tokenizers' order:
+//   1. added tokens with normalized=false are cut out of the raw text (longest match first);
+//   2. the pieces between are normalized (NFC, ...) and cut on normalized=true added tokens;
+//   3. the pre-tokenizer splits the rest into words (Split regexes via Oniguruma, ByteLevel);
+//   4. BPE turns each word into ids (lowest merge rank first, words cached);
+//   5. with add_special_tokens the post_processor adds its special tokens (Llama 3: BOS).
+// decode concatenates the tokens' bytes (ByteLevel decoder; special tokens skipped on request)
+// and replaces ill-formed UTF-8 with U+FFFD, exactly like HF `tokenizers`' decode. It does not
+// apply transformers' Python-side `clean_up_tokenization_spaces` (vLLM streams HF's plain
+// decode too).
+//
+// tokenizer_config.json (optional, beside tokenizer.json) gives bos/eos, chat_template (or
+// chat_template.jinja beside it) and model_max_length. add_bos_token / add_eos_token = true make
+// encode(add_special_tokens=true) add BOS / EOS when the post_processor does not already
+// (transformers' LlamaTokenizerFast behaviour). Truncation and padding in tokenizer.json are
+// ignored: transformers turns them off unless a call asks for them, and so does vLLM.
+//
+// A loaded Tokenizer is immutable; all const members may be called from any number of threads.
+#pragma once
+
+#include "runtime/tokenizer/utf8.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+class Tokenizer {
+ public:
+  /// `path` is a directory holding tokenizer.json (+ optional tokenizer_config.json) or the
+  /// tokenizer.json file itself. Throws troupe::Error naming the path and the field for a missing
+  /// file, bad JSON, or an unsupported model / normalizer / pre_tokenizer / post_processor /
+  /// decoder type.
+  static std::shared_ptr<const Tokenizer> load(const std::filesystem::path& path);
+
+  /// Token ids of `text` (UTF-8; throws troupe::Error naming the offset of an invalid byte).
+  /// Special tokens written in the text ("<|im_start|>") are always recognised;
+  /// `add_special_tokens` only controls what the post_processor adds (Llama 3's BOS).
+  [[nodiscard]] std::vector<int32_t> encode(std::string_view text,
+                                            bool add_special_tokens = true) const;
+  /// Text of `ids`. Throws troupe::Error for an id < 0 or >= vocab_size().
+  [[nodiscard]] std::string decode(std::span<const int32_t> ids,
+                                   bool skip_special_tokens = true) const;
+
+  /// Highest id + 1, added tokens included.
+  [[nodiscard]] int32_t vocab_size() const;
+  /// Id of a token given in its raw vocab form ("Ġhello", "<|im_end|>"), added tokens first.
+  [[nodiscard]] std::optional<int32_t> token_to_id(std::string_view token) const;
+  /// Raw token string of `id` ("Ġhello"); "" for an id that no token has. Throws troupe::Error
+  /// for an id outside 0..vocab_size()-1.
+  [[nodiscard]] std::string id_to_token(int32_t id) const;
+  /// Whether `id` is an added token marked special (what skip_special_tokens skips). False for
+  /// ids out of range.
+  [[nodiscard]] bool is_special(int32_t id) const;
+  /// From tokenizer_config.json (bos_token / eos_token); nullopt when absent or not in the vocab.
+  [[nodiscard]] std::optional<int32_t> bos_token_id() const;
+  [[nodiscard]] std::optional<int32_t> eos_token_id() const;
+  /// The Jinja chat template as text; "" when none.
+  [[nodiscard]] const std::string& chat_template() const;
+  /// tokenizer_config.json's model_max_length; 0 when unknown (absent, or transformers'
+  /// "no limit" placeholder int(1e30)).
+  [[nodiscard]] int64_t model_max_length() const;
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+ private:
+  friend class IncrementalDetokenizer;
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+
+  /// Checks every id (throwing "<who>: token id ..." for a bad one), then appends the bytes the
+  /// ByteLevel decoder makes of them.
+  void append_bytes(std::span<const int32_t> ids, bool skip_special_tokens, std::string_view who,
+                    std::string& out) const;
+
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming detokenization that never emits a broken UTF-8 sequence mid-stream: push() returns
+// only text that is final; flush() returns what is left at the end (an incomplete trailing
+// sequence becomes U+FFFD, like HF decode). text() is everything emitted so far.
+//
+// Byte-level decoding needs no context: the text of an id sequence is the lossy UTF-8 decoding
+// of its tokens' concatenated bytes, and that decoding can be done byte by byte, holding back at
+// most 3 bytes of an unfinished character. So, for every sequence of output ids,
+// concat(push(...)...) + flush() == tok->decode(all output ids, skip_special_tokens). The prompt
+// ids are checked but not needed (vLLM's prefix/read offsets exist for decoders that need
+// context). spaces_between_special_tokens is accepted for vLLM's SamplingParams and, as in vLLM
+// with a fast (tokenizer.json) tokenizer, has no effect.
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tok, std::span<const int32_t> prompt_ids,
+                         bool skip_special_tokens = true,
+                         bool spaces_between_special_tokens = true);
+  /// Text completed by `new_ids`. Throws troupe::Error (and changes nothing) for a bad id.
+  std::string push(std::span<const int32_t> new_ids);
+  /// Text still held back (U+FFFD for an unfinished character, "" otherwise).
+  std::string flush();
+  [[nodiscard]] const std::string& text() const { return text_; }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  bool skip_special_tokens_;
+  utf8::LossyDecoder decoder_;
+  std::string text_;
+  std::string bytes_;  // scratch
+};
+
+}  // namespace troupe
