@@ -136,7 +136,7 @@ PositionLogprobs ModelRunner::prompt_logprobs_row(const float* row, int32_t next
   for (int64_t i = 0; i < v; ++i) rank += row[i] > chosen ? 1 : 0;
   out.chosen = LogprobEntry{next_token, float(double(chosen) - lse), rank};
   if (top_n > 0) {
-    std::vector<int32_t> idx(size_t(v));
+    std::vector<int32_t> idx(static_cast<size_t>(v));
     std::iota(idx.begin(), idx.end(), 0);
     const auto n = std::min<int64_t>(top_n, v);
     std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
@@ -232,6 +232,10 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
       token_offset += s.count;
     }
   }
+  // A step of prompt chunks only still asks for one (unused) logits row: model programs
+  // always end in the logits head.
+  const bool dummy_logits = logits_rows.empty();
+  if (dummy_logits) logits_rows.push_back(num_tokens - 1);
   if (int32_t(logits_rows.size()) > max_logits_rows_)
     fail("step {}: {} logits rows exceed the reserved {}", plan.step_id, logits_rows.size(),
          max_logits_rows_);
@@ -286,14 +290,12 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
 
   result.outputs.resize(sched.size());
   for (size_t i = 0; i < sched.size(); ++i) result.outputs[i].seq_id = sched[i].seq_id;
-  if (L == 0) {
-    // Nothing to read back (prompt chunks only): still run the layers to fill the KV cache.
-    (void)model_->forward(in, kv_);
-    backend_->synchronize();
+  const Tensor logits = model_->forward(in, kv_);  // [L, vocab] f32
+  if (dummy_logits) {
+    backend_->synchronize();  // the KV cache is filled; nothing to read back
     result.execute_seconds = seconds_since(t0);
     return result;
   }
-  const Tensor logits = model_->forward(in, kv_);  // [L, vocab] f32
 
   // ---- sampling ----
   if (!sampled.empty()) {

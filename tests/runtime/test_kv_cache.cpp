@@ -11,7 +11,7 @@ using namespace troupe;
 
 namespace {
 std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
-  std::vector<int32_t> v(size_t(n));
+  std::vector<int32_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), start);
   return v;
 }

@@ -1,0 +1,48 @@
+#include "runtime/api/outputs_json.hpp"
+
+namespace troupe {
+
+nlohmann::json to_json(const PositionLogprobMap& position) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [token, lp] : position)
+    j[std::to_string(token)] = {
+        {"logprob", lp.logprob}, {"rank", lp.rank}, {"decoded_token", lp.decoded_token}};
+  return j;
+}
+
+nlohmann::json to_json(const RequestOutput& out) {
+  nlohmann::json j;
+  j["request_id"] = out.request_id;
+  j["prompt"] = out.prompt;
+  j["prompt_token_ids"] = out.prompt_token_ids;
+  if (out.prompt_logprobs) {
+    nlohmann::json pl = nlohmann::json::array();
+    for (size_t i = 0; i < out.prompt_logprobs->size(); ++i)
+      pl.push_back(i == 0 ? nlohmann::json(nullptr) : to_json((*out.prompt_logprobs)[i]));
+    j["prompt_logprobs"] = std::move(pl);
+  }
+  nlohmann::json outputs = nlohmann::json::array();
+  for (const auto& c : out.outputs) {
+    nlohmann::json o;
+    o["index"] = c.index;
+    o["text"] = c.text;
+    o["token_ids"] = c.token_ids;
+    o["cumulative_logprob"] = c.cumulative_logprob;
+    if (c.logprobs) {
+      nlohmann::json lps = nlohmann::json::array();
+      for (const auto& p : *c.logprobs) lps.push_back(to_json(p));
+      o["logprobs"] = std::move(lps);
+    }
+    o["finish_reason"] = c.finish_reason.empty() ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(c.finish_reason);
+    if (!c.stop_reason_text.empty()) o["stop_reason"] = c.stop_reason_text;
+    else if (c.stop_reason_token >= 0) o["stop_reason"] = c.stop_reason_token;
+    else o["stop_reason"] = nullptr;
+    outputs.push_back(std::move(o));
+  }
+  j["outputs"] = std::move(outputs);
+  if (!out.error.empty()) j["error"] = out.error;
+  return j;
+}
+
+}  // namespace troupe

@@ -1,0 +1,17 @@
+// RequestOutput as JSON: the line format of `troupe generate --output` (and what the server's
+// responses are built from).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/api/outputs.hpp"
+
+namespace troupe {
+
+/// {"request_id", "prompt", "prompt_token_ids", ["prompt_logprobs"],
+///  "outputs": [{"index", "text", "token_ids", "cumulative_logprob", ["logprobs"],
+///               "finish_reason", "stop_reason"}], ["error"]}
+nlohmann::json to_json(const RequestOutput& out);
+nlohmann::json to_json(const PositionLogprobMap& position);
+
+}  // namespace troupe

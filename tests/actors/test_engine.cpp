@@ -1,0 +1,215 @@
+// The whole actor pipeline (engine, tokenizer pool, scheduler, cache manager, executor) on the
+// CPU backend, against what transformers computed for the same checkpoints: greedy tokens must
+// be identical however the engine batches, chunks or preempts, in-process or with the executor
+// in a second process.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "actors/llm.hpp"
+#include "runtime/error.hpp"
+#include "tests/actors/worker_process.hpp"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<double> min_margin;
+};
+
+Reference load_reference(const std::string& name) {
+  std::ifstream in(kFixtures / name / "reference.json");
+  REQUIRE(in.good());
+  const auto j = nlohmann::json::parse(in);
+  Reference r;
+  for (const auto& p : j["prompts"]) {
+    r.prompts.push_back(p["token_ids"].get<std::vector<int32_t>>());
+    r.greedy.push_back(p["greedy_tokens"].get<std::vector<int32_t>>());
+    r.min_margin.push_back(p["greedy_min_margin"].get<double>());
+  }
+  return r;
+}
+
+EngineArgs fixture_args(const std::string& name) {
+  EngineArgs a;
+  a.model = (kFixtures / name).string();
+  a.skip_tokenizer_init = true;  // the fixtures have no tokenizer: prompts are token ids
+  a.disable_log_stats = true;
+  a.max_model_len = 256;
+  return a;
+}
+
+SamplingParams greedy_params(int64_t n_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = n_tokens;
+  p.ignore_eos = true;
+  p.detokenize = false;
+  return p;
+}
+
+std::vector<Prompt> prompts_of(const Reference& ref) {
+  std::vector<Prompt> out;
+  for (const auto& ids : ref.prompts) out.emplace_back(ids);
+  return out;
+}
+
+void check_greedy(const Reference& ref, const std::vector<RequestOutput>& outs) {
+  REQUIRE(outs.size() == ref.prompts.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    INFO("prompt " << i << " of " << ref.prompts[i].size() << " tokens, reference min margin "
+                   << ref.min_margin[i]);
+    CHECK(outs[i].prompt_token_ids == ref.prompts[i]);
+    REQUIRE(outs[i].outputs.size() == 1);
+    CHECK(outs[i].outputs[0].token_ids == ref.greedy[i]);
+    CHECK(outs[i].outputs[0].finish_reason == "length");
+    CHECK(outs[i].outputs[0].cumulative_logprob < 0.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("greedy tokens through the actors equal transformers', however the batch is cut",
+          "[engine]") {
+  for (const std::string name : {"llama_gqa", "llama3_tied", "qwen2"}) {
+    if (!fs::exists(kFixtures / name / "reference.json")) {
+      WARN("fixture " << name << " missing: run tools/make_fixtures.py");
+      continue;
+    }
+    const Reference ref = load_reference(name);
+    DYNAMIC_SECTION(name << ", roomy") {
+      LLM llm(fixture_args(name));
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+    }
+    DYNAMIC_SECTION(name << ", chunked prefill, block size 4, tiny KV cache (preemption)") {
+      EngineArgs a = fixture_args(name);
+      a.block_size = 4;
+      a.max_num_batched_tokens = 16;
+      a.max_num_seqs = 4;
+      a.num_gpu_blocks_override = 40;  // 160 tokens: the 5 prompts (167 tokens + 120) cannot all fit
+      a.max_model_len = 128;
+      LLM llm(a);
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+    }
+  }
+}
+
+TEST_CASE("the executor in a second process gives the same tokens", "[engine][remote]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
+    WARN("fixture llama_gqa missing");
+    return;
+  }
+  const Reference ref = load_reference("llama_gqa");
+  WorkerProcess worker;  // `troupe worker --port 0` on 127.0.0.1
+  EngineArgs a = fixture_args("llama_gqa");
+  a.executor_endpoints = {worker.endpoint()};
+  {
+    LLM llm(a);
+    CHECK_THAT(llm.backend(), Catch::Contains("cpu"));
+    check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+  }
+  CHECK(worker.wait_exit(10.0));  // the engine's shutdown stops the worker's executor
+}
+
+TEST_CASE("seeded sampling is reproducible and n > 1 gives distinct samples", "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  const Reference ref = load_reference("llama_gqa");
+  LLM llm(fixture_args("llama_gqa"));
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 0.9;
+  p.seed = 1234;
+  p.max_tokens = 16;
+  p.n = 3;
+  p.detokenize = false;
+  p.ignore_eos = true;
+  const std::vector<Prompt> prompts{ref.prompts[3]};
+  auto a = llm.generate(prompts, p, {.use_tqdm = false});
+  // The same request again, now batched with other work: the same samples.
+  auto b = llm.generate({ref.prompts[3], ref.prompts[4], ref.prompts[2]}, p, {.use_tqdm = false});
+  REQUIRE(a[0].outputs.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(a[0].outputs[size_t(i)].token_ids == b[0].outputs[size_t(i)].token_ids);
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& o : a[0].outputs) distinct.insert(o.token_ids);
+  CHECK(distinct.size() == 3);
+}
+
+TEST_CASE("bad requests get one clear error and leave the engine working", "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  const Reference ref = load_reference("llama_gqa");
+  LLM llm(fixture_args("llama_gqa"));
+  std::vector<int32_t> too_long(300, 5);
+  CHECK_THROWS_WITH(llm.generate({Prompt(too_long)}, greedy_params(4), {.use_tqdm = false}),
+                    Catch::Contains("max_model_len = 256"));
+  CHECK_THROWS_WITH(llm.generate({Prompt(std::vector<int32_t>{1, 999})}, greedy_params(4),
+                                 {.use_tqdm = false}),
+                    Catch::Contains("prompt_token_ids[1] = 999"));
+  SamplingParams bad = greedy_params(4);
+  bad.logprobs = 50;
+  CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[2])}, bad, {.use_tqdm = false}),
+                    Catch::Contains("max_logprobs"));
+  bad = greedy_params(4);
+  bad.top_p = 1.5;
+  CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[2])}, bad, {.use_tqdm = false}),
+                    Catch::Contains("top_p"));
+  CHECK_THROWS_WITH(llm.generate({Prompt("text")}, greedy_params(4), {.use_tqdm = false}),
+                    Catch::Contains("tokenizer"));
+  // Still serving.
+  auto ok = llm.generate({Prompt(ref.prompts[2])}, greedy_params(24), {.use_tqdm = false});
+  CHECK(ok[0].outputs[0].token_ids == ref.greedy[2]);
+}
+
+TEST_CASE("logprobs: the sampled token's logprob, top-N, and prompt logprobs", "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  const Reference ref = load_reference("llama_gqa");
+  LLM llm(fixture_args("llama_gqa"));
+  SamplingParams p = greedy_params(5);
+  p.logprobs = 3;
+  p.prompt_logprobs = 2;
+  auto out = llm.generate({Prompt(ref.prompts[2])}, p, {.use_tqdm = false});
+  const auto& c = out[0].outputs[0];
+  REQUIRE(c.logprobs);
+  REQUIRE(c.logprobs->size() == 5);
+  double sum = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    const auto& pos = (*c.logprobs)[i];
+    REQUIRE(pos.contains(c.token_ids[i]));
+    CHECK(pos.at(c.token_ids[i]).rank == 1);  // greedy picks the most likely token
+    CHECK(pos.size() == 3);                   // the chosen token is one of the top 3
+    sum += pos.at(c.token_ids[i]).logprob;
+  }
+  CHECK(c.cumulative_logprob == Approx(sum).epsilon(1e-6));
+  REQUIRE(out[0].prompt_logprobs);
+  CHECK(out[0].prompt_logprobs->size() == ref.prompts[2].size());
+  CHECK(out[0].prompt_logprobs->front().empty());
+  // Against transformers: log_softmax of the reference logits at position i - 1.
+  std::ifstream in(kFixtures / "llama_gqa" / "reference.json");
+  const auto j = nlohmann::json::parse(in);
+  const auto full = j["full_logits"].get<std::vector<std::vector<double>>>();
+  REQUIRE(j["full_logits_prompt_index"].get<int>() == 2);
+  for (size_t i = 1; i < ref.prompts[2].size(); ++i) {
+    const auto& pos = (*out[0].prompt_logprobs)[i];
+    const int32_t tok = ref.prompts[2][i];
+    REQUIRE(pos.contains(tok));
+    const auto& row = full[i - 1];
+    double mx = row[0];
+    for (double v : row) mx = std::max(mx, v);
+    double z = 0;
+    for (double v : row) z += std::exp(v - mx);
+    const double expected = row[size_t(tok)] - mx - std::log(z);
+    CHECK(pos.at(tok).logprob == Approx(expected).margin(1e-4));
+    CHECK(pos.size() <= 3);  // the prompt token and the top 2
+  }
+}

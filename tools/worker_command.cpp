@@ -1,0 +1,54 @@
+// troupe worker: a process that serves one executor actor over CAF's middleman, for an
+// engine in another process (EngineArgs.executor_endpoints = ["host:port"]). It prints
+// "troupe worker listening on HOST:PORT" once ready and exits when its executor is shut down.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "actors/executor.hpp"
+#include "actors/messages.hpp"
+#include "runtime/error.hpp"
+#include "tools/commands.hpp"
+
+namespace troupe::cli {
+
+Runner add_worker_command(CLI::App& app) {
+  struct Options {
+    std::string host = "127.0.0.1";
+    uint16_t port = 0;
+    int heartbeat_ms = 500;
+  };
+  auto o = std::make_shared<Options>();
+  app.add_option("--host", o->host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o->port, "port to listen on (0: any free port)")->capture_default_str();
+  app.add_option("--heartbeat-ms", o->heartbeat_ms,
+                 "middleman heartbeat interval, so a frozen peer is noticed (0: off)")
+      ->capture_default_str();
+  return [o] {
+    caf::actor_system_config cfg;
+    register_message_types(cfg);
+    if (o->heartbeat_ms > 0)
+      cfg.set("middleman.heartbeat-interval",
+              caf::timespan{std::chrono::milliseconds(o->heartbeat_ms)});
+    caf::actor_system sys{cfg};
+    auto exec = spawn_executor(sys);
+    auto port = sys.middleman().publish(exec, o->port, o->host.c_str(), true);
+    if (!port) {
+      caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+      fail("worker: cannot listen on {}:{}: {}", o->host, o->port, error_text(port.error()));
+    }
+    std::cout << "troupe worker listening on " << o->host << ":" << *port << std::endl;
+    {
+      caf::scoped_actor self{sys};
+      self->monitor(exec);
+      self->receive([](const caf::down_msg&) {});
+    }
+    spdlog::info("worker: executor stopped; exiting");
+    sys.middleman().unpublish(exec, *port);
+    return 0;
+  };
+}
+
+}  // namespace troupe::cli
