@@ -15,9 +15,9 @@ namespace {
 std::string type_name(std::string_view type) {
   if (type.starts_with("int")) return "INT";
   if (type.starts_with("float")) return "FLOAT";
-  if (type == "list[int]") return "INT ...";
-  if (type == "list[str]") return "TEXT ...";
-  if (type == "dict[int,float]") return "ID:BIAS ...";
+  if (type == "list[int]") return "INT";
+  if (type == "list[str]") return "TEXT";
+  if (type == "dict[int,float]") return "ID:BIAS";
   if (type == "json") return "JSON";
   return "TEXT";
 }
@@ -33,9 +33,11 @@ std::string description(const FieldInfo& f) {
       d += fmt::format(" (legacy: {})", f.note);
       break;
     case FieldInfo::Status::supported:
-      if (!f.note.empty()) d += fmt::format(" (troupe: {})", f.note);
+      if (!f.note.empty()) d += fmt::format(" (not supported yet: other values; {})", f.note);
       break;
   }
+  // CLI11 prints a flag's negation as "{false}", which reads badly next to "=default".
+  if (f.arity == FieldInfo::Arity::flag) d += fmt::format(" Default: {}.", f.default_text);
   return d;
 }
 
@@ -56,7 +58,11 @@ void add_fields(CLI::App& app, const std::vector<FieldInfo>& fields, const std::
       }
     }
     opt->description(description(f));
-    opt->default_str(std::string(f.default_text));
+    // Empty lists and dicts print as nothing rather than "=[] ...".
+    if (f.arity == FieldInfo::Arity::one ||
+        (f.arity == FieldInfo::Arity::many && f.default_text != "[]" && f.default_text != "{}")) {
+      opt->default_str(std::string(f.default_text));
+    }
     opt->group(group);
   }
 }

@@ -157,7 +157,7 @@ TEST_CASE("precedence: defaults < --config file < flags", "[config]") {
   CHECK(troupe::sampling_params_from_cli(cli.app) == c.sampling);
 }
 
-TEST_CASE("a flag may fix what the file set; validation runs on the result", "[config]") {
+TEST_CASE("a flag may fix what the file set, validation runs on the result", "[config]") {
   TempFile file("model = \"m\"\nmax_num_seqs = 512\nmax_num_batched_tokens = 256\n");
   Cli fixed({"--config", file.path.string(), "--max-num-seqs", "128"});
   CHECK(troupe::engine_args_from_cli(fixed.app).max_num_seqs == 128);
@@ -166,7 +166,7 @@ TEST_CASE("a flag may fix what the file set; validation runs on the result", "[c
                     Contains("max_num_batched_tokens = 256: allowed: >= max_num_seqs"));
 }
 
-TEST_CASE("command-line errors name the flag; file errors the file and line", "[config]") {
+TEST_CASE("command-line errors name the flag, file errors the file and line", "[config]") {
   CHECK_THAT(cli_error({"--model", "m", "--max-num-seqs", "0"}),
              Contains("--max-num-seqs = 0: allowed: >= 1"));
   CHECK_THAT(cli_error({"--model", "m", "--max-num-seqs", "lots"}),
@@ -217,6 +217,8 @@ TEST_CASE("--help lists both groups with defaults and marks not-yet flags", "[co
   CHECK_THAT(help, Contains("--gpu-memory-utilization FLOAT=0.9"));
   CHECK_THAT(help, Contains("--temperature FLOAT=1.0"));
   CHECK_THAT(help, Contains("--enforce-eager,--no-enforce-eager"));
+  CHECK_THAT(help, Contains("Never use CUDA graphs. Default: false."));
+  CHECK_THAT(help, Contains("(not supported yet: other values; only 1 so far)"));
   CHECK_THAT(help, Contains("(not supported yet: the KV cache uses the model dtype)"));
   CHECK_THAT(help, Contains("(legacy: no Ray in troupe"));
   CHECK_THAT(help, Contains("--config FILE"));
