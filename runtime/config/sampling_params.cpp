@@ -1,0 +1,310 @@
+// The SamplingParams table and its front ends. Ranges follow vLLM's
+// SamplingParams._verify_args; help texts are troupe's own.
+#include "runtime/config/sampling_params.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/config/field_codec.hpp"
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+namespace config_detail {
+
+template <>
+struct Codec<RequestOutputKind> {
+  static constexpr std::string_view type = "str";
+  static constexpr FieldInfo::Arity arity = FieldInfo::Arity::one;
+  static RequestOutputKind decode(const json& v) {
+    std::string s = decode_string(v);
+    for (auto k :
+         {RequestOutputKind::cumulative, RequestOutputKind::delta, RequestOutputKind::final_only}) {
+      if (s == to_string(k)) return k;
+    }
+    throw Problem("allowed: cumulative|delta|final_only");
+  }
+  static json encode(RequestOutputKind k) { return std::string(to_string(k)); }
+  static json parse(std::span<const std::string> t) { return last(t); }
+};
+
+}  // namespace config_detail
+
+std::string_view to_string(RequestOutputKind k) {
+  switch (k) {
+    case RequestOutputKind::cumulative:
+      return "cumulative";
+    case RequestOutputKind::delta:
+      return "delta";
+    case RequestOutputKind::final_only:
+      return "final_only";
+  }
+  return "?";
+}
+
+namespace {
+
+using namespace config_detail;
+using S = SamplingParams;
+using Status = FieldInfo::Status;
+
+std::vector<FieldInfo> build_table(Arena& a) {
+  Predicate token_ids = [](const json& v) {
+    for (const auto& e : v) {
+      if (e.get<int64_t>() < 0) return false;
+    }
+    return true;
+  };
+  std::vector<FieldInfo> t;
+  t.push_back(member(a, &S::n,
+                     {.name = "n",
+                      .help = "Number of output sequences to return for the prompt.",
+                      .allowed = ">= 1",
+                      .valid = at_least(1)}));
+  t.push_back(member(
+      a, &S::best_of,
+      {.name = "best_of",
+       .help = "Number of sequences to generate, of which the n best are returned; unset means n.",
+       .allowed = "None or >= 1",
+       .valid = at_least(1),
+       .note = "best_of > n needs ranking by cumulative logprob; only unset or == n"}));
+  t.push_back(member(a, &S::presence_penalty,
+                     {.name = "presence_penalty",
+                      .help = "Penalises tokens that already appear in the output: > 0 favours new "
+                              "tokens, < 0 repetition.",
+                      .allowed = "[-2, 2]",
+                      .valid = in_range(-2, 2)}));
+  t.push_back(member(a, &S::frequency_penalty,
+                     {.name = "frequency_penalty",
+                      .help = "Penalises tokens by how often they already appear in the output.",
+                      .allowed = "[-2, 2]",
+                      .valid = in_range(-2, 2)}));
+  t.push_back(member(
+      a, &S::repetition_penalty,
+      {.name = "repetition_penalty",
+       .help = "Divides (or multiplies) the logits of tokens in the prompt and output; 1 is off.",
+       .allowed = "> 0",
+       .valid = [](const json& v) { return at_least(0)(v) && v.get<double>() > 0; }}));
+  t.push_back(member(a, &S::temperature,
+                     {.name = "temperature",
+                      .help = "Randomness of sampling: lower is more deterministic, 0 is greedy.",
+                      .allowed = ">= 0",
+                      .valid = at_least(0)}));
+  t.push_back(
+      member(a, &S::top_p,
+             {.name = "top_p",
+              .help = "Keep the smallest set of top tokens whose probabilities add up to top_p.",
+              .allowed = "(0, 1]",
+              .valid = in_half_open(0, 1)}));
+  t.push_back(member(a, &S::top_k,
+                     {.name = "top_k",
+                      .help = "Keep only the k most likely tokens; 0 (or -1) keeps all.",
+                      .allowed = "-1, 0 or >= 1",
+                      .valid = at_least(-1)}));
+  t.push_back(
+      member(a, &S::min_p,
+             {.name = "min_p",
+              .help = "Drop tokens less likely than min_p times the most likely one; 0 is off.",
+              .allowed = "[0, 1]",
+              .valid = in_range(0, 1)}));
+  t.push_back(member(
+      a, &S::seed,
+      {.name = "seed",
+       .help = "Seed of this request's sampling, so it samples the same tokens whatever its batch.",
+       .flag = "sampling-seed"}));
+  t.push_back(member(
+      a, &S::stop,
+      {.name = "stop",
+       .help = "Strings that end the output when generated; they are not in the output text.",
+       .allowed = "non-empty strings",
+       .valid = [](const json& v) {
+         for (const auto& e : v)
+           if (e.get_ref<const std::string&>().empty()) return false;
+         return true;
+       }}));
+  t.push_back(member(
+      a, &S::stop_token_ids,
+      {.name = "stop_token_ids",
+       .help = "Token ids that end the output when generated; they are in the output tokens.",
+       .allowed = "token ids >= 0",
+       .valid = token_ids}));
+  t.push_back(member(a, &S::ignore_eos,
+                     {.name = "ignore_eos", .help = "Keep generating after the EOS token."}));
+  t.push_back(member(
+      a, &S::max_tokens,
+      {.name = "max_tokens",
+       .help = "Most tokens to generate per output sequence; None means up to the model length.",
+       .allowed = "None or >= 1",
+       .valid = at_least(1)}));
+  t.push_back(
+      member(a, &S::min_tokens,
+             {.name = "min_tokens",
+              .help = "Fewest tokens to generate before EOS or stop_token_ids may end a sequence.",
+              .allowed = ">= 0 and <= max_tokens",
+              .valid = at_least(0)}));
+  t.push_back(member(a, &S::logprobs,
+                     {.name = "logprobs",
+                      .help = "Return the log probabilities of the top N tokens at each output "
+                              "position (and of the chosen one); -1 for the whole vocabulary.",
+                      .allowed = "None, -1 or >= 0",
+                      .valid = at_least(-1)}));
+  t.push_back(member(a, &S::prompt_logprobs,
+                     {.name = "prompt_logprobs",
+                      .help = "Return the log probabilities of the top N tokens at each prompt "
+                              "position; -1 for the whole vocabulary.",
+                      .allowed = "None, -1 or >= 0",
+                      .valid = at_least(-1)}));
+  t.push_back(member(a, &S::flat_logprobs,
+                     {.name = "flat_logprobs",
+                      .help = "Return logprobs in vLLM's flat (FlatLogprobs) layout.",
+                      .status = Status::not_yet,
+                      .note = "troupe returns logprobs per position"}));
+  t.push_back(member(
+      a, &S::detokenize,
+      {.name = "detokenize", .help = "Turn the output tokens into text (stop strings need it)."}));
+  t.push_back(member(
+      a, &S::skip_special_tokens,
+      {.name = "skip_special_tokens", .help = "Leave special tokens out of the output text."}));
+  t.push_back(member(a, &S::spaces_between_special_tokens,
+                     {.name = "spaces_between_special_tokens",
+                      .help = "Put spaces between special tokens in the output text."}));
+  t.push_back(member(
+      a, &S::logits_processors,
+      {.name = "logits_processors",
+       .help = "Functions that change the logits before sampling.",
+       .status = Status::not_yet,
+       .note = "no Python runs in troupe; custom logits processors need a C++ plugin interface",
+       .flag = "sampling-logits-processors"}));
+  t.push_back(member(a, &S::include_stop_str_in_output,
+                     {.name = "include_stop_str_in_output",
+                      .help = "Keep the stop string that ended a sequence in its output text."}));
+  t.push_back(member(
+      a, &S::truncate_prompt_tokens,
+      {.name = "truncate_prompt_tokens",
+       .help =
+           "Keep only the last k prompt tokens (left truncation); -1 keeps the model's maximum.",
+       .allowed = "None, -1 or >= 1",
+       .valid = [](const json& v) { return v.get<int64_t>() == -1 || v.get<int64_t>() >= 1; }}));
+  t.push_back(member(a, &S::output_kind,
+                     {.name = "output_kind",
+                      .help = "What each streamed output carries: everything so far, only the new "
+                              "part, or only the final result.",
+                      .choices = {"cumulative", "delta", "final_only"},
+                      .supported = {"cumulative"},
+                      .note = "streams carry cumulative outputs for now"}));
+  t.push_back(member(
+      a, &S::structured_outputs,
+      {.name = "structured_outputs",
+       .help =
+           "Constrain the output to a JSON schema, regex, choice list or grammar (JSON object).",
+       .status = Status::not_yet,
+       .note = "structured outputs / guided decoding need a grammar engine"}));
+  t.push_back(member(a, &S::logit_bias,
+                     {.name = "logit_bias",
+                      .help = "Token id -> bias added to that token's logit before sampling.",
+                      .allowed = "token ids >= 0, biases in [-100, 100]",
+                      .valid = [](const json& v) {
+                        for (const auto& [k, b] : v.items()) {
+                          if (k.starts_with('-') || !in_range(-100, 100)(b)) return false;
+                        }
+                        return true;
+                      }}));
+  t.push_back(member(a, &S::allowed_token_ids,
+                     {.name = "allowed_token_ids",
+                      .help = "Only these token ids may be generated.",
+                      .status = Status::not_yet,
+                      .note = "needs an allow-list logits mask"}));
+  t.push_back(member(a, &S::extra_args,
+                     {.name = "extra_args",
+                      .help = "Free-form arguments for custom sampling code (JSON object).",
+                      .status = Status::not_yet,
+                      .note = "no custom sampling plugins yet"}));
+  t.push_back(member(a, &S::bad_words,
+                     {.name = "bad_words",
+                      .help = "Words that must not be generated.",
+                      .status = Status::not_yet,
+                      .note = "needs a bad-words logits processor"}));
+  return t;
+}
+
+// Built on first use, so other translation units may use the table from their own statics.
+struct Table {
+  SamplingParams default_value;
+  Arena arena;
+  std::vector<FieldInfo> fields = build_table(arena);
+  std::vector<json> defaults = values_of(fields, &default_value);
+};
+
+const Table& table() {
+  static const Table t;
+  return t;
+}
+
+}  // namespace
+
+const std::vector<FieldInfo>& sampling_param_fields() {
+  return table().fields;
+}
+
+void validate(const SamplingParams& p) {
+  check_all(table().fields, table().defaults, &p);
+  if (p.best_of) {
+    if (*p.best_of < p.n) {
+      fail("best_of = {}: allowed: None or >= n (n = {})", *p.best_of, p.n);
+    }
+    if (*p.best_of != p.n) {
+      fail(
+          "best_of = {}: not supported yet in troupe (best_of > n needs ranking by cumulative "
+          "logprob; only unset or == n)",
+          *p.best_of);
+    }
+  }
+  if (p.max_tokens && p.min_tokens > *p.max_tokens) {
+    fail("min_tokens = {}: allowed: <= max_tokens (max_tokens = {})", p.min_tokens, *p.max_tokens);
+  }
+  if (!p.stop.empty() && !p.detokenize) {
+    fail("stop = {}: allowed only with detokenize = true (stop strings are matched on text)",
+         show(json(p.stop)));
+  }
+}
+
+void set_sampling_param(SamplingParams& p, std::string_view name, std::string_view value) {
+  SamplingParams copy = p;
+  std::string token(value);
+  set_from_text(table().fields, table().defaults, &copy, name, std::span(&token, 1), nullptr,
+                "sampling parameter");
+  p = std::move(copy);
+}
+
+SamplingParams sampling_params_from_json(const nlohmann::json& j, const SamplingParams& base) {
+  if (!j.is_object()) fail("sampling params: expected a JSON object, got {}", show(j));
+  SamplingParams p = base;
+  const auto& fields = table().fields;
+  for (const auto& [key, value] : j.items()) {
+    const FieldInfo* f = find_field(fields, key);
+    // JSON keys are the snake names only; "top-p" is a typo there, not an alias.
+    if (!f || f->name != key) {
+      fail("sampling params: unknown key '{}'{}", key, suggest(fields, key));
+    }
+    apply_value(*f, &p, table().defaults[size_t(f - fields.data())], value, key, nullptr);
+  }
+  validate(p);
+  return p;
+}
+
+namespace config_detail {
+
+void apply_sampling_value(SamplingParams& p, const FieldInfo& f, const json& value,
+                          std::string_view label) {
+  const auto& fields = table().fields;
+  apply_value(f, &p, table().defaults[size_t(&f - fields.data())], value, label, nullptr);
+}
+
+}  // namespace config_detail
+
+nlohmann::json to_json(const SamplingParams& p) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : table().fields) j[std::string(f.name)] = f.get(&p);
+  return j;
+}
+
+}  // namespace troupe

@@ -1,0 +1,92 @@
+// SamplingParams: how one request is sampled and returned, with vLLM's field names, order and
+// defaults (vllm/sampling_params.py), so `troupe::SamplingParams{.temperature = 0.8,
+// .top_p = 0.95}` reads as `SamplingParams(temperature=0.8, top_p=0.95)` does in Python.
+//
+// Every field is described once in sampling_param_fields() (sampling_params.cpp): type,
+// default, allowed values and whether troupe supports it yet. Fields troupe does not
+// support yet are refused by validate() when set to anything but their default; they are
+// never silently ignored.
+//
+// vLLM's `None` is std::nullopt (seed, best_of, max_tokens, logprobs, ...); vLLM's
+// `list | None` and `dict | None` fields are empty containers when None. Internal vLLM fields
+// (_real_n, output_text_buffer_length, skip_clone, ...) are not part of the API and are not
+// here.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/config/field_info.hpp"
+
+namespace troupe {
+
+/// vLLM's RequestOutputKind: what each streamed RequestOutput carries.
+enum class RequestOutputKind {
+  cumulative,  // everything generated so far (the default)
+  delta,       // only what is new since the last output
+  final_only,  // nothing until the request finishes
+};
+
+struct SamplingParams {
+  int64_t n = 1;                        // output sequences to return
+  std::optional<int64_t> best_of;       // sequences to generate (>= n); unset = n
+  double presence_penalty = 0.0;        // [-2, 2]
+  double frequency_penalty = 0.0;       // [-2, 2]
+  double repetition_penalty = 1.0;      // > 0; 1 = off
+  double temperature = 1.0;             // >= 0; < 1e-5 is greedy
+  double top_p = 1.0;                   // (0, 1]
+  int64_t top_k = 0;                    // 0 or -1 = off, else >= 1
+  double min_p = 0.0;                   // [0, 1]
+  std::optional<int64_t> seed;          // per-request seed; unset = the engine's stream
+  std::vector<std::string> stop;        // stop strings (not in the output unless asked)
+  std::vector<int32_t> stop_token_ids;  // stop tokens (in the output)
+  bool ignore_eos = false;
+  std::optional<int64_t> max_tokens = 16;  // per output sequence; unset = up to max_model_len
+  int64_t min_tokens = 0;                  // before EOS / stop_token_ids may end a sequence
+  std::optional<int64_t> logprobs;         // top-N logprobs per output token; -1 = all
+  std::optional<int64_t> prompt_logprobs;  // top-N logprobs per prompt token; -1 = all
+  bool flat_logprobs = false;
+  bool detokenize = true;
+  bool skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;
+  std::vector<std::string> logits_processors;  // not supported yet
+  bool include_stop_str_in_output = false;
+  std::optional<int64_t> truncate_prompt_tokens;  // keep the last k prompt tokens; -1 = model max
+  RequestOutputKind output_kind = RequestOutputKind::cumulative;
+  nlohmann::json structured_outputs;       // not supported yet (null = none)
+  std::map<int32_t, double> logit_bias;    // token id -> bias added to its logit, [-100, 100]
+  std::vector<int32_t> allowed_token_ids;  // not supported yet
+  nlohmann::json extra_args;               // not supported yet (null = none)
+  std::vector<std::string> bad_words;      // not supported yet
+
+  bool operator==(const SamplingParams&) const = default;
+};
+
+/// One row per SamplingParams field, in declaration order.
+const std::vector<FieldInfo>& sampling_param_fields();
+
+/// Range, enum and consistency checks. Throws troupe::Error naming the field, the value and
+/// what is allowed, or "<field> = <value>: not supported yet in troupe (...)".
+void validate(const SamplingParams& p);
+
+/// Sets one field from text as the command line gives it (`name` in snake, kebab or --flag
+/// form). List fields take one value per call (or a JSON array); use the command line for
+/// several. Refuses bad and not-yet values at once; errors name the --flag.
+void set_sampling_param(SamplingParams& p, std::string_view name, std::string_view value);
+
+/// A JSON object (one --input line, or a server request): known keys applied over `base`,
+/// then validated. Unknown keys -> troupe::Error naming the key.
+SamplingParams sampling_params_from_json(const nlohmann::json& j, const SamplingParams& base);
+
+/// Every field, with vLLM's names; None is null.
+nlohmann::json to_json(const SamplingParams& p);
+
+[[nodiscard]] std::string_view to_string(RequestOutputKind k);
+
+}  // namespace troupe
