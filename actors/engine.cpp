@@ -82,9 +82,10 @@ SamplingParams defaults_from(const GenerationConfig& g) {
 
 Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique<Impl>(sys)) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (args.model.empty()) args.model = default_model_dir();
   validate(args);
   Impl& m = *impl_;
-  const std::string dir = args.model.empty() ? default_model_dir() : args.model;
+  const std::string dir = args.model;
   if (!fs::is_directory(dir))
     fail("model = '{}': not a directory (troupe loads a local Hugging Face checkpoint directory)",
          dir);
@@ -97,7 +98,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   m.defaults = defaults_from(gen);
 
   if (!args.skip_tokenizer_init)
-    m.tokenizer = Tokenizer::load(args.tokenizer.empty() ? dir : args.tokenizer);
+    m.tokenizer = Tokenizer::load(args.tokenizer ? *args.tokenizer : dir);
 
   // max_model_len: the model's, or a smaller one asked for.
   const auto model_len = int32_t(m.model.max_position_embeddings);
@@ -118,14 +119,11 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
          args.dtype);
   m.info.device = device;
 
-  const bool chunked = args.enable_chunked_prefill.value_or(true);
-  int32_t batched = args.max_num_batched_tokens
-                        ? int32_t(*args.max_num_batched_tokens)
-                        : (chunked ? 8192 : std::max(8192, max_len));
+  const bool chunked = args.enable_chunked_prefill;
+  const auto batched = int32_t(effective_max_num_batched_tokens(args, max_len));
   if (!chunked && batched < max_len)
     fail("max_num_batched_tokens = {}: without chunked prefill it must be >= max_model_len = {}",
          batched, max_len);
-  batched = std::max(batched, int32_t(args.max_num_seqs));
 
   // Executors: in-process, or `troupe worker` processes reached over the middleman.
   if (!args.executor_endpoints.empty()) {
@@ -188,7 +186,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   else
     ctx.tokenizers = TokenizerPool();
   ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
-                                          args.enable_prefix_caching.value_or(true));
+                                          args.enable_prefix_caching);
   ctx.executors = m.executors;
   ctx.scheduler.policy.max_num_batched_tokens = batched;
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);

@@ -118,7 +118,7 @@ void emit(self_ptr self, const std::string& request_id) {
   if (it == st.requests.end()) return;
   Request& r = it->second;
   if (!r.stream && r.unfinished > 0) return;
-  self->send(r.sink, output_atom::value, snapshot(r));
+  caf::anon_send(r.sink, output_atom::value, snapshot(r));  // the sink is dynamically typed
   if (r.unfinished == 0) {
     for (const auto& c : r.children) st.owner.erase(c.seq_id);
     st.requests.erase(it);
@@ -324,8 +324,8 @@ engine_actor::behavior_type engine_behavior(self_ptr self, EngineContext ctx) {
                                  st.ctx.executors, caf::actor_cast<engine_actor>(self));
   // The engine owns its helpers: when it goes, they go.
   self->attach_functor([sched = st.scheduler, cm = st.ctx.cache_manager,
-                        toks = st.ctx.tokenizers.members()](const caf::error& reason) {
-    caf::anon_send_exit(sched, reason ? reason : caf::exit_reason::user_shutdown);
+                        toks = st.ctx.tokenizers.members()](const caf::error&) {
+    caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(cm, caf::exit_reason::user_shutdown);
     for (const auto& t : toks) caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
   });

@@ -74,6 +74,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int index) {
       fail("device = cuda:{}: this machine has {} CUDA device(s)", index, cuda_device_count());
     return make_cuda_backend(index);
 #else
+    (void)index;
     fail("device = cuda: this build of troupe has no CUDA backend (nvcc was not found at build "
          "time)");
 #endif

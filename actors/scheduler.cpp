@@ -114,6 +114,10 @@ void step(self_ptr self) {
           });
 }
 
+std::chrono::milliseconds stats_interval(const SchedulerActorConfig& c) {
+  return std::chrono::milliseconds(int64_t(c.stats_interval_seconds * 1000.0));
+}
+
 void log_stats(self_ptr self) {
   auto& st = self->state;
   const double secs = std::chrono::duration<double>(Clock::now() - st.last_log).count();
@@ -165,9 +169,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorC
       return;
     }
   });
-  if (config.log_stats)
-    self->delayed_send(self, std::chrono::duration<double>(config.stats_interval_seconds),
-                       tick_atom::value);
+  if (config.log_stats) self->delayed_send(self, stats_interval(config), tick_atom::value);
   return {
       [=](add_atom, SeqSpecs& specs) {
         auto& s = self->state;
@@ -198,9 +200,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorC
       [=](stats_atom) -> SchedulerStats { return self->state.sched->stats(); },
       [=](tick_atom) {
         log_stats(self);
-        self->delayed_send(self,
-                           std::chrono::duration<double>(self->state.config.stats_interval_seconds),
-                           tick_atom::value);
+        self->delayed_send(self, stats_interval(self->state.config), tick_atom::value);
       },
   };
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "actors/engine.hpp"
 #include "actors/llm.hpp"
 #include "runtime/api/outputs_json.hpp"
 #include "runtime/error.hpp"
@@ -93,7 +94,9 @@ Runner add_generate_command(CLI::App& app) {
 
   return [o, &app] {
     std::vector<std::string> notices;
-    EngineArgs engine_args = engine_args_from_cli(app, &notices);
+    EngineArgs defaults;
+    defaults.model = default_model_dir();  // the embedded checkpoint unless --model is given
+    EngineArgs engine_args = engine_args_from_cli(app, &notices, defaults);
     for (const auto& n : notices) spdlog::warn("{}", n);
 
     std::vector<Input> inputs;
@@ -128,7 +131,7 @@ Runner add_generate_command(CLI::App& app) {
     const auto outputs = llm.generate(prompts, params, opts);
     std::ostream& out = o->output.empty() ? std::cout : file;
     for (const auto& r : outputs) {
-      nlohmann::json j = to_json(r);
+      nlohmann::ordered_json j = to_json(r);
       j.erase("request_id");
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }

@@ -2,39 +2,39 @@
 
 namespace troupe {
 
-nlohmann::json to_json(const PositionLogprobMap& position) {
-  nlohmann::json j = nlohmann::json::object();
+nlohmann::ordered_json to_json(const PositionLogprobMap& position) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [token, lp] : position)
     j[std::to_string(token)] = {
         {"logprob", lp.logprob}, {"rank", lp.rank}, {"decoded_token", lp.decoded_token}};
   return j;
 }
 
-nlohmann::json to_json(const RequestOutput& out) {
-  nlohmann::json j;
+nlohmann::ordered_json to_json(const RequestOutput& out) {
+  nlohmann::ordered_json j;
   j["request_id"] = out.request_id;
   j["prompt"] = out.prompt;
   j["prompt_token_ids"] = out.prompt_token_ids;
   if (out.prompt_logprobs) {
-    nlohmann::json pl = nlohmann::json::array();
+    nlohmann::ordered_json pl = nlohmann::ordered_json::array();
     for (size_t i = 0; i < out.prompt_logprobs->size(); ++i)
-      pl.push_back(i == 0 ? nlohmann::json(nullptr) : to_json((*out.prompt_logprobs)[i]));
+      pl.push_back(i == 0 ? nlohmann::ordered_json(nullptr) : to_json((*out.prompt_logprobs)[i]));
     j["prompt_logprobs"] = std::move(pl);
   }
-  nlohmann::json outputs = nlohmann::json::array();
+  nlohmann::ordered_json outputs = nlohmann::ordered_json::array();
   for (const auto& c : out.outputs) {
-    nlohmann::json o;
+    nlohmann::ordered_json o;
     o["index"] = c.index;
     o["text"] = c.text;
     o["token_ids"] = c.token_ids;
     o["cumulative_logprob"] = c.cumulative_logprob;
     if (c.logprobs) {
-      nlohmann::json lps = nlohmann::json::array();
+      nlohmann::ordered_json lps = nlohmann::ordered_json::array();
       for (const auto& p : *c.logprobs) lps.push_back(to_json(p));
       o["logprobs"] = std::move(lps);
     }
-    o["finish_reason"] = c.finish_reason.empty() ? nlohmann::json(nullptr)
-                                                 : nlohmann::json(c.finish_reason);
+    o["finish_reason"] = c.finish_reason.empty() ? nlohmann::ordered_json(nullptr)
+                                                 : nlohmann::ordered_json(c.finish_reason);
     if (!c.stop_reason_text.empty()) o["stop_reason"] = c.stop_reason_text;
     else if (c.stop_reason_token >= 0) o["stop_reason"] = c.stop_reason_token;
     else o["stop_reason"] = nullptr;

@@ -11,7 +11,7 @@ namespace troupe {
 /// {"request_id", "prompt", "prompt_token_ids", ["prompt_logprobs"],
 ///  "outputs": [{"index", "text", "token_ids", "cumulative_logprob", ["logprobs"],
 ///               "finish_reason", "stop_reason"}], ["error"]}
-nlohmann::json to_json(const RequestOutput& out);
-nlohmann::json to_json(const PositionLogprobMap& position);
+nlohmann::ordered_json to_json(const RequestOutput& out);
+nlohmann::ordered_json to_json(const PositionLogprobMap& position);
 
 }  // namespace troupe

@@ -72,11 +72,11 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init) {
     num_blocks = init.kv_cache_memory_bytes / int64_t(per_block);
   } else if (backend_->device().kind == DeviceKind::cpu) {
     // Host memory: a quarter of what is available, at most 4 GiB, and no more than every
-    // sequence at full length twice over (pages are only touched when used).
+    // sequence at full length (pages are only touched when used).
     const MemoryInfo mem = backend_->memory_info();
     const int64_t budget = std::min<int64_t>(4 * kGiB, int64_t(mem.free_bytes / 4));
     num_blocks = std::min<int64_t>(budget / int64_t(per_block),
-                                   2 * int64_t(max_num_seqs_) * blocks_per_seq);
+                                   int64_t(max_num_seqs_) * blocks_per_seq);
   } else {
     backend_->synchronize();
     const MemoryInfo mem = backend_->memory_info();
