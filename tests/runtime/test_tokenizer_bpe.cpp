@@ -115,8 +115,8 @@ TEST_CASE("tokenizer bpe: added tokens, longest match, lstrip/rstrip, special fl
   CHECK(tok->encode("<x><y>", false) == Ids{kXY});
   CHECK(tok->encode("<x><z>", false) == Ids{kX, '<', 'z', '>'});
   CHECK(tok->encode("hello<|endoftext|>hello", false) == Ids{kHELLO, kEOT, kHELLO});
-  CHECK(tok->encode("<|endoftext", false) == Ids{'<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e',
-                                                 'x', 't'});
+  CHECK(tok->encode("<|endoftext", false) ==
+        Ids{'<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't'});
   // <mask> has lstrip and rstrip: it swallows the spaces around it.
   CHECK(tok->encode("a <mask> b", false) == Ids{'a', kMASK, 'b'});
   CHECK(tok->encode("a  \t<mask>", false) == Ids{'a', kMASK});
@@ -207,16 +207,17 @@ TEST_CASE("tokenizer bpe: Split behaviors and invert", "[tokenizer]") {
   CHECK(encode_with_split("e", "Removed", true, "hello") == Ids{'e'});
   CHECK(encode_with_split("e", "Isolated", true, "hello") == Ids{'h', 'e', kLL, 'o'});
   // Oniguruma features the real files use: \p{L}, \p{N}, (?i:...), lookahead.
-  CHECK(encode_with_split(R"((?i:'LL)|\p{L}+|\p{N}|\s+(?!\S)|\s+)", "Isolated", false,
-                          "I'LL 12") == Ids{'I', '\'', 'L', 'L', ' ', '1', '2'});
+  CHECK(encode_with_split(R"((?i:'LL)|\p{L}+|\p{N}|\s+(?!\S)|\s+)", "Isolated", false, "I'LL 12") ==
+        Ids{'I', '\'', 'L', 'L', ' ', '1', '2'});
   // A String pattern is literal.
   const auto lit = tiny_with([](json& t, json&) {
-    t["pre_tokenizer"] = split_then_bytes(
-        {{"type", "Split"}, {"pattern", {{"String", "."}}}, {"behavior", "Removed"},
-         {"invert", false}});
+    t["pre_tokenizer"] = split_then_bytes({{"type", "Split"},
+                                           {"pattern", {{"String", "."}}},
+                                           {"behavior", "Removed"},
+                                           {"invert", false}});
   });
   CHECK(lit->encode("ll.ll", false) == Ids{kLL, kLL});
-  CHECK(lit->encode("llxll", false) == Ids{kLL, 'x', kLL});  // no dot: one piece
+  CHECK(lit->encode("llxll", false) == Ids{kLL, 'x', kLL});          // no dot: one piece
   CHECK(encode_with_split(".", "Removed", false, "llxll").empty());  // a Regex "." is any char
 }
 
@@ -237,7 +238,8 @@ TEST_CASE("tokenizer bpe: post processors add special tokens only when asked", "
         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
       {"pair", nullptr},
       {"special_tokens",
-       {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {kEOT}}, {"tokens", {"<|endoftext|>"}}}}}}};
+       {{"<|endoftext|>",
+         {{"id", "<|endoftext|>"}, {"ids", {kEOT}}, {"tokens", {"<|endoftext|>"}}}}}}};
   const auto llama_like = tiny_with([&](json& t, json&) {
     t["post_processor"] = {{"type", "Sequence"},
                            {"processors", {{{"type", "ByteLevel"}}, bos_template}}};
@@ -307,8 +309,8 @@ TEST_CASE("tokenizer bpe: tokenizer_config.json fields", "[tokenizer]") {
   bare.write("chat_template.jinja", "{{ bos_token }}jinja");
   CHECK(Tokenizer::load(bare.path())->chat_template() == "{{ bos_token }}jinja");
   const auto listed = tiny_with([](json&, json& c) {
-    c["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "T"}},
-                                      {{"name", "default"}, {"template", "D"}}});
+    c["chat_template"] = json::array(
+        {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}});
     c["model_max_length"] = 1e30;
     c["bos_token"] = "<not in vocab>";
   });

@@ -78,24 +78,37 @@ TEST_CASE("tokenizer errors: unsupported component types name the path and the t
           "[tokenizer]") {
   CHECK(has(load_error([](json& t) { t["model"]["type"] = "Unigram"; }),
             {"tokenizer.json", "model.type", "Unigram", "BPE"}));
-  CHECK(has(load_error([](json& t) { t["model"] = {{"type", "WordPiece"}, {"vocab", json::object()}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["model"] = {{"type", "WordPiece"}, {"vocab", json::object()}};
+            }),
             {"model.type", "WordPiece"}));
   CHECK(has(load_error([](json& t) { t.erase("model"); }), {"model", "missing"}));
-  CHECK(has(load_error([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["pre_tokenizer"] = {{"type", "Metaspace"}};
+            }),
             {"pre_tokenizer.type", "Metaspace", "Split, ByteLevel, Sequence"}));
   CHECK(has(load_error([](json& t) {
-              t["pre_tokenizer"] = {{"type", "Sequence"},
-                                    {"pretokenizers", {{{"type", "ByteLevel"}}, {{"type", "Digits"}}}}};
+              t["pre_tokenizer"] = {
+                  {"type", "Sequence"},
+                  {"pretokenizers", {{{"type", "ByteLevel"}}, {{"type", "Digits"}}}}};
             }),
             {"pre_tokenizer.pretokenizers[1].type", "Digits"}));
-  CHECK(has(load_error([](json& t) { t["normalizer"] = {{"type", "Lowercase"}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["normalizer"] = {{"type", "Lowercase"}};
+            }),
             {"normalizer.type", "Lowercase", "NFC"}));
-  CHECK(has(load_error([](json& t) { t["post_processor"] = {{"type", "Frobnicate"}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["post_processor"] = {{"type", "Frobnicate"}};
+            }),
             {"post_processor.type", "Frobnicate", "TemplateProcessing"}));
-  CHECK(has(load_error([](json& t) { t["decoder"] = {{"type", "Metaspace"}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["decoder"] = {{"type", "Metaspace"}};
+            }),
             {"decoder.type", "Metaspace", "ByteLevel"}));
   CHECK(has(load_error([](json& t) { t["decoder"] = nullptr; }), {"decoder", "missing"}));
-  CHECK(has(load_error([](json& t) { t["normalizer"] = {{"kind", "NFC"}}; }),
+  CHECK(has(load_error([](json& t) {
+              t["normalizer"] = {{"kind", "NFC"}};
+            }),
             {"normalizer.type", "missing"}));
 }
 
@@ -155,8 +168,7 @@ TEST_CASE("tokenizer errors: bad tokenizer_config.json fields", "[tokenizer]") {
   };
   CHECK(has(config_error([](json& c) { c["model_max_length"] = "long"; }),
             {"tokenizer_config.json", "model_max_length", "\"long\""}));
-  CHECK(has(config_error([](json& c) { c["model_max_length"] = -5; }),
-            {"model_max_length", "-5"}));
+  CHECK(has(config_error([](json& c) { c["model_max_length"] = -5; }), {"model_max_length", "-5"}));
   CHECK(has(config_error([](json& c) { c["chat_template"] = 7; }), {"chat_template", "7"}));
   CHECK(has(config_error([](json& c) { c["bos_token"] = 3; }), {"bos_token", "3"}));
   CHECK(has(config_error([](json& c) { c["add_bos_token"] = "true"; }), {"add_bos_token"}));
@@ -173,8 +185,9 @@ TEST_CASE("tokenizer errors: bad ids and bad text", "[tokenizer]") {
   CHECK(has(error_of([&] { (void)tok->id_to_token(-7); }), {"-7"}));
   CHECK(has(error_of([&] { (void)tok->encode("ok \xFF bad"); }),
             {"not valid UTF-8", "0xFF", "offset 3"}));
-  CHECK(has(error_of([&] { (void)tok->encode("\xED\xA0\x80"); }), {"not valid UTF-8"}));  // surrogate
-  CHECK(has(error_of([&] { (void)tok->encode("\xE2\x82"); }), {"offset 0"}));  // truncated
+  CHECK(
+      has(error_of([&] { (void)tok->encode("\xED\xA0\x80"); }), {"not valid UTF-8"}));  // surrogate
+  CHECK(has(error_of([&] { (void)tok->encode("\xE2\x82"); }), {"offset 0"}));           // truncated
 
   // The detokenizer rejects a bad id without changing its state.
   IncrementalDetokenizer detok(tok, std::vector<int32_t>{});
@@ -185,8 +198,10 @@ TEST_CASE("tokenizer errors: bad ids and bad text", "[tokenizer]") {
             {"IncrementalDetokenizer::push", "token id 999"}));
   const std::vector<int32_t> rest{0xAC};
   CHECK(detok.push(rest) == "\xE2\x82\xAC");
-  CHECK(has(error_of([&] { IncrementalDetokenizer d(tok, std::vector<int32_t>{5, -2}); }),
+  CHECK(has(error_of([&] {
+              IncrementalDetokenizer d(tok, std::vector<int32_t>{5, -2});
+            }),
             {"prompt", "token id -2"}));
-  CHECK(has(error_of([&] { IncrementalDetokenizer d(nullptr, std::vector<int32_t>{}); }),
-            {"null"}));
+  CHECK(
+      has(error_of([&] { IncrementalDetokenizer d(nullptr, std::vector<int32_t>{}); }), {"null"}));
 }

@@ -29,7 +29,7 @@ std::string stream(const std::shared_ptr<const Tokenizer>& tok, const Ids& ids, 
     const std::size_t n =
         std::min(ids.size() - i, std::uniform_int_distribution<std::size_t>(1, max_chunk)(rng));
     const std::string piece = detok.push(std::span<const int32_t>(ids).subspan(i, n));
-    CHECK(troupe::utf8::find_invalid(piece) == std::string_view::npos);
+    CHECK(troupe::tokenizer_detail::utf8::find_invalid(piece) == std::string_view::npos);
     all += piece;
     i += n;
   }
@@ -40,22 +40,21 @@ std::string stream(const std::shared_ptr<const Tokenizer>& tok, const Ids& ids, 
 
 }  // namespace
 
-TEST_CASE("tokenizer stream: lossy UTF-8 follows Unicode's maximal-subpart rule",
-          "[tokenizer]") {
-  using troupe::utf8::decode_lossy;
+TEST_CASE("tokenizer stream: lossy UTF-8 follows Unicode's maximal-subpart rule", "[tokenizer]") {
+  using troupe::tokenizer_detail::utf8::decode_lossy;
   // The example of the Unicode Standard (ch. 3, "U+FFFD Substitution of Maximal Subparts").
   const std::string bytes = "\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64";
   const std::string expected =
       "a" + kFffd + kFffd + kFffd + "b" + kFffd + "c" + kFffd + kFffd + "d";
   CHECK(decode_lossy(bytes) == expected);
-  CHECK(decode_lossy("\xED\xA0\x80") == kFffd + kFffd + kFffd);         // surrogate
-  CHECK(decode_lossy("\xC0\xAF") == kFffd + kFffd);                     // overlong
+  CHECK(decode_lossy("\xED\xA0\x80") == kFffd + kFffd + kFffd);              // surrogate
+  CHECK(decode_lossy("\xC0\xAF") == kFffd + kFffd);                          // overlong
   CHECK(decode_lossy("\xF4\x90\x80\x80") == kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
-  CHECK(decode_lossy("\xF0\x9F\x98") == kFffd);                         // truncated at the end
-  CHECK(decode_lossy("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");        // 😀
+  CHECK(decode_lossy("\xF0\x9F\x98") == kFffd);                              // truncated at the end
+  CHECK(decode_lossy("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");             // 😀
   CHECK(decode_lossy(std::string("a\0b", 3)) == std::string("a\0b", 3));
   // Fed byte by byte, the result is the same.
-  troupe::utf8::LossyDecoder d;
+  troupe::tokenizer_detail::utf8::LossyDecoder d;
   std::string out;
   for (char c : bytes) d.feed(std::string_view(&c, 1), out);
   d.finish(out);
@@ -99,8 +98,7 @@ TEST_CASE("tokenizer stream: special tokens follow skip_special_tokens", "[token
   CHECK(skip.flush().empty());
 }
 
-TEST_CASE("tokenizer stream: push/flush concatenation equals decode on random ids",
-          "[tokenizer]") {
+TEST_CASE("tokenizer stream: push/flush concatenation equals decode on random ids", "[tokenizer]") {
   std::mt19937 rng(1234);
   for (const auto& tok : {qwen3(), llama3(), tiny()}) {
     const int32_t vocab = tok->vocab_size();
