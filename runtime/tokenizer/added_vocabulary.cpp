@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 using tokenizer_json::json;
 using tokenizer_json::Where;
@@ -160,4 +160,4 @@ void AddedVocabulary::split(std::string_view text, bool normalized, std::vector<
   if (start_offset < text.size()) out.push_back({start_offset, text.size(), -1});
 }
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

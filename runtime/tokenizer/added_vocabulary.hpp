@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 class Normalizer;
 
@@ -76,4 +76,4 @@ class AddedVocabulary {
   Trie raw_trie_, normalized_trie_;
 };
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

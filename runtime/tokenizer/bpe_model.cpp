@@ -8,7 +8,7 @@
 #include <mutex>
 #include <queue>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 using tokenizer_json::json;
 using tokenizer_json::Where;
@@ -19,8 +19,7 @@ namespace {
 constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 
 uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-         static_cast<uint32_t>(right);
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
 }  // namespace
@@ -58,9 +57,7 @@ class BpeModel::WordCache {
     std::shared_mutex mutex;
     std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
   };
-  Shard& shard_of(std::string_view word) {
-    return shards_[StringHash{}(word) % kShards];
-  }
+  Shard& shard_of(std::string_view word) { return shards_[StringHash{}(word) % kShards]; }
   std::array<Shard, kShards> shards_;
 };
 
@@ -138,8 +135,7 @@ BpeModel BpeModel::from_json(const json& value, const Where& where) {
         const std::string& s = item.get_ref<const std::string&>();
         const std::size_t space = s.find(' ');
         if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          merges_where[i].fail(
-              fmt::format("\"{}\" is not two tokens separated by one space", s));
+          merges_where[i].fail(fmt::format("\"{}\" is not two tokens separated by one space", s));
         }
         left = s.substr(0, space);
         right = s.substr(space + 1);
@@ -148,17 +144,18 @@ BpeModel BpeModel::from_json(const json& value, const Where& where) {
         left = item[0].get<std::string>();
         right = item[1].get<std::string>();
       } else {
-        merges_where[i].fail(fmt::format("expected \"a b\" or [\"a\", \"b\"], got {}",
-                                         tokenizer_json::brief(item)));
+        merges_where[i].fail(
+            fmt::format("expected \"a b\" or [\"a\", \"b\"], got {}", tokenizer_json::brief(item)));
       }
       const auto l = m.vocab_.find(left);
       const auto r = m.vocab_.find(right);
       if (l == m.vocab_.end() || r == m.vocab_.end()) {
-        merges_where[i].fail(fmt::format("token \"{}\" is not in the vocab",
-                                         l == m.vocab_.end() ? left : right));
+        merges_where[i].fail(
+            fmt::format("token \"{}\" is not in the vocab", l == m.vocab_.end() ? left : right));
       }
       if (right.size() < prefix_len) {
-        merges_where[i].fail(fmt::format("token \"{}\" lacks the continuing_subword_prefix", right));
+        merges_where[i].fail(
+            fmt::format("token \"{}\" lacks the continuing_subword_prefix", right));
       }
       const std::string merged = left + right.substr(prefix_len);
       const auto n = m.vocab_.find(merged);
@@ -328,4 +325,4 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
   }
 }
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 /// Hash for unordered maps keyed by std::string that are searched with std::string_view.
 struct StringHash {
@@ -68,4 +68,4 @@ class BpeModel {
   std::unique_ptr<WordCache> cache_;
 };
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

@@ -2,7 +2,7 @@
 
 #include "runtime/tokenizer/utf8.hpp"
 
-namespace troupe::byte_level {
+namespace troupe::tokenizer_detail::byte_level {
 namespace {
 
 struct Tables {
@@ -30,7 +30,9 @@ const Tables& tables() {
 
 }  // namespace
 
-std::string_view char_of(unsigned char b) { return tables().chars[b]; }
+std::string_view char_of(unsigned char b) {
+  return tables().chars[b];
+}
 
 int byte_of(char32_t cp) {
   return cp < tables().bytes.size() ? tables().bytes[cp] : -1;
@@ -54,4 +56,4 @@ std::string decode_token(std::string_view token) {
   return out;
 }
 
-}  // namespace troupe::byte_level
+}  // namespace troupe::tokenizer_detail::byte_level

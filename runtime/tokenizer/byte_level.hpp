@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace troupe::byte_level {
+namespace troupe::tokenizer_detail::byte_level {
 
 /// The character (UTF-8 encoded) that stands for byte `b`.
 [[nodiscard]] std::string_view char_of(unsigned char b);
@@ -25,4 +25,4 @@ void encode(std::string_view text, std::string& out);
 /// all inside it; one holding e.g. a raw "\n" is not).
 [[nodiscard]] std::string decode_token(std::string_view token);
 
-}  // namespace troupe::byte_level
+}  // namespace troupe::tokenizer_detail::byte_level

@@ -4,6 +4,8 @@
 
 namespace troupe {
 
+using namespace tokenizer_detail;  // the pieces in runtime/tokenizer/*.hpp
+
 IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tok,
                                                std::span<const int32_t> prompt_ids,
                                                bool skip_special_tokens,
@@ -12,13 +14,12 @@ IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> 
   if (!tok_) fail("IncrementalDetokenizer: the tokenizer is null");
   // The prompt gives no context to byte-level decoding (see the header), but a bad id in it is
   // still a caller's mistake worth reporting here.
-  std::string scratch;
-  tok_->append_bytes(prompt_ids, true, "IncrementalDetokenizer (prompt)", scratch);
+  tok_->append_bytes(prompt_ids, true, "IncrementalDetokenizer (prompt)", nullptr);
 }
 
 std::string IncrementalDetokenizer::push(std::span<const int32_t> new_ids) {
   bytes_.clear();
-  tok_->append_bytes(new_ids, skip_special_tokens_, "IncrementalDetokenizer::push", bytes_);
+  tok_->append_bytes(new_ids, skip_special_tokens_, "IncrementalDetokenizer::push", &bytes_);
   std::string out;
   decoder_.feed(bytes_, out);
   text_ += out;

@@ -2,7 +2,7 @@
 
 #include "runtime/error.hpp"
 
-namespace troupe::tokenizer_json {
+namespace troupe::tokenizer_detail::tokenizer_json {
 
 Where Where::operator/(std::string_view key) const {
   return Where(file_, field_.empty() ? std::string(key) : field_ + "." + std::string(key));
@@ -16,7 +16,9 @@ std::string Where::str() const {
   return field_.empty() ? "'" + file_ + "'" : "'" + file_ + "': " + field_;
 }
 
-void Where::fail(std::string_view message) const { troupe::fail("{}: {}", str(), message); }
+void Where::fail(std::string_view message) const {
+  troupe::fail("{}: {}", str(), message);
+}
 
 const json* member(const json& obj, std::string_view key) {
   if (!obj.is_object()) return nullptr;
@@ -46,7 +48,8 @@ std::string optional_string(const json& obj, std::string_view key, const Where& 
 bool bool_member(const json& obj, std::string_view key, bool fallback, const Where& where) {
   const json* v = member(obj, key);
   if (v == nullptr) return fallback;
-  if (!v->is_boolean()) (where / key).fail(fmt::format("expected true or false, got {}", brief(*v)));
+  if (!v->is_boolean())
+    (where / key).fail(fmt::format("expected true or false, got {}", brief(*v)));
   return v->get<bool>();
 }
 
@@ -61,4 +64,4 @@ std::string brief(const json& value) {
   return s;
 }
 
-}  // namespace troupe::tokenizer_json
+}  // namespace troupe::tokenizer_detail::tokenizer_json

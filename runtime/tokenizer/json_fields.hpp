@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace troupe::tokenizer_json {
+namespace troupe::tokenizer_detail::tokenizer_json {
 
 using json = nlohmann::json;
 
@@ -48,4 +48,4 @@ void require_object(const json& value, const Where& where);
 /// A short description of a JSON value for error messages (its dump, cut to ~60 characters).
 [[nodiscard]] std::string brief(const json& value);
 
-}  // namespace troupe::tokenizer_json
+}  // namespace troupe::tokenizer_detail::tokenizer_json

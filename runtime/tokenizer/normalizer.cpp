@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 using tokenizer_json::json;
 using tokenizer_json::Where;
@@ -56,18 +56,16 @@ std::string Normalizer::apply(std::string_view text) const {
   for (int options : forms_) {
     utf8proc_uint8_t* result = nullptr;
     // An explicit length (no UTF8PROC_NULLTERM) keeps embedded NUL characters.
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(out.data()),
-                     static_cast<utf8proc_ssize_t>(out.size()), &result,
-                     static_cast<utf8proc_option_t>(options));
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(out.data()),
+                                            static_cast<utf8proc_ssize_t>(out.size()), &result,
+                                            static_cast<utf8proc_option_t>(options));
     std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
     if (n < 0) {
-      fail("tokenizer normalizer: utf8proc could not normalize the text ({})",
-           utf8proc_errmsg(n));
+      fail("tokenizer normalizer: utf8proc could not normalize the text ({})", utf8proc_errmsg(n));
     }
     out.assign(reinterpret_cast<const char*>(result), static_cast<std::size_t>(n));
   }
   return out;
 }
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

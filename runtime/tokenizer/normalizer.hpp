@@ -8,13 +8,14 @@
 #include <string_view>
 #include <vector>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 class Normalizer {
  public:
   /// `value` is the "normalizer" field (may be null). Throws troupe::Error naming `where` for
   /// an unsupported type.
-  static Normalizer from_json(const tokenizer_json::json& value, const tokenizer_json::Where& where);
+  static Normalizer from_json(const tokenizer_json::json& value,
+                              const tokenizer_json::Where& where);
 
   /// Whether normalization is the identity.
   [[nodiscard]] bool empty() const { return forms_.empty(); }
@@ -25,4 +26,4 @@ class Normalizer {
   std::vector<int> forms_;  // utf8proc option sets, applied in order
 };
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

@@ -2,7 +2,7 @@
 
 #include "runtime/error.hpp"
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 using tokenizer_json::json;
 using tokenizer_json::Where;
@@ -117,4 +117,4 @@ bool PostProcessor::adds_trailing(int32_t id) const {
   return !probe.empty() && probe.back() == id;
 }
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

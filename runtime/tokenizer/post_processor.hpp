@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 class PostProcessor {
  public:
@@ -25,8 +25,8 @@ class PostProcessor {
 
  private:
   struct Item {
-    bool is_sequence;             // the encoded text ("$A")
-    std::vector<int32_t> ids;     // otherwise: these special token ids
+    bool is_sequence;          // the encoded text ("$A")
+    std::vector<int32_t> ids;  // otherwise: these special token ids
   };
   using Template = std::vector<Item>;
 
@@ -36,4 +36,4 @@ class PostProcessor {
   std::vector<Template> templates_;  // applied in order
 };
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <optional>
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 using tokenizer_json::json;
 using tokenizer_json::Where;
@@ -26,8 +26,8 @@ std::mutex& onig_compile_mutex() {
 
 std::string onig_message(int code, OnigErrorInfo* info) {
   OnigUChar buf[ONIG_MAX_ERROR_MESSAGE_LEN];
-  const int n = info != nullptr ? onig_error_code_to_str(buf, code, info)
-                                : onig_error_code_to_str(buf, code);
+  const int n =
+      info != nullptr ? onig_error_code_to_str(buf, code, info) : onig_error_code_to_str(buf, code);
   return std::string(reinterpret_cast<const char*>(buf), n > 0 ? static_cast<std::size_t>(n) : 0);
 }
 
@@ -133,9 +133,9 @@ void PreTokenizer::add_component(const json& value, const Where& where, std::vec
       add_component((*list)[i], (where / "pretokenizers")[i], steps);
     }
   } else if (type == "ByteLevel") {
-    steps.emplace_back(ByteLevelStep{
-        tokenizer_json::bool_member(value, "add_prefix_space", true, where),
-        tokenizer_json::bool_member(value, "use_regex", true, where)});
+    steps.emplace_back(
+        ByteLevelStep{tokenizer_json::bool_member(value, "add_prefix_space", true, where),
+                      tokenizer_json::bool_member(value, "use_regex", true, where)});
   } else if (type == "Split") {
     const json* pattern = tokenizer_json::member(value, "pattern");
     const Where pattern_where = where / "pattern";
@@ -170,8 +170,8 @@ void PreTokenizer::add_component(const json& value, const Where& where, std::vec
                             "MergedWithPrevious, MergedWithNext, Contiguous)",
                             behavior));
     }
-    steps.emplace_back(SplitStep{std::make_shared<const OnigPattern>(regex, pattern_where.str()),
-                                 b, tokenizer_json::bool_member(value, "invert", false, where)});
+    steps.emplace_back(SplitStep{std::make_shared<const OnigPattern>(regex, pattern_where.str()), b,
+                                 tokenizer_json::bool_member(value, "invert", false, where)});
   } else {
     (where / "type")
         .fail(fmt::format("unsupported pre_tokenizer type \"{}\" (supported: Split, ByteLevel, "
@@ -287,4 +287,4 @@ void PreTokenizer::apply(const ByteLevelStep& step, std::string_view piece,
   if (prev != text.size()) emit(std::string_view(text).substr(prev));
 }
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

@@ -16,7 +16,7 @@
 
 struct re_pattern_buffer;  // Oniguruma's regex_t; oniguruma.h stays out of headers
 
-namespace troupe {
+namespace troupe::tokenizer_detail {
 
 /// A compiled Oniguruma regex (UTF-8, Ruby syntax: what the Rust `onig` crate that HF tokenizers
 /// uses compiles). Matching is thread-safe.
@@ -74,4 +74,4 @@ class PreTokenizer {
   std::vector<Step> steps_;
 };
 
-}  // namespace troupe
+}  // namespace troupe::tokenizer_detail

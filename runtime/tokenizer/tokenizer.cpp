@@ -15,6 +15,8 @@
 
 namespace troupe {
 
+using namespace tokenizer_detail;  // the pieces in runtime/tokenizer/*.hpp
+
 using tokenizer_json::json;
 using tokenizer_json::Where;
 namespace fs = std::filesystem;
@@ -63,8 +65,9 @@ std::string special_token_string(const json& config, std::string_view key, const
   if (v == nullptr) return {};
   if (v->is_string()) return v->get<std::string>();
   if (v->is_object()) return tokenizer_json::string_member(*v, "content", where / key);
-  (where / key).fail(fmt::format("expected a string or {{\"content\": ...}}, got {}",
-                                 tokenizer_json::brief(*v)));
+  (where / key)
+      .fail(fmt::format("expected a string or {{\"content\": ...}}, got {}",
+                        tokenizer_json::brief(*v)));
 }
 
 // What tokenizer_config.json (and chat_template.jinja) say.
@@ -85,9 +88,10 @@ Tokenizer::~Tokenizer() = default;
 std::shared_ptr<const Tokenizer> Tokenizer::load(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    fail("Tokenizer::load: '{}' does not exist (expected a directory holding tokenizer.json, or "
-         "a tokenizer.json file)",
-         path.string());
+    fail(
+        "Tokenizer::load: '{}' does not exist (expected a directory holding tokenizer.json, or "
+        "a tokenizer.json file)",
+        path.string());
   }
   fs::path json_path = path;
   if (fs::is_directory(path, ec)) {
@@ -116,10 +120,9 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const fs::path& path) {
   impl->model = BpeModel::from_json(model, top / "model");
   impl->normalizer = Normalizer::from_json(field("normalizer"), top / "normalizer");
   impl->pre_tokenizer = PreTokenizer::from_json(field("pre_tokenizer"), top / "pre_tokenizer");
-  impl->post_processor =
-      PostProcessor::from_json(field("post_processor"), top / "post_processor");
-  impl->added = AddedVocabulary::from_json(field("added_tokens"), top / "added_tokens",
-                                           impl->normalizer);
+  impl->post_processor = PostProcessor::from_json(field("post_processor"), top / "post_processor");
+  impl->added =
+      AddedVocabulary::from_json(field("added_tokens"), top / "added_tokens", impl->normalizer);
   const json& decoder = field("decoder");
   if (decoder.is_null()) {
     (top / "decoder")
@@ -208,8 +211,8 @@ Config read_config(const fs::path& dir) {
   }
 
   if (const json* m = tokenizer_json::member(config, "model_max_length")) {
-    if (!m->is_number() || (m->is_number_integer() && !m->is_number_unsigned() &&
-                            m->get<int64_t>() < 0) ||
+    if (!m->is_number() ||
+        (m->is_number_integer() && !m->is_number_unsigned() && m->get<int64_t>() < 0) ||
         (m->is_number_float() && m->get<double>() < 0)) {
       (where / "model_max_length")
           .fail(fmt::format("expected a non-negative number, got {}", tokenizer_json::brief(*m)));
@@ -217,9 +220,9 @@ Config read_config(const fs::path& dir) {
     // transformers writes int(1e30) for "no limit"; anything beyond int64 means the same.
     if (m->is_number_unsigned()) {
       const auto v = m->get<uint64_t>();
-      impl.model_max_length =
-          v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(v)
-                                                                          : 0;
+      impl.model_max_length = v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                                  ? static_cast<int64_t>(v)
+                                  : 0;
     } else if (m->is_number_integer()) {
       impl.model_max_length = m->get<int64_t>();
     } else {
@@ -274,7 +277,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 void Tokenizer::append_bytes(std::span<const int32_t> ids, bool skip_special_tokens,
-                             std::string_view who, std::string& out) const {
+                             std::string_view who, std::string* out) const {
   const Impl& m = *impl_;
   for (const int32_t id : ids) {
     if (id < 0 || id >= m.vocab_size) {
@@ -282,20 +285,23 @@ void Tokenizer::append_bytes(std::span<const int32_t> ids, bool skip_special_tok
            m.vocab_size - 1);
     }
   }
+  if (out == nullptr) return;
   for (const int32_t id : ids) {
     const uint8_t f = m.flags[static_cast<std::size_t>(id)];
     if (skip_special_tokens && (f & Impl::kSpecial) != 0) continue;
-    out.append(m.token_bytes[static_cast<std::size_t>(id)]);
+    out->append(m.token_bytes[static_cast<std::size_t>(id)]);
   }
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string bytes;
-  append_bytes(ids, skip_special_tokens, "Tokenizer::decode", bytes);
+  append_bytes(ids, skip_special_tokens, "Tokenizer::decode", &bytes);
   return utf8::decode_lossy(bytes);
 }
 
-int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int32_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto id = impl_->added.token_to_id(token)) return id;
@@ -317,9 +323,17 @@ bool Tokenizer::is_special(int32_t id) const {
          (impl_->flags[static_cast<std::size_t>(id)] & Impl::kSpecial) != 0;
 }
 
-std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
-std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos_id; }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
-int64_t Tokenizer::model_max_length() const { return impl_->model_max_length; }
+std::optional<int32_t> Tokenizer::bos_token_id() const {
+  return impl_->bos_id;
+}
+std::optional<int32_t> Tokenizer::eos_token_id() const {
+  return impl_->eos_id;
+}
+const std::string& Tokenizer::chat_template() const {
+  return impl_->chat_template;
+}
+int64_t Tokenizer::model_max_length() const {
+  return impl_->model_max_length;
+}
 
 }  // namespace troupe

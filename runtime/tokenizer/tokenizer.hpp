@@ -80,9 +80,9 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
 
   /// Checks every id (throwing "<who>: token id ..." for a bad one), then appends the bytes the
-  /// ByteLevel decoder makes of them.
+  /// ByteLevel decoder makes of them to `out` (when not null).
   void append_bytes(std::span<const int32_t> ids, bool skip_special_tokens, std::string_view who,
-                    std::string& out) const;
+                    std::string* out) const;
 
   std::unique_ptr<Impl> impl_;
 };
@@ -112,7 +112,7 @@ class IncrementalDetokenizer {
  private:
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_tokens_;
-  utf8::LossyDecoder decoder_;
+  tokenizer_detail::utf8::LossyDecoder decoder_;
   std::string text_;
   std::string bytes_;  // scratch
 };

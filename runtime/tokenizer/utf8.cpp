@@ -2,7 +2,7 @@
 
 #include <utf8proc.h>
 
-namespace troupe::utf8 {
+namespace troupe::tokenizer_detail::utf8 {
 namespace {
 
 // Well-formed UTF-8 (Unicode Table 3-7): for a lead byte, the sequence length and the allowed
@@ -57,7 +57,8 @@ char32_t next(std::string_view s, std::size_t& i) {
   }
   const std::size_t len = lead_info(b).length;
   char32_t cp = b & (0xFF >> (len + 1));
-  for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  for (std::size_t k = 1; k < len; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += len;
   return cp;
 }
@@ -178,4 +179,4 @@ std::string decode_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace troupe::utf8
+}  // namespace troupe::tokenizer_detail::utf8

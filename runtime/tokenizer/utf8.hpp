@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace troupe::utf8 {
+namespace troupe::tokenizer_detail::utf8 {
 
 inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -50,12 +50,12 @@ class LossyDecoder {
 
  private:
   unsigned char buf_[4] = {};
-  std::size_t len_ = 0;   // bytes held in buf_
-  std::size_t need_ = 0;  // total length of the sequence started in buf_
+  std::size_t len_ = 0;                  // bytes held in buf_
+  std::size_t need_ = 0;                 // total length of the sequence started in buf_
   unsigned char lo_ = 0x80, hi_ = 0xBF;  // allowed range of the next continuation byte
 };
 
 /// Whole-string form of LossyDecoder.
 [[nodiscard]] std::string decode_lossy(std::string_view bytes);
 
-}  // namespace troupe::utf8
+}  // namespace troupe::tokenizer_detail::utf8

@@ -5,8 +5,8 @@
 // match HF tokenizers).
 #include "tests/runtime/test_tokenizer_util.hpp"
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 using troupe::Tokenizer;
 using namespace troupe::tokenizer_test;

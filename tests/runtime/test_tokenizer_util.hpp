@@ -6,12 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 namespace troupe::tokenizer_test {
 
@@ -43,9 +43,9 @@ class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("troupe_tokenizer_test_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter++));
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("troupe_tokenizer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -70,7 +70,9 @@ class TempDir {
 };
 
 /// The tiny fixture's tokenizer.json / tokenizer_config.json, to edit and write to a TempDir.
-inline nlohmann::json tiny_json() { return read_json(fixtures() / "tiny_bpe" / "tokenizer.json"); }
+inline nlohmann::json tiny_json() {
+  return read_json(fixtures() / "tiny_bpe" / "tokenizer.json");
+}
 inline nlohmann::json tiny_config() {
   return read_json(fixtures() / "tiny_bpe" / "tokenizer_config.json");
 }
