@@ -1,0 +1,385 @@
+#include "cpu/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "cpu/op_checks.hpp"
+#include "cpu/paged_attention.hpp"
+#include "cpu/thread_pool.hpp"
+#include "cpu/vector_math.hpp"
+#include "runtime/sampling/sampler.hpp"
+
+namespace troupe {
+namespace {
+
+using cpu::OpCheck;
+
+constexpr size_t kAlignment = 64;
+constexpr Device kCpu{DeviceKind::cpu, 0};
+
+// Rows per chunk so that each chunk of a row-parallel op touches ~64 KiB of floats: below
+// that, waking the pool costs more than it saves.
+int64_t grain_for(int64_t row_elems) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(row_elems, 1));
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+void rms_norm_row(const float* x, const float* w, float eps, float* out, int64_t h) {
+  const float mean_sq = cpu::dot(x, x, h) / float(h);
+  const float inv = 1.0f / std::sqrt(mean_sq + eps);
+  // The normalised value is an f32 before the weight multiplies it (transformers' order).
+  for (int64_t i = 0; i < h; ++i) out[i] = (x[i] * inv) * w[i];
+}
+
+// Rotates the first 2 * half features of one head in place.
+void rotate_head(float* x, const float* cos, const float* sin, int64_t half, RopeStyle style) {
+  if (style == RopeStyle::neox) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = x[i], x2 = x[i + half];
+      x[i] = x1 * cos[i] - x2 * sin[i];
+      x[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = x[2 * i], x2 = x[2 * i + 1];
+      x[2 * i] = x1 * cos[i] - x2 * sin[i];
+      x[2 * i + 1] = x2 * cos[i] + x1 * sin[i];
+    }
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) : pool_(num_threads) {
+    if (num_threads > 0) openblas_set_num_threads(num_threads);
+  }
+
+  [[nodiscard]] std::string name() const override { return "cpu"; }
+  [[nodiscard]] Device device() const override { return kCpu; }
+  [[nodiscard]] DType compute_dtype(DType /*requested*/) const override { return DType::f32; }
+
+  // ---- memory ----
+
+  [[nodiscard]] Buffer allocate(size_t bytes) override {
+    // aligned_alloc needs a size that is a multiple of the alignment (and not zero).
+    const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr) fail("allocate: no host memory left for {} bytes", bytes);
+    return Buffer(p, bytes, kCpu, [](void* q) { std::free(q); });
+  }
+
+  void upload(const Tensor& dst, const void* host, size_t bytes) override {
+    check_transfer("upload", "dst", dst, host, bytes);
+    if (bytes > 0) std::memcpy(dst.data, host, bytes);
+  }
+
+  void download(void* host, const Tensor& src, size_t bytes) override {
+    check_transfer("download", "src", src, host, bytes);
+    if (bytes > 0) std::memcpy(host, src.data, bytes);
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    const OpCheck check("copy");
+    check.tensor("src", src, src.dtype, src.ndim);
+    check.tensor("dst", dst, src.dtype, dst.ndim);
+    if (dst.numel() != src.numel())
+      check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
+    if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+  }
+
+  void synchronize() override {}  // every op has finished when it returns
+
+  [[nodiscard]] MemoryInfo memory_info() const override {
+    MemoryInfo info;
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    size_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+      if (key == "MemTotal:") info.total_bytes = kib * 1024;
+      if (key == "MemAvailable:") info.free_bytes = kib * 1024;
+    }
+    if (info.total_bytes == 0) {  // no /proc (a container without it): ask libc
+      const long page = sysconf(_SC_PAGESIZE);
+      info.total_bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(page);
+      info.free_bytes = size_t(sysconf(_SC_AVPHYS_PAGES)) * size_t(page);
+    }
+    return info;
+  }
+
+  // ---- ops ----
+
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
+    const OpCheck check("embedding");
+    check.tensor("ids", ids, DType::i32, 1);
+    check.tensor("table", table, DType::f32, 2);
+    check.tensor("out", out, DType::f32, 2);
+    check.dim("out", out, 0, ids.dim(0), "one row per id");
+    check.dim("out", out, 1, table.dim(1), "hidden size of table");
+    const auto* id = ids.as<const int32_t>();
+    const int64_t vocab = table.dim(0), h = table.dim(1);
+    for (int64_t t = 0; t < ids.dim(0); ++t)
+      if (id[t] < 0 || id[t] >= vocab)
+        check.fail("ids[{}] = {} is outside the table's rows [0, {})", t, id[t], vocab);
+    const float* src = table.as<const float>();
+    float* dst = out.as<float>();
+    pool_.parallel_for(ids.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        std::memcpy(dst + t * h, src + int64_t(id[t]) * h, size_t(h) * sizeof(float));
+    });
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
+    const OpCheck check("rms_norm");
+    check_norm(check, x, weight, eps, out);
+    const int64_t h = x.dim(1);
+    const float* xs = x.as<const float>();
+    const float* w = weight.as<const float>();
+    float* o = out.as<float>();
+    pool_.parallel_for(x.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) rms_norm_row(xs + t * h, w, eps, o + t * h, h);
+    });
+  }
+
+  void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                    const Tensor& out) override {
+    const OpCheck check("add_rms_norm");
+    check_norm(check, x, weight, eps, out);
+    check.same_shape("residual", residual, "x", x);
+    const int64_t h = x.dim(1);
+    float* r = residual.as<float>();
+    const float* xs = x.as<const float>();
+    const float* w = weight.as<const float>();
+    float* o = out.as<float>();
+    pool_.parallel_for(x.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* rt = r + t * h;
+        const float* xt = xs + t * h;
+        for (int64_t i = 0; i < h; ++i) rt[i] += xt[i];
+        rms_norm_row(rt, w, eps, o + t * h, h);
+      }
+    });
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
+    const OpCheck check("linear");
+    check.tensor("x", x, DType::f32, 2);
+    check.tensor("w", w, DType::f32, 2);
+    check.tensor("out", out, DType::f32, 2);
+    const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
+    check.dim("w", w, 1, k, fmt::format("K of x {}", describe(x)));
+    check.dim("out", out, 0, t, fmt::format("T of x {}", describe(x)));
+    check.dim("out", out, 1, n, fmt::format("N of w {}", describe(w)));
+    if (bias != nullptr) {
+      check.tensor("bias", *bias, DType::f32, 1);
+      check.dim("bias", *bias, 0, n, fmt::format("N of w {}", describe(w)));
+    }
+    if (overlaps(out, x) || overlaps(out, w)) check.fail("out {} overlaps an input", describe(out));
+    if (t > INT_MAX || n > INT_MAX || k > INT_MAX)
+      check.fail("x {} and w {} exceed BLAS's int dimensions", describe(x), describe(w));
+    if (t == 0 || n == 0) return;
+
+    float* o = out.as<float>();
+    // With a bias, out starts as the bias rows and sgemm accumulates into it (beta = 1).
+    if (bias != nullptr) {
+      const float* b = bias->as<const float>();
+      pool_.parallel_for(t, grain_for(n), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) std::memcpy(o + i * n, b, size_t(n) * sizeof(float));
+      });
+    } else if (k == 0) {
+      std::memset(o, 0, out.nbytes());
+    }
+    if (k == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t), int(n), int(k), 1.0f,
+                x.as<const float>(), int(k), w.as<const float>(), int(k),
+                bias != nullptr ? 1.0f : 0.0f, o, int(n));
+  }
+
+  void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+            int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
+    const OpCheck check("rope");
+    check.positive("head_dim", head_dim);
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
+    if (style != RopeStyle::neox && style != RopeStyle::gptj)
+      check.fail("style = {} is neither neox nor gptj", int(style));
+    check.tensor("positions", positions, DType::i32, 1);
+    const int64_t tokens = positions.dim(0);
+    for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}}) {
+      check.tensor(name, *t, DType::f32, 2);
+      check.dim(name, *t, 0, tokens, "one row per position");
+      if (t->dim(1) % head_dim != 0)
+        check.fail("{} {}: row of {} is not a whole number of heads of {}", name, describe(*t),
+                   t->dim(1), head_dim);
+    }
+    if (overlaps(q, k)) check.fail("q {} and k {} overlap", describe(q), describe(k));
+    check.tensor("cos_sin", cos_sin, DType::f32, 2);
+    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
+    const auto* pos = positions.as<const int32_t>();
+    const int64_t max_pos = cos_sin.dim(0);
+    for (int64_t t = 0; t < tokens; ++t)
+      if (pos[t] < 0 || pos[t] >= max_pos)
+        check.fail("positions[{}] = {} is outside the cos_sin cache's rows [0, {})", t, pos[t],
+                   max_pos);
+
+    const int64_t half = rotary_dim / 2;
+    const float* cs = cos_sin.as<const float>();
+    float* qs = q.as<float>();
+    float* ks = k.as<float>();
+    const int64_t q_heads = q.dim(1) / head_dim, k_heads = k.dim(1) / head_dim;
+    pool_.parallel_for(tokens, grain_for(q.dim(1) + k.dim(1)), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* cos = cs + int64_t(pos[t]) * rotary_dim;
+        const float* sin = cos + half;
+        for (int64_t h = 0; h < q_heads; ++h)
+          rotate_head(qs + t * q.dim(1) + h * head_dim, cos, sin, half, style);
+        for (int64_t h = 0; h < k_heads; ++h)
+          rotate_head(ks + t * k.dim(1) + h * head_dim, cos, sin, half, style);
+      }
+    });
+  }
+
+  void write_kv(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                const Tensor& slot_mapping) override {
+    const OpCheck check("write_kv");
+    check.tensor("k_cache", k_cache, DType::f32, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.tensor("k", k, DType::f32, 2);
+    check.same_shape("v", v, "k", k);
+    const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
+    check.dim("k", k, 1, row, fmt::format("num_kv_heads * head_dim of k_cache {}",
+                                          describe(k_cache)));
+    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
+    check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
+    const auto* slot = slot_mapping.as<const int32_t>();
+    const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+    for (int64_t t = 0; t < k.dim(0); ++t)
+      if (slot[t] >= num_slots)
+        check.fail("slot_mapping[{}] = {} is outside the cache's slots [0, {}) (negative skips)",
+                   t, slot[t], num_slots);
+    const float* ks = k.as<const float>();
+    const float* vs = v.as<const float>();
+    float* kc = k_cache.as<float>();
+    float* vc = v_cache.as<float>();
+    // Two tokens mapped to one slot is a caller bug; which write wins is unspecified.
+    pool_.parallel_for(k.dim(0), grain_for(2 * row), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        if (slot[t] < 0) continue;
+        std::memcpy(kc + int64_t(slot[t]) * row, ks + t * row, size_t(row) * sizeof(float));
+        std::memcpy(vc + int64_t(slot[t]) * row, vs + t * row, size_t(row) * sizeof(float));
+      }
+    });
+  }
+
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionBatch& batch, const AttentionShape& shape,
+                 const Tensor& out) override {
+    cpu::paged_attention(pool_, q, k_cache, v_cache, batch, shape, out);
+  }
+
+  void silu_mul(const Tensor& gate_up, const Tensor& out) override {
+    const OpCheck check("silu_mul");
+    check.tensor("gate_up", gate_up, DType::f32, 2);
+    check.tensor("out", out, DType::f32, 2);
+    if (gate_up.dim(1) % 2 != 0)
+      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves",
+                 describe(gate_up), gate_up.dim(1));
+    const int64_t inter = gate_up.dim(1) / 2;
+    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
+    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
+    const float* gu = gate_up.as<const float>();
+    float* o = out.as<float>();
+    pool_.parallel_for(out.dim(0), grain_for(inter), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* g = gu + t * 2 * inter;
+        const float* u = g + inter;
+        float* ot = o + t * inter;
+        for (int64_t i = 0; i < inter; ++i) ot[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      }
+    });
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    const OpCheck check("gather_rows");
+    check.tensor("x", x, DType::f32, 2);
+    check.tensor("indices", indices, DType::i32, 1);
+    check.tensor("out", out, DType::f32, 2);
+    check.dim("out", out, 0, indices.dim(0), "one row per index");
+    check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
+    const auto* idx = indices.as<const int32_t>();
+    for (int64_t s = 0; s < indices.dim(0); ++s)
+      if (idx[s] < 0 || idx[s] >= x.dim(0))
+        check.fail("indices[{}] = {} is outside the rows of x {}", s, idx[s], describe(x));
+    const int64_t h = x.dim(1);
+    const float* xs = x.as<const float>();
+    float* o = out.as<float>();
+    pool_.parallel_for(indices.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s)
+        std::memcpy(o + s * h, xs + int64_t(idx[s]) * h, size_t(h) * sizeof(float));
+    });
+  }
+
+  std::vector<SampledToken> sample(const Tensor& logits,
+                                   std::span<const SamplingRow> rows) override {
+    const OpCheck check("sample");
+    check.tensor("logits", logits, DType::f32, 2);
+    if (int64_t(rows.size()) != logits.dim(0))
+      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
+                 logits.dim(0));
+    const int64_t vocab = logits.dim(1);
+    for (size_t s = 0; s < rows.size(); ++s) check_sampling_row(rows[s], vocab, int64_t(s));
+    std::vector<SampledToken> result(rows.size());
+    const float* l = logits.as<const float>();
+    pool_.parallel_for(int64_t(rows.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s)
+        result[size_t(s)] = sample_row(l + s * vocab, vocab, rows[size_t(s)]);
+    });
+    return result;
+  }
+
+ private:
+  static void check_transfer(std::string_view op, std::string_view name, const Tensor& t,
+                             const void* host, size_t bytes) {
+    const OpCheck check(op);
+    if (t.device.kind != DeviceKind::cpu) check.fail("{} {} must be on cpu", name, describe(t));
+    if (bytes > t.nbytes())
+      check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
+    if (bytes > 0 && (host == nullptr || t.data == nullptr))
+      check.fail("{} bytes with a null pointer ({} {})", bytes, name, describe(t));
+  }
+
+  static void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
+                         const Tensor& out) {
+    check.tensor("x", x, DType::f32, 2);
+    check.tensor("weight", weight, DType::f32, 1);
+    check.dim("weight", weight, 0, x.dim(1), fmt::format("hidden size of x {}", describe(x)));
+    check.same_shape("out", out, "x", x);
+    if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
+  }
+
+  cpu::ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+  if (num_threads < 0) fail("make_cpu_backend: num_threads = {} must be >= 0 (0: all cores)",
+                            num_threads);
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace troupe
