@@ -7,44 +7,16 @@
 #include <cstring>
 
 #include "cuda/cuda_check.hpp"
+#include "runtime/sampling/sampler.hpp"
 
 namespace troupe::cuda {
 
 void validate_sampling_row(const SamplingRow& row, int64_t vocab, size_t index) {
-  const auto bad = [&](std::string_view field, auto value, std::string_view allowed) {
-    fail("sample: rows[{}].{} = {} {}", index, field, value, allowed);
-  };
-  if (!std::isfinite(row.temperature) || row.temperature < 0.0f)
-    bad("temperature", row.temperature, "must be finite and >= 0");
-  if (row.top_k < -1) bad("top_k", row.top_k, "must be >= -1 (0 or -1: no limit)");
-  if (!(row.top_p > 0.0f && row.top_p <= 1.0f)) bad("top_p", row.top_p, "must be in (0, 1]");
-  if (!(row.min_p >= 0.0f && row.min_p <= 1.0f)) bad("min_p", row.min_p, "must be in [0, 1]");
-  if (!std::isfinite(row.presence_penalty))
-    bad("presence_penalty", row.presence_penalty, "must be finite");
-  if (!std::isfinite(row.frequency_penalty))
-    bad("frequency_penalty", row.frequency_penalty, "must be finite");
-  if (!std::isfinite(row.repetition_penalty) || row.repetition_penalty <= 0.0f)
-    bad("repetition_penalty", row.repetition_penalty, "must be finite and > 0");
-  const int64_t max_logprobs = std::min<int64_t>(vocab, kMaxTopLogprobs);
-  if (row.num_logprobs < -1 || row.num_logprobs > max_logprobs)
-    fail("sample: rows[{}].num_logprobs = {} must be in [-1, {}] (-1: none; the CUDA sampler "
-         "returns at most {} top logprobs)",
-         index, row.num_logprobs, max_logprobs, kMaxTopLogprobs);
-  for (size_t i = 0; i < row.logit_bias.size(); ++i) {
-    const auto& [token, bias] = row.logit_bias[i];
-    if (token < 0 || token >= vocab)
-      fail("sample: rows[{}].logit_bias[{}] token {} is outside the vocabulary [0, {})", index, i,
-           token, vocab);
-    if (std::isnan(bias)) fail("sample: rows[{}].logit_bias[{}] for token {} is NaN", index, i, token);
-  }
-  if (row.has_penalties()) {
-    for (const auto& [name, ids] : {std::pair{"prompt_ids", row.prompt_ids},
-                                    std::pair{"output_ids", row.output_ids}})
-      for (size_t i = 0; i < ids.size(); ++i)
-        if (ids[i] < 0 || ids[i] >= vocab)
-          fail("sample: rows[{}].{}[{}] = {} is outside the vocabulary [0, {})", index, name, i,
-               ids[i], vocab);
-  }
+  // The reference sampler's checks, so both backends refuse the same rows with the same words.
+  check_sampling_row(row, vocab, int64_t(index));
+  if (row.num_logprobs > kMaxTopLogprobs)
+    fail("sampling row {}: num_logprobs = {} exceeds the CUDA sampler's limit of {}", index,
+         row.num_logprobs, kMaxTopLogprobs);
 }
 
 // Appends one entry per distinct token the row's bias or penalties touch.
@@ -139,6 +111,13 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   const int32_t* res = results_host_.as<const int32_t>();
   for (size_t r = 0; r < rows.size(); ++r) {
     const int32_t* p = res + params_[r].out_offset;
+    if (p[0] < 0) {  // the CPU reference throws in the same cases
+      if (p[0] == kSampleRawInf) fail("sampling row {}: a raw logit is +inf", r);
+      if (p[0] == kSampleRawAllNegInf) fail("sampling row {}: every raw logit is -inf or NaN", r);
+      fail("sampling row {}: no token left to sample (every logit is -inf or NaN after "
+           "logit_bias and penalties)",
+           r);
+    }
     SampledToken& t = out[r];
     t.token = p[0];
     t.logprob = std::bit_cast<float>(p[1]);

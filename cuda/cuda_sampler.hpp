@@ -16,8 +16,8 @@
 
 namespace troupe::cuda {
 
-/// Throws troupe::Error when a field of `row` is outside what the sampler accepts
-/// ("sample: rows[2].top_p = 1.5 must be in (0, 1]").
+/// Throws troupe::Error when a field of `row` is outside what the sampler accepts: the
+/// reference sampler's check_sampling_row, plus num_logprobs <= kMaxTopLogprobs.
 void validate_sampling_row(const SamplingRow& row, int64_t vocab, size_t index);
 
 class CudaSampler {

@@ -153,7 +153,11 @@ struct SampleMod {
 
 /// Result layout per row at out_offset (ints; floats stored by bit pattern):
 /// [token, logprob, rank, n_top, then n_top x (token, logprob, rank)].
+/// A negative token is an error code instead (the CPU reference throws in these cases).
 inline constexpr int kSampleResultHeader = 4;
+inline constexpr int kSampleNoTokenLeft = -1;   // every processed logit is -inf or NaN
+inline constexpr int kSampleRawAllNegInf = -2;  // every raw logit is -inf or NaN
+inline constexpr int kSampleRawInf = -3;        // a raw logit is +inf
 inline constexpr int kMaxTopLogprobs = 1024;
 inline constexpr int64_t kMaxSampleVocab = int64_t(1) << 23;
 

@@ -26,6 +26,7 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr double kMassScale = 1099511627776.0;  // 2^40
+constexpr int kNoTokenLeft = kSampleNoTokenLeft;
 
 struct Shared {
   float red_f[32];
@@ -113,7 +114,7 @@ __device__ void block_argmax(float& v, int& idx, Shared& sh) {
   }
 }
 
-/// Greedy: the first index of the largest processed logit.
+/// Greedy: the first index of the largest processed logit; -1 when every logit is -inf/NaN.
 __device__ int row_argmax(const float* x, int vocab, Shared& sh) {
   float best = -INFINITY;
   int idx = INT_MAX;
@@ -125,7 +126,7 @@ __device__ int row_argmax(const float* x, int vocab, Shared& sh) {
     }
   }
   block_argmax(best, idx, sh);
-  return idx == INT_MAX ? 0 : idx;
+  return best == -INFINITY || idx == INT_MAX ? kNoTokenLeft : idx;
 }
 
 // What the filters see of token i: its tempered logit y, key and unnormalised probability e.
@@ -136,8 +137,10 @@ struct Tempered {
   float min_p;
   __device__ __forceinline__ float y(int i) const { return __fdiv_rn(sane(x[i]), temperature); }
   __device__ __forceinline__ float e(float yv) const { return expf(__fsub_rn(yv, y_max)); }
-  /// min_p: p_i >= min_p * p_max  <=>  exp(y_i - y_max) >= min_p.
-  __device__ __forceinline__ bool min_p_ok(float ev) const { return min_p <= 0.0f || ev >= min_p; }
+  /// Not banned (-inf) and, for min_p: p_i >= min_p * p_max  <=>  exp(y_i - y_max) >= min_p.
+  __device__ __forceinline__ bool alive(float yv, float ev) const {
+    return yv > -INFINITY && (min_p <= 0.0f || ev >= min_p);
+  }
 };
 
 /// Key of the k-th largest value among the elements `keep` admits (its key and value in
@@ -244,20 +247,24 @@ __device__ int choose_token(const float* x, int vocab, const SampleRowParams& p,
   float x_max = -INFINITY;
   for (int i = threadIdx.x; i < vocab; i += kThreads) x_max = fmaxf(x_max, sane(x[i]));
   x_max = block_max(x_max, sh.red_f);
-  if (x_max == -INFINITY) return row_argmax(x, vocab, sh);  // every token banned
+  if (x_max == -INFINITY) return kNoTokenLeft;  // every token banned
   Tempered tp{x, p.temperature, __fdiv_rn(x_max, p.temperature), p.min_p};
 
   uint32_t threshold = 0;
   if (p.top_k > 0 && p.top_k < vocab) {
     threshold = radix_kth_largest(
         vocab, p.top_k, [&](int i) { return key_of(tp.y(i)); },
-        [&](int i) { return tp.min_p_ok(tp.e(tp.y(i))); }, sh);
+        [&](int i) {
+          const float y = tp.y(i);
+          return tp.alive(y, tp.e(y));
+        },
+        sh);
   }
   if (p.top_p < 1.0f) {
     const uint32_t k_thr = threshold;
     threshold = radix_top_p(
         vocab, tp, p.top_p,
-        [&](int, float y, float e) { return tp.min_p_ok(e) && key_of(y) >= k_thr; }, sh);
+        [&](int, float y, float e) { return tp.alive(y, e) && key_of(y) >= k_thr; }, sh);
   }
 
   float best = -1.0f;
@@ -265,7 +272,7 @@ __device__ int choose_token(const float* x, int vocab, const SampleRowParams& p,
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float y = tp.y(i);
     const float e = tp.e(y);
-    if (!tp.min_p_ok(e) || key_of(y) < threshold) continue;
+    if (!tp.alive(y, e) || key_of(y) < threshold) continue;
     const float q = -logf(philox::uniform(p.seed, p.offset, uint32_t(i)));
     const float score = e / q;
     if (score > best || (score == best && i < idx)) {
@@ -274,7 +281,7 @@ __device__ int choose_token(const float* x, int vocab, const SampleRowParams& p,
     }
   }
   block_argmax(best, idx, sh);
-  return idx == INT_MAX ? row_argmax(x, vocab, sh) : idx;
+  return idx == INT_MAX ? kNoTokenLeft : idx;
 }
 
 /// Exclusive position of this thread's flag among the block's flags, in thread order; the
@@ -313,13 +320,28 @@ __global__ void __launch_bounds__(kThreads)
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, sane(raw[i]));
   mx = block_max(mx, sh.red_f);
-  const float shift = mx == -INFINITY ? 0.0f : mx;
+  int32_t* res = results + p.out_offset;
+  if (mx == -INFINITY || mx == INFINITY) {  // as the CPU reference: no usable distribution
+    if (threadIdx.x == 0) {
+      res[0] = mx == INFINITY ? kSampleRawInf : kSampleRawAllNegInf;
+      res[3] = 0;
+    }
+    return;
+  }
+  const float shift = mx;
   float se = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += kThreads) se += expf(sane(raw[i]) - shift);
   se = block_sum(se, sh.red_f);
   const float lse = shift + logf(se);
 
   const int token = choose_token(x, vocab, p, sh);
+  if (token < 0) {
+    if (threadIdx.x == 0) {
+      res[0] = token;
+      res[3] = 0;
+    }
+    return;
+  }
 
   // Logprob and rank of the sampled token under the raw distribution.
   const float raw_t = sane(raw[token]);
@@ -329,7 +351,6 @@ __global__ void __launch_bounds__(kThreads)
     better += (v > raw_t || (v == raw_t && i < token)) ? 1 : 0;
   }
   better = block_sum_int(better, sh);
-  int32_t* res = results + p.out_offset;
   const int n_top = p.num_logprobs > 0 ? p.num_logprobs : 0;
   if (threadIdx.x == 0) {
     res[0] = token;
