@@ -27,11 +27,24 @@ void CudaSampler::add_mods(const SamplingRow& row, int64_t vocab) {
     int32_t& slot = slot_of_[size_t(token)];
     if (slot < 0) {
       slot = int32_t(mods_.size());
-      mods_.push_back(SampleMod{token, 0, 0, 0.0f});
+      mods_.push_back(SampleMod{token, 0, 0, 0, 0});
     }
     return mods_[size_t(slot)];
   };
-  for (const auto& [token, bias] : row.logit_bias) entry(token).bias += bias;
+  // Bias entries grouped by token, each token's in the row's order (a stable sort), so that
+  // every token's biases are contiguous in biases_.
+  bias_order_.resize(row.logit_bias.size());
+  for (size_t i = 0; i < bias_order_.size(); ++i) bias_order_[i] = uint32_t(i);
+  std::stable_sort(bias_order_.begin(), bias_order_.end(), [&](uint32_t a, uint32_t b) {
+    return row.logit_bias[a].first < row.logit_bias[b].first;
+  });
+  for (const uint32_t i : bias_order_) {
+    const auto& [token, bias] = row.logit_bias[i];
+    SampleMod& m = entry(token);
+    if (m.bias_count == 0) m.bias_begin = int32_t(biases_.size());
+    biases_.push_back(bias);
+    ++m.bias_count;
+  }
   if (row.has_penalties()) {
     for (const int32_t t : row.output_ids) {
       SampleMod& m = entry(t);
@@ -51,6 +64,7 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   const int64_t num_rows = logits.dim(0), vocab = logits.dim(1);
   params_.clear();
   mods_.clear();
+  biases_.clear();
   int32_t scratch_rows = 0;
   int64_t result_ints = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -79,16 +93,19 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
     params_.push_back(p);
   }
 
-  // One upload: [params | mods].
+  // One upload: [params | mods | biases] (all 4-byte aligned pieces; params 8-byte).
   const size_t params_bytes = params_.size() * sizeof(SampleRowParams);
   const size_t mods_bytes = mods_.size() * sizeof(SampleMod);
-  staging_.ensure(params_bytes + mods_bytes, "sample: staging buffer");
+  const size_t bias_bytes = biases_.size() * sizeof(float);
+  const size_t meta_bytes = params_bytes + mods_bytes + bias_bytes;
+  staging_.ensure(meta_bytes, "sample: staging buffer");
   std::memcpy(staging_.data(), params_.data(), params_bytes);
-  if (mods_bytes > 0)
-    std::memcpy(staging_.as<char>() + params_bytes, mods_.data(), mods_bytes);
-  meta_.ensure(params_bytes + mods_bytes, "sample: row parameters");
-  check_cuda(cudaMemcpyAsync(meta_.data(), staging_.data(), params_bytes + mods_bytes,
-                             cudaMemcpyHostToDevice, stream),
+  if (mods_bytes > 0) std::memcpy(staging_.as<char>() + params_bytes, mods_.data(), mods_bytes);
+  if (bias_bytes > 0)
+    std::memcpy(staging_.as<char>() + params_bytes + mods_bytes, biases_.data(), bias_bytes);
+  meta_.ensure(meta_bytes, "sample: row parameters");
+  check_cuda(cudaMemcpyAsync(meta_.data(), staging_.data(), meta_bytes, cudaMemcpyHostToDevice,
+                             stream),
              "sample: upload of row parameters");
   if (scratch_rows > 0)
     scratch_.ensure(size_t(scratch_rows) * size_t(vocab) * sizeof(float),
@@ -98,7 +115,9 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
 
   const auto* d_params = meta_.as<const SampleRowParams>();
   const auto* d_mods = reinterpret_cast<const SampleMod*>(meta_.as<const char>() + params_bytes);
-  launch_sample(logits.as<const float>(), vocab, int32_t(num_rows), d_params, d_mods,
+  const auto* d_biases =
+      reinterpret_cast<const float*>(meta_.as<const char>() + params_bytes + mods_bytes);
+  launch_sample(logits.as<const float>(), vocab, int32_t(num_rows), d_params, d_mods, d_biases,
                 scratch_.as<float>(), scratch_rows, results_.as<int32_t>(), stream);
   check_cuda(cudaGetLastError(), "sample: kernel launch");
   check_cuda(cudaMemcpyAsync(results_host_.data(), results_.data(),

@@ -33,6 +33,8 @@ class CudaSampler {
 
   std::vector<SampleRowParams> params_;
   std::vector<SampleMod> mods_;
+  std::vector<float> biases_;
+  std::vector<uint32_t> bias_order_;
   std::vector<int32_t> slot_of_;  // [V] index into mods_ of this row's entry, -1 when none
   DeviceBuffer meta_, scratch_, results_;
   PinnedBuffer staging_, results_host_;

@@ -144,11 +144,14 @@ struct SampleRowParams {
 };
 
 /// A token whose logit this step changes: bias and/or penalty inputs, merged on the host.
+/// Its logit_bias entries stay separate (biases[bias_begin, +bias_count), in the row's order)
+/// so that they are added one by one, rounding exactly as the CPU reference does.
 struct SampleMod {
   int32_t token;
   int32_t output_count;  // occurrences in the output so far
   int32_t in_history;    // 1: in the prompt or the output (repetition penalty applies)
-  float bias;            // sum of logit_bias entries for this token
+  int32_t bias_begin;
+  int32_t bias_count;
 };
 
 /// Result layout per row at out_offset (ints; floats stored by bit pattern):
@@ -162,7 +165,8 @@ inline constexpr int kMaxTopLogprobs = 1024;
 inline constexpr int64_t kMaxSampleVocab = int64_t(1) << 23;
 
 void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
-                   const SampleRowParams* rows, const SampleMod* mods, float* scratch,
+                   const SampleRowParams* rows, const SampleMod* mods, const float* biases,
+                   float* scratch,
                    int32_t num_scratch_rows, int32_t* results, cudaStream_t stream);
 
 }  // namespace troupe::cuda

@@ -121,7 +121,8 @@ LtGemm::Outcome LtGemm::run(const GemmArgs& a, cudaStream_t stream) {
       plans_.clear();
     }
     Plan plan;
-    if (key.has_bias) {
+    // The epilogue takes the bias in D's type for sure; other combinations get a separate add.
+    if (key.has_bias && key.bias == key.out) {
       plan = make_plan(key, /*fuse_bias=*/true);
       if (!plan.ok) {
         destroy(plan);

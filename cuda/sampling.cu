@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     mods_kernel(const float* __restrict__ logits, int vocab,
                 const SampleRowParams* __restrict__ rows, const SampleMod* __restrict__ mods,
-                float* __restrict__ scratch) {
+                const float* __restrict__ biases, float* __restrict__ scratch) {
   const SampleRowParams p = rows[blockIdx.x];
   if (p.scratch_row < 0) return;
   const float* raw = logits + int64_t(blockIdx.x) * vocab;
@@ -424,7 +424,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int m = threadIdx.x; m < p.mod_count; m += kThreads) {
     const SampleMod mod = mods[p.mod_begin + m];
     // Order as vLLM: logit bias, then repetition, frequency and presence penalties.
-    float v = __fadd_rn(sane(raw[mod.token]), mod.bias);
+    float v = sane(raw[mod.token]);
+    for (int b = 0; b < mod.bias_count; ++b) v = __fadd_rn(v, biases[mod.bias_begin + b]);
     if (mod.in_history && p.repetition_penalty != 1.0f)
       v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
     if (mod.output_count > 0) {
@@ -438,12 +439,13 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
-                   const SampleRowParams* rows, const SampleMod* mods, float* scratch,
-                   int32_t num_scratch_rows, int32_t* results, cudaStream_t stream) {
+                   const SampleRowParams* rows, const SampleMod* mods, const float* biases,
+                   float* scratch, int32_t num_scratch_rows, int32_t* results,
+                   cudaStream_t stream) {
   if (num_rows <= 0 || vocab <= 0) return;
   if (num_scratch_rows > 0)
     mods_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, mods,
-                                                              scratch);
+                                                              biases, scratch);
   sample_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, scratch,
                                                               results);
 }
