@@ -8,7 +8,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + expf(-g));
+}
 
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads)

@@ -30,7 +30,9 @@ void zero_padding_rows(const AttentionArgs& a, int elem_bytes, cudaStream_t stre
 
 }  // namespace
 
-cudaError_t attention_init() { return attention_prefill_init(); }
+cudaError_t attention_init() {
+  return attention_prefill_init();
+}
 
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
   if (a.num_seqs <= 0 || a.max_seq_len <= 0) return 1;
@@ -49,8 +51,8 @@ int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace
   return splits < 1 ? 1 : int(splits);
 }
 
-void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms,
-                           const DecodeWorkspace& ws, cudaStream_t stream) {
+void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
+                           cudaStream_t stream) {
   zero_padding_rows(a, 2, stream);
   if (a.num_seqs <= 0) return;
   // Both kernels read the per-sequence query lengths on the device and skip the sequences

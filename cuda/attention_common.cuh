@@ -27,8 +27,7 @@ __device__ __forceinline__ SeqInfo load_seq(const AttentionArgs& a, int s) {
   r.kv_len = a.seq_lens[s];
   r.ok = (s > 0 || r.q_begin == 0) && r.q_begin >= 0 && r.q_len >= 0 &&
          int64_t(q_end) <= a.num_tokens && r.q_len <= a.max_query_len && r.kv_len >= r.q_len &&
-         r.kv_len <= a.max_seq_len &&
-         int64_t(r.kv_len) <= int64_t(a.max_blocks) * a.block_size;
+         r.kv_len <= a.max_seq_len && int64_t(r.kv_len) <= int64_t(a.max_blocks) * a.block_size;
   return r;
 }
 

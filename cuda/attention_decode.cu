@@ -31,14 +31,14 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, int splits, int per_split, float* __restrict__ part_o,
                   float* __restrict__ part_ml) {
-  constexpr int CH = D / 8;                  // 16-byte chunks per row (8 elements each)
-  constexpr int LPK = lanes_per_key<D>();    // lanes per key group (power of two >= CH)
-  constexpr int NG = kThreads / LPK;         // key groups per CTA
+  constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
+  constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
+  constexpr int NG = kThreads / LPK;       // key groups per CTA
   constexpr int GM = kHeadsPerPass;
-  __shared__ float qs[GM][D];           // queries of the pass, pre-scaled by scale * log2(e)
-  __shared__ float sc[GM][kSubChunk];   // scores, then probabilities, of the sub-chunk
+  __shared__ float qs[GM][D];          // queries of the pass, pre-scaled by scale * log2(e)
+  __shared__ float sc[GM][kSubChunk];  // scores, then probabilities, of the sub-chunk
   __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
-  __shared__ float red[NG][GM][D];      // per key group partial outputs
+  __shared__ float red[NG][GM][D];  // per key group partial outputs
 
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const SeqInfo seq = load_seq(a, s);
@@ -206,7 +206,8 @@ __global__ void __launch_bounds__(kThreads)
   float m_max = -INFINITY;
   for (int i = 0; i < n; ++i) m_max = fmaxf(m_max, part_ml[(base + i) * 2]);
   float l = 0.0f;
-  for (int i = 0; i < n; ++i) l += part_ml[(base + i) * 2 + 1] * exp2f(part_ml[(base + i) * 2] - m_max);
+  for (int i = 0; i < n; ++i)
+    l += part_ml[(base + i) * 2 + 1] * exp2f(part_ml[(base + i) * 2] - m_max);
   const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
   T* out = static_cast<T*>(a.out) + int64_t(seq.q_begin) * a.num_heads * D + int64_t(h) * D;
   for (int d = threadIdx.x; d < D; d += kThreads) {
@@ -227,8 +228,8 @@ void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
   decode_kernel<T, D><<<grid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
   if (splits > 1) {
     const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
-    decode_reduce_kernel<T, D><<<rgrid, kThreads, 0, stream>>>(a, splits, per_split, part_o,
-                                                               part_ml);
+    decode_reduce_kernel<T, D>
+        <<<rgrid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
   }
 }
 

@@ -284,8 +284,8 @@ cudaError_t init_one() {
 template <class T>
 cudaError_t init_type() {
   cudaError_t e = cudaSuccess;
-  for (cudaError_t r : {init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(),
-                        init_one<T, 128>(), init_one<T, 256>()})
+  for (cudaError_t r : {init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(), init_one<T, 128>(),
+                        init_one<T, 256>()})
     if (r != cudaSuccess && e == cudaSuccess) e = r;
   return e;
 }

@@ -46,7 +46,9 @@ CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
   return *this;
 }
 
-CudaGraph::~CudaGraph() { reset(); }
+CudaGraph::~CudaGraph() {
+  reset();
+}
 
 void CudaGraph::reset() {
   if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
@@ -55,10 +57,11 @@ void CudaGraph::reset() {
 }
 
 void CudaGraph::replay() {
-  if (exec_ == nullptr) fail("CudaGraph::replay: the graph is empty (default-constructed or moved from)");
-  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
-                             static_cast<cudaStream_t>(stream_)),
-             "CudaGraph::replay");
+  if (exec_ == nullptr)
+    fail("CudaGraph::replay: the graph is empty (default-constructed or moved from)");
+  check_cuda(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_)),
+      "CudaGraph::replay");
 }
 
 namespace {
@@ -150,8 +153,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void begin_capture() override {
     if (capturing_) fail("begin_capture: a capture is already running on this backend");
-    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-               "begin_capture");
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture");
     capturing_ = true;
   }
 
@@ -196,8 +198,8 @@ class CudaBackendImpl final : public CudaBackend {
     // From pageable memory the copy has read `host` when the call returns; from page-locked
     // memory it has not, so wait: the caller may reuse `host` as soon as upload returns.
     cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, host) == cudaSuccess &&
-        attr.type == cudaMemoryTypeHost && !capturing_)
+    if (cudaPointerGetAttributes(&attr, host) == cudaSuccess && attr.type == cudaMemoryTypeHost &&
+        !capturing_)
       check_cuda(cudaStreamSynchronize(stream_), "upload: copy from page-locked memory");
     cudaGetLastError();
   }
@@ -219,8 +221,7 @@ class CudaBackendImpl final : public CudaBackend {
       check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
     check.disjoint("dst", dst, "src", src);
     if (src.nbytes() == 0) return;
-    check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice,
-                               stream_),
+    check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_),
                "copy: cudaMemcpyAsync");
     after_launch("copy");
   }
@@ -257,8 +258,8 @@ class CudaBackendImpl final : public CudaBackend {
     const OpCheck check("rms_norm", device_);
     check_norm(check, x, weight, eps, out);
     check.disjoint("out", out, "x", x);
-    cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0),
-                          x.dim(1), stream_);
+    cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0), x.dim(1),
+                          stream_);
     after_launch("rms_norm");
   }
 
@@ -313,8 +314,8 @@ class CudaBackendImpl final : public CudaBackend {
       after_launch("linear");
       return;
     }
-    const cuda::GemmArgs args{x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype, out.data,
-                              t, n, k};
+    const cuda::GemmArgs args{x.dtype,   x.data,   w.data, bias_dt, bias_p,
+                              out.dtype, out.data, t,      n,       k};
     switch (lt_->run(args, stream_)) {
       case cuda::LtGemm::Outcome::done:
         break;
@@ -322,8 +323,8 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::launch_add_bias(out.dtype, out.data, bias_dt, bias_p, t, n, true, stream_);
         break;
       case cuda::LtGemm::Outcome::unsupported:
-        cuda::launch_fallback_gemm(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype, out.data,
-                                   t, n, k, stream_);
+        cuda::launch_fallback_gemm(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype, out.data, t,
+                                   n, k, stream_);
         break;
     }
     after_launch("linear");
@@ -375,10 +376,9 @@ class CudaBackendImpl final : public CudaBackend {
     check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
     check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
     check.disjoint("k_cache", k_cache, "v_cache", v_cache);
-    cuda::launch_write_kv(k.data, v.data, k_cache.data, v_cache.data,
-                          slot_mapping.as<const int32_t>(), k.dim(0),
-                          k_cache.dim(0) * k_cache.dim(1), row * int64_t(dtype_size(k.dtype)),
-                          err(), stream_);
+    cuda::launch_write_kv(
+        k.data, v.data, k_cache.data, v_cache.data, slot_mapping.as<const int32_t>(), k.dim(0),
+        k_cache.dim(0) * k_cache.dim(1), row * int64_t(dtype_size(k.dtype)), err(), stream_);
     after_launch("write_kv");
   }
 
@@ -425,8 +425,8 @@ class CudaBackendImpl final : public CudaBackend {
     check.float_dtype("gate_up", gate_up);
     check.tensor("out", out, gate_up.dtype, 2);
     if (gate_up.dim(1) % 2 != 0)
-      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves",
-                 describe(gate_up), gate_up.dim(1));
+      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
+                 gate_up.dim(1));
     const int64_t inter = gate_up.dim(1) / 2;
     check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
     check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
@@ -443,9 +443,9 @@ class CudaBackendImpl final : public CudaBackend {
     check.dim("out", out, 0, indices.dim(0), "one row per index");
     check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
     check.disjoint("out", out, "x", x);
-    cuda::launch_gather_rows(x.data, x.dim(0), indices.as<const int32_t>(), out.data,
-                             out.dim(0), x.dim(1) * int64_t(dtype_size(x.dtype)),
-                             cuda::kErrGatherIndex, err(), stream_);
+    cuda::launch_gather_rows(x.data, x.dim(0), indices.as<const int32_t>(), out.data, out.dim(0),
+                             x.dim(1) * int64_t(dtype_size(x.dtype)), cuda::kErrGatherIndex, err(),
+                             stream_);
     after_launch("gather_rows");
   }
 
@@ -502,7 +502,8 @@ class CudaBackendImpl final : public CudaBackend {
   void check_transfer(const char* op, const char* name, const Tensor& t, const void* host,
                       size_t bytes) const {
     const OpCheck check(op, device_);
-    if (t.device != device_) check.fail("{} {} must be on {}", name, describe(t), to_string(device_));
+    if (t.device != device_)
+      check.fail("{} {} must be on {}", name, describe(t), to_string(device_));
     if (bytes > t.nbytes())
       check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
     if (bytes > 0 && (host == nullptr || t.data == nullptr))
@@ -575,10 +576,11 @@ class CudaBackendImpl final : public CudaBackend {
     check.fits_int("max_blocks_per_seq * block_size",
                    batch.block_tables.dim(1) * int64_t(shape.block_size));
     if (int64_t(batch.max_seq_len) > batch.block_tables.dim(1) * shape.block_size)
-      check.fail("max_seq_len = {} needs more than the {} blocks of {} per sequence in "
-                 "block_tables {}",
-                 batch.max_seq_len, batch.block_tables.dim(1), shape.block_size,
-                 describe(batch.block_tables));
+      check.fail(
+          "max_seq_len = {} needs more than the {} blocks of {} per sequence in "
+          "block_tables {}",
+          batch.max_seq_len, batch.block_tables.dim(1), shape.block_size,
+          describe(batch.block_tables));
   }
 
   struct StreamDeleter {
@@ -607,6 +609,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   return std::make_unique<CudaBackendImpl>(device_index);
 }
 
-CudaBackend* cuda_backend_of(Backend& backend) { return dynamic_cast<CudaBackend*>(&backend); }
+CudaBackend* cuda_backend_of(Backend& backend) {
+  return dynamic_cast<CudaBackend*>(&backend);
+}
 
 }  // namespace troupe

@@ -16,8 +16,7 @@ void check_cublas(cublasStatus_t s, std::string_view what) {
 }
 
 void OpCheck::tensor(std::string_view name, const Tensor& t, int ndim) const {
-  if (t.device != device_)
-    fail("{} {} must be on {}", name, describe(t), to_string(device_));
+  if (t.device != device_) fail("{} {} must be on {}", name, describe(t), to_string(device_));
   if (t.ndim != ndim) fail("{} {} must have {} dimensions", name, describe(t), ndim);
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[size_t(i)] < 0) fail("{} {} has a negative dimension", name, describe(t));
@@ -57,7 +56,8 @@ void OpCheck::disjoint(std::string_view name, const Tensor& t, std::string_view 
 }
 
 void OpCheck::fits_int(std::string_view name, int64_t value) const {
-  if (value < 0 || value > INT_MAX) fail("{} = {} exceeds the kernels' limit of 2^31 - 1", name, value);
+  if (value < 0 || value > INT_MAX)
+    fail("{} = {} exceeds the kernels' limit of 2^31 - 1", name, value);
 }
 
 void OpCheck::aligned(std::string_view name, const Tensor& t, size_t bytes) const {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "cuda/cuda_check.hpp"
@@ -104,9 +104,9 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   if (bias_bytes > 0)
     std::memcpy(staging_.as<char>() + params_bytes + mods_bytes, biases_.data(), bias_bytes);
   meta_.ensure(meta_bytes, "sample: row parameters");
-  check_cuda(cudaMemcpyAsync(meta_.data(), staging_.data(), meta_bytes, cudaMemcpyHostToDevice,
-                             stream),
-             "sample: upload of row parameters");
+  check_cuda(
+      cudaMemcpyAsync(meta_.data(), staging_.data(), meta_bytes, cudaMemcpyHostToDevice, stream),
+      "sample: upload of row parameters");
   if (scratch_rows > 0)
     scratch_.ensure(size_t(scratch_rows) * size_t(vocab) * sizeof(float),
                     "sample: scratch copy of biased/penalised logits rows");
@@ -121,8 +121,7 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
                 scratch_.as<float>(), scratch_rows, results_.as<int32_t>(), stream);
   check_cuda(cudaGetLastError(), "sample: kernel launch");
   check_cuda(cudaMemcpyAsync(results_host_.data(), results_.data(),
-                             size_t(result_ints) * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                             stream),
+                             size_t(result_ints) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
              "sample: download of results");
   check_cuda(cudaStreamSynchronize(stream), "sample: kernels");
 
@@ -133,9 +132,10 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
     if (p[0] < 0) {  // the CPU reference throws in the same cases
       if (p[0] == kSampleRawInf) fail("sampling row {}: a raw logit is +inf", r);
       if (p[0] == kSampleRawAllNegInf) fail("sampling row {}: every raw logit is -inf or NaN", r);
-      fail("sampling row {}: no token left to sample (every logit is -inf or NaN after "
-           "logit_bias and penalties)",
-           r);
+      fail(
+          "sampling row {}: no token left to sample (every logit is -inf or NaN after "
+          "logit_bias and penalties)",
+          r);
     }
     SampledToken& t = out[r];
     t.token = p[0];

@@ -12,9 +12,15 @@ namespace troupe::cuda {
 
 // ---- scalar conversions (round to nearest even, as the host's dtype.hpp does) ----
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 template <class T>
 __device__ __forceinline__ T from_f32(float x);

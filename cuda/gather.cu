@@ -48,9 +48,9 @@ struct Word<1> {
 // One block per output row (grid-stride over rows beyond the grid).
 template <int W>
 __global__ void __launch_bounds__(kThreads)
-    gather_rows_kernel(const char* __restrict__ src, int64_t n_src,
-                       const int32_t* __restrict__ idx, char* __restrict__ out, int64_t n_out,
-                       int64_t row_bytes, int err_bit, int* err) {
+    gather_rows_kernel(const char* __restrict__ src, int64_t n_src, const int32_t* __restrict__ idx,
+                       char* __restrict__ out, int64_t n_out, int64_t row_bytes, int err_bit,
+                       int* err) {
   using V = typename Word<W>::type;
   const int64_t words = row_bytes / W;
   for (int64_t t = blockIdx.x; t < n_out; t += gridDim.x) {
@@ -108,24 +108,24 @@ void launch_gather_rows(const void* src, int64_t n_src, const int32_t* idx, void
   const dim3 grid(grid_for(n_out));
   switch (access_width(row_bytes, src, out)) {
     case 16:
-      gather_rows_kernel<16><<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes,
-                                                            err_bit, err);
+      gather_rows_kernel<16>
+          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
       break;
     case 8:
-      gather_rows_kernel<8><<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes,
-                                                           err_bit, err);
+      gather_rows_kernel<8>
+          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
       break;
     case 4:
-      gather_rows_kernel<4><<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes,
-                                                           err_bit, err);
+      gather_rows_kernel<4>
+          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
       break;
     case 2:
-      gather_rows_kernel<2><<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes,
-                                                           err_bit, err);
+      gather_rows_kernel<2>
+          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
       break;
     default:
-      gather_rows_kernel<1><<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes,
-                                                           err_bit, err);
+      gather_rows_kernel<1>
+          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
       break;
   }
 }
@@ -142,24 +142,24 @@ void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,
   // Cache rows start at multiples of row_bytes, so the cache bases' alignment is enough.
   switch (access_width(row_bytes, k, v, k_cache, v_cache)) {
     case 16:
-      write_kv_kernel<16><<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots,
-                                                         row_bytes, err);
+      write_kv_kernel<16>
+          <<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots, row_bytes, err);
       break;
     case 8:
-      write_kv_kernel<8><<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots,
-                                                        row_bytes, err);
+      write_kv_kernel<8>
+          <<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots, row_bytes, err);
       break;
     case 4:
-      write_kv_kernel<4><<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots,
-                                                        row_bytes, err);
+      write_kv_kernel<4>
+          <<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots, row_bytes, err);
       break;
     case 2:
-      write_kv_kernel<2><<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots,
-                                                        row_bytes, err);
+      write_kv_kernel<2>
+          <<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots, row_bytes, err);
       break;
     default:
-      write_kv_kernel<1><<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots,
-                                                        row_bytes, err);
+      write_kv_kernel<1>
+          <<<grid, kThreads, 0, stream>>>(kp, vp, kc, vc, slots, n_tokens, n_slots, row_bytes, err);
       break;
   }
 }

@@ -70,10 +70,10 @@ void launch_fallback_gemm(DType in_dt, const void* x, const void* w, DType bias_
 // ---- attention ----
 
 struct AttentionArgs {
-  const void* q;  // [T, num_heads * d]
+  const void* q;        // [T, num_heads * d]
   const void* k_cache;  // [num_blocks, block_size, num_kv_heads, d]
   const void* v_cache;
-  void* out;  // [T, num_heads * d]
+  void* out;                       // [T, num_heads * d]
   const int32_t* query_start_loc;  // [S + 1]
   const int32_t* seq_lens;         // [S]
   const int32_t* block_tables;     // [S, max_blocks]
@@ -115,8 +115,8 @@ int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
 /// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
-void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms,
-                           const DecodeWorkspace& ws, cudaStream_t stream);
+void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
+                           cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);
@@ -136,8 +136,8 @@ struct SampleRowParams {
   int32_t num_logprobs;  // -1: only the sampled token's
   int32_t mod_begin;     // this row's entries in the modification list
   int32_t mod_count;
-  int32_t scratch_row;   // row of the processed-logits scratch, -1: use the raw logits
-  int32_t out_offset;    // first int of this row's result in the result buffer
+  int32_t scratch_row;  // row of the processed-logits scratch, -1: use the raw logits
+  int32_t out_offset;   // first int of this row's result in the result buffer
   int32_t pad_;
   uint64_t seed;
   uint64_t offset;
@@ -166,7 +166,6 @@ inline constexpr int64_t kMaxSampleVocab = int64_t(1) << 23;
 
 void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
                    const SampleRowParams* rows, const SampleMod* mods, const float* biases,
-                   float* scratch,
-                   int32_t num_scratch_rows, int32_t* results, cudaStream_t stream);
+                   float* scratch, int32_t num_scratch_rows, int32_t* results, cudaStream_t stream);
 
 }  // namespace troupe::cuda

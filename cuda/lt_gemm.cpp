@@ -10,9 +10,12 @@ constexpr size_t kMaxPlans = 4096;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -25,7 +28,9 @@ uint32_t alignment_of(const void* p) {
 
 }  // namespace
 
-LtGemm::LtGemm() { check_cublas(cublasLtCreate(&handle_), "cublasLtCreate"); }
+LtGemm::LtGemm() {
+  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+}
 
 LtGemm::~LtGemm() {
   for (auto& [key, plan] : plans_) destroy(plan);
@@ -49,17 +54,21 @@ LtGemm::Plan LtGemm::make_plan(const Key& key, bool fuse_bias) {
   try {
     check_cublas(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
-                                                sizeof(op_t)), what);
-    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
-                                                sizeof(op_n)), what);
+    check_cublas(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
+        what);
+    check_cublas(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
+        what);
     if (fuse_bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                  sizeof(epi)), what);
+      check_cublas(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+          what);
       const cudaDataType_t bt = cuda_type(key.bias);
-      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                  &bt, sizeof(bt)), what);
+      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                  sizeof(bt)),
+                   what);
     }
     const auto in = cuda_type(key.in), out = cuda_type(key.out);
     check_cublas(cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(key.k), uint64_t(key.n), key.k),

@@ -40,13 +40,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-void launch_typed(void* q, void* k, const int32_t* positions, const float* cos_sin,
-                  int64_t tokens, int q_heads, int k_heads, int head_dim, int rotary_dim,
-                  int64_t max_positions, bool neox, int* err, cudaStream_t stream) {
+void launch_typed(void* q, void* k, const int32_t* positions, const float* cos_sin, int64_t tokens,
+                  int q_heads, int k_heads, int head_dim, int rotary_dim, int64_t max_positions,
+                  bool neox, int* err, cudaStream_t stream) {
   const dim3 grid(unsigned(tokens < (1 << 30) ? tokens : (1 << 30)));
-  rope_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(q), static_cast<T*>(k),
-                                                positions, cos_sin, tokens, q_heads, k_heads,
-                                                head_dim, rotary_dim, max_positions, neox, err);
+  rope_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(q), static_cast<T*>(k), positions,
+                                                cos_sin, tokens, q_heads, k_heads, head_dim,
+                                                rotary_dim, max_positions, neox, err);
 }
 
 }  // namespace
@@ -57,12 +57,12 @@ void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const flo
   if (tokens <= 0 || q_heads + k_heads <= 0 || rotary_dim < 2) return;
   switch (dt) {
     case DType::f32:
-      launch_typed<float>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim,
-                          rotary_dim, max_positions, neox, err, stream);
+      launch_typed<float>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim, rotary_dim,
+                          max_positions, neox, err, stream);
       break;
     case DType::f16:
-      launch_typed<__half>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim,
-                           rotary_dim, max_positions, neox, err, stream);
+      launch_typed<__half>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim, rotary_dim,
+                           max_positions, neox, err, stream);
       break;
     case DType::bf16:
       launch_typed<__nv_bfloat16>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim,

@@ -35,7 +35,7 @@ struct Shared {
   unsigned hist_count[256];
   unsigned long long hist_mass[256];
   int sel_bin;
-  long long sel_rest;            // top-k: elements still to skip
+  long long sel_rest;           // top-k: elements still to skip
   unsigned long long sel_mass;  // top-p: admitted mass above the selected bin
   int n_cand;
   int warp_off[kWarps + 1];
@@ -43,7 +43,9 @@ struct Shared {
   int cand_i[kMaxTopLogprobs];
 };
 
-__device__ __forceinline__ float sane(float v) { return v != v ? -INFINITY : v; }
+__device__ __forceinline__ float sane(float v) {
+  return v != v ? -INFINITY : v;
+}
 
 /// Monotone map of a float to uint32 (-0 folded into +0).
 __device__ __forceinline__ uint32_t key_of(float f) {
@@ -444,10 +446,10 @@ void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
                    cudaStream_t stream) {
   if (num_rows <= 0 || vocab <= 0) return;
   if (num_scratch_rows > 0)
-    mods_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, mods,
-                                                              biases, scratch);
+    mods_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, mods, biases,
+                                                             scratch);
   sample_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, scratch,
-                                                              results);
+                                                             results);
 }
 
 }  // namespace troupe::cuda

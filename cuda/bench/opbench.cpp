@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -125,8 +125,7 @@ void bench_dense(Bench& bench) {
       const Tensor out = bench.alloc(DType::f32, {t, kVocab});
       bench.time("linear lm_head 4096x128256 -> f32 T=" + std::to_string(t),
                  kBf * double(t * kHidden + kVocab * kHidden) + 4.0 * double(t * kVocab),
-                 2.0 * double(t * kVocab * kHidden),
-                 [&] { bench.b().linear(x, w, nullptr, out); });
+                 2.0 * double(t * kVocab * kHidden), [&] { bench.b().linear(x, w, nullptr, out); });
     }
     bench.release();
   }
@@ -141,13 +140,14 @@ void bench_dense(Bench& bench) {
     const Tensor gu = bench.floats(bf, {t, 2 * kInter}), act = bench.alloc(bf, {t, kInter});
     bench.time("silu_mul I=14336" + ts, kBf * double(3 * t * kInter), 0,
                [&] { bench.b().silu_mul(gu, act); });
-    const Tensor q = bench.floats(bf, {t, kHeads * kDim}), k = bench.floats(bf, {t, kKvHeads * kDim});
+    const Tensor q = bench.floats(bf, {t, kHeads * kDim}),
+                 k = bench.floats(bf, {t, kKvHeads * kDim});
     const Tensor cs = bench.floats(DType::f32, {8192, kDim});
     std::vector<int32_t> pos(static_cast<size_t>(t));
     for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = int32_t(i % 8192);
     const Tensor positions = bench.ints({t}, pos);
-    bench.time("rope 32/8 heads d=128" + ts, kBf * 2.0 * double(t * (kHeads + kKvHeads) * kDim),
-               0, [&] { bench.b().rope(q, k, positions, cs, kDim, kDim, RopeStyle::neox); });
+    bench.time("rope 32/8 heads d=128" + ts, kBf * 2.0 * double(t * (kHeads + kKvHeads) * kDim), 0,
+               [&] { bench.b().rope(q, k, positions, cs, kDim, kDim, RopeStyle::neox); });
     const Tensor table = bench.floats(bf, {kVocab, kHidden});
     std::vector<int32_t> id(static_cast<size_t>(t));
     for (int64_t i = 0; i < t; ++i) id[size_t(i)] = int32_t((i * 7919) % kVocab);
@@ -197,8 +197,8 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
   for (int32_t i = 0; i < q_len; ++i) pairs += double(ctx - q_len + i + 1);
   pairs *= num_seqs;
   const double flops = 4.0 * pairs * kHeads * kDim;
-  const double bytes = kBf * (2.0 * double(num_seqs) * ctx * kKvHeads * kDim +
-                              2.0 * double(tokens) * kHeads * kDim);
+  const double bytes =
+      kBf * (2.0 * double(num_seqs) * ctx * kKvHeads * kDim + 2.0 * double(tokens) * kHeads * kDim);
   bench.time(name, bytes, flops, [&] { bench.b().attention(q, kc, vc, batch, shape, out); });
   bench.release();
 }
@@ -236,8 +236,8 @@ int main(int argc, char** argv) {
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     Bench bench(iters);
-    std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n",
-                bench.b().name().c_str(), iters);
+    std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
+                iters);
     bench_dense(bench);
     bench_attention(bench, "attention decode 64 seqs x 1024 ctx, 32/8 heads d=128", 64, 1, 1024);
     bench_attention(bench, "attention decode 256 seqs x 2048 ctx", 256, 1, 2048);

@@ -6,8 +6,8 @@
 // so `ctest` passes on CI machines.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -36,9 +36,12 @@ inline bool have_gpu() {
 /// Normalised error thresholds per compute dtype (tf32 is off, so f32 is tight).
 inline double tolerance(DType dt) {
   switch (dt) {
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 3e-3;
-    default: return 1e-5;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f16:
+      return 3e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -158,7 +161,9 @@ class Pair {
   std::vector<Buffer> buffers_;
 };
 
-inline const char* dname(DType dt) { return dtype_name(dt).data(); }
+inline const char* dname(DType dt) {
+  return dtype_name(dt).data();
+}
 
 inline constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 

@@ -47,7 +47,8 @@ HostBatch make_batch(const std::vector<SeqSpec>& seqs, int block_size, int paddi
   size_t next = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int32_t used = (seqs[s].kv_len + block_size - 1) / block_size;
-    for (int32_t j = 0; j < used; ++j) b.tables[s * size_t(b.max_blocks) + size_t(j)] = phys[next++];
+    for (int32_t j = 0; j < used; ++j)
+      b.tables[s * size_t(b.max_blocks) + size_t(j)] = phys[next++];
   }
   b.tokens = b.qsl.back() + padding_rows;
   return b;
@@ -132,7 +133,8 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
     for (const AttnCase& c : cases) run_case(p, dt, c, rng);
 }
 
-TEST_CASE("cuda attention with max_seq_len and max_query_len above the batch's", "[cuda][attention]") {
+TEST_CASE("cuda attention with max_seq_len and max_query_len above the batch's",
+          "[cuda][attention]") {
   // What a CUDA-graph capture does: host maxima are upper bounds; kernels read real lengths.
   TROUPE_REQUIRE_GPU();
   Pair p;
@@ -223,8 +225,8 @@ TEST_CASE("cuda write_kv then attention equals the CPU doing the same", "[cuda][
     p.gpu().attention(p.gpu_floats(dt, {b.tokens, q_row}, q), gkc, gvc, gb, shape, g_out);
 
     const Tensor ckc = p.cpu_f32(cdims, cache0), cvc = p.cpu_f32(cdims, cache0);
-    p.cpu().write_kv(p.cpu_f32({b.tokens, kv_row}, k), p.cpu_f32({b.tokens, kv_row}, v), ckc,
-                     cvc, p.cpu_i32({b.tokens}, slots));
+    p.cpu().write_kv(p.cpu_f32({b.tokens, kv_row}, k), p.cpu_f32({b.tokens, kv_row}, v), ckc, cvc,
+                     p.cpu_i32({b.tokens}, slots));
     AttentionBatch cb = gb;
     cb.query_start_loc = p.cpu_i32({b.num_seqs + 1}, b.qsl);
     cb.seq_lens = p.cpu_i32({b.num_seqs}, b.seq_lens);

@@ -50,7 +50,8 @@ struct Layer {
     slots = p.gpu_i32({kTokens}, std::vector<int32_t>(size_t(kTokens), -1));
     qsl = p.gpu_i32({kSeqs + 1}, std::vector<int32_t>(size_t(kSeqs + 1), 0));
     seq_lens = p.gpu_i32({kSeqs}, std::vector<int32_t>(size_t(kSeqs), 0));
-    block_tables = p.gpu_i32({kSeqs, kMaxBlocks}, std::vector<int32_t>(size_t(kSeqs * kMaxBlocks), 0));
+    block_tables =
+        p.gpu_i32({kSeqs, kMaxBlocks}, std::vector<int32_t>(size_t(kSeqs * kMaxBlocks), 0));
     last_rows = p.gpu_i32({kSeqs}, std::vector<int32_t>(size_t(kSeqs), 0));
     h = p.gpu_nan(dt, {kTokens, kHidden});
     hn = p.gpu_nan(dt, {kTokens, kHidden});
@@ -82,12 +83,14 @@ struct Layer {
     for (size_t s = 0; s < seqs.size(); ++s) {
       const auto [cached, fresh] = seqs[s];
       for (int64_t b = 0; b < kMaxBlocks; ++b)
-        tables[size_t(int64_t(s) * kMaxBlocks + b)] = phys[size_t(int64_t(s) * kMaxBlocks + b) % phys.size()];
+        tables[size_t(int64_t(s) * kMaxBlocks + b)] =
+            phys[size_t(int64_t(s) * kMaxBlocks + b) % phys.size()];
       for (int32_t i = 0; i < fresh; ++i) {
         const int32_t ps = cached + i;
         id.push_back(tok(rng));
         pos.push_back(ps);
-        slot.push_back(tables[size_t(int64_t(s) * kMaxBlocks + ps / kBlockSize)] * int32_t(kBlockSize) +
+        slot.push_back(tables[size_t(int64_t(s) * kMaxBlocks + ps / kBlockSize)] *
+                           int32_t(kBlockSize) +
                        ps % int32_t(kBlockSize));
       }
       starts.push_back(starts.back() + fresh);
@@ -202,7 +205,8 @@ TEST_CASE("cuda ops reject bad shapes, dtypes and devices on the host", "[cuda][
   TROUPE_REQUIRE_GPU();
   Pair p;
   const DType bf = DType::bf16;
-  const Tensor x = p.gpu_nan(bf, {4, 64}), w = p.gpu_nan(bf, {32, 65}), out = p.gpu_nan(bf, {4, 32});
+  const Tensor x = p.gpu_nan(bf, {4, 64}), w = p.gpu_nan(bf, {32, 65}),
+               out = p.gpu_nan(bf, {4, 32});
   CHECK_THROWS_WITH(p.gpu().linear(x, w, nullptr, out), Contains("linear") && Contains("K of x"));
   const Tensor w_ok = p.gpu_nan(bf, {32, 64});
   CHECK_THROWS_WITH(p.gpu().linear(x, w_ok, nullptr, p.gpu_nan(DType::f16, {4, 32})),
@@ -215,13 +219,13 @@ TEST_CASE("cuda ops reject bad shapes, dtypes and devices on the host", "[cuda][
                     Contains("eps"));
   const Tensor q = p.gpu_nan(bf, {4, 128}), k = p.gpu_nan(bf, {4, 64});
   const Tensor pos = p.gpu_i32({4}, {0, 1, 2, 3});
-  CHECK_THROWS_WITH(p.gpu().rope(q, k, pos, p.gpu_nan(DType::f32, {16, 63}), 64, 63,
-                                 RopeStyle::neox),
-                    Contains("rotary_dim = 63"));
+  CHECK_THROWS_WITH(
+      p.gpu().rope(q, k, pos, p.gpu_nan(DType::f32, {16, 63}), 64, 63, RopeStyle::neox),
+      Contains("rotary_dim = 63"));
   const Tensor cache = p.gpu_nan(bf, {4, 16, 1, 64});
-  CHECK_THROWS_WITH(p.gpu().write_kv(k, k, cache, p.gpu_nan(bf, {4, 16, 1, 64}),
-                                     p.gpu_i32({3}, {0, 1, 2})),
-                    Contains("slot_mapping"));
+  CHECK_THROWS_WITH(
+      p.gpu().write_kv(k, k, cache, p.gpu_nan(bf, {4, 16, 1, 64}), p.gpu_i32({3}, {0, 1, 2})),
+      Contains("slot_mapping"));
   CHECK_THROWS_WITH(p.gpu().silu_mul(p.gpu_nan(bf, {2, 7}), p.gpu_nan(bf, {2, 3})),
                     Contains("two equal halves"));
   CHECK_THROWS_WITH(p.gpu().copy(p.gpu_nan(bf, {3}), p.gpu_nan(bf, {4})),

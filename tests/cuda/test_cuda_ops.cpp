@@ -91,7 +91,7 @@ TEST_CASE("cuda linear matches the CPU, with and without bias, f32 logits", "[cu
   struct Shape {
     int64_t t, k, n;
   };
-  const Shape shapes[] = {{1, 512, 1024}, {17, 256, 300}, {64, 1024, 512}, {5, 13, 7},
+  const Shape shapes[] = {{1, 512, 1024},   {17, 256, 300},  {64, 1024, 512}, {5, 13, 7},
                           {128, 4096, 256}, {3, 4096, 4096}, {200, 96, 2}};
   for (DType dt : kFloatTypes) {
     for (const Shape& s : shapes) {
@@ -182,9 +182,9 @@ TEST_CASE("cuda rope rotates like the CPU: neox and gptj, full and partial", "[c
         const Tensor ccs = p.cpu_f32({max_pos, c.rotary}, cs);
         const Tensor cpos = p.cpu_i32({t}, pos);
         p.cpu().rope(cq, ck, cpos, ccs, c.d, c.rotary, c.style);
-        const std::string what = fmt::format("rope {} {} heads {}/{} d={} rotary={} T={}",
-                                             dname(dt), c.style == RopeStyle::neox ? "neox" : "gptj",
-                                             c.q_heads, c.k_heads, c.d, c.rotary, t);
+        const std::string what = fmt::format(
+            "rope {} {} heads {}/{} d={} rotary={} T={}", dname(dt),
+            c.style == RopeStyle::neox ? "neox" : "gptj", c.q_heads, c.k_heads, c.d, c.rotary, t);
         report(what + " q", norm_error(p.read(gq), p.read(cq)), tolerance(dt));
         report(what + " k", norm_error(p.read(gk), p.read(ck)), tolerance(dt));
       }

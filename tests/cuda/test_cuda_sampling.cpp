@@ -91,8 +91,8 @@ void compare_rows(const std::vector<float>& logits, int64_t vocab,
       REQUIRE(g.token < vocab);
       const double sc = judge.race(rows[r], cpu.token), sg = judge.race(rows[r], g.token);
       const bool tie = std::abs(sc - sg) <= kTie * std::max(1.0, std::abs(sc));
-      const bool boundary = judge.near_boundary(rows[r], cpu.token) ||
-                            judge.near_boundary(rows[r], g.token);
+      const bool boundary =
+          judge.near_boundary(rows[r], cpu.token) || judge.near_boundary(rows[r], g.token);
       INFO("race scores cpu " << sc << ", gpu " << sg);
       CHECK((tie || boundary));
       std::printf("%s row %zu: near-tie mismatch accepted (cpu %d, gpu %d)\n", label.c_str(), r,
@@ -259,8 +259,7 @@ TEST_CASE("cuda sample rejects bad rows and unusable logits", "[cuda][sampling][
   CHECK_THROWS_AS(p.gpu().sample(g, one(banned)), Error);
   std::vector<float> with_inf = logits;
   with_inf[7] = INFINITY;
-  CHECK_THROWS_AS(p.gpu().sample(p.gpu_floats(DType::f32, {1, vocab}, with_inf), one(row)),
-                  Error);
+  CHECK_THROWS_AS(p.gpu().sample(p.gpu_floats(DType::f32, {1, vocab}, with_inf), one(row)), Error);
   CHECK(p.gpu().sample(g, one(row)).size() == 1);
 }
 
