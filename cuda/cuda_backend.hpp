@@ -17,6 +17,14 @@
 // Debug aid: with TROUPE_CUDA_SYNC_CHECK=1 in the environment every op synchronises after its
 // launches (outside graph capture), so a failing kernel is reported by the op that launched it.
 //
+// Kernels (one concern per .cu file): linear is cuBLASLt (lt_gemm.cpp; CUBLAS_COMPUTE_32F, so
+// f32 never uses TF32; the bias rides the epilogue when it has out's dtype) with a plain tiled
+// GEMM as fallback for shapes/alignments cuBLASLt declines; attention runs the tensor-core
+// FlashAttention-2 kernel (attention_prefill.cu) for sequences with >= 2 query rows and the
+// split-KV decode kernel (attention_decode.cu) for sequences with 1, both reading K/V through
+// the block table (head dims 64/80/96/128/256, block sizes 8/16/32; others are an Error); f32
+// attention uses a simple CUDA-core kernel (attention_f32.cu). sample() runs sampling.cu.
+//
 // Memory: the backend keeps a 32 MiB cuBLASLt workspace and a 64 MiB split-KV decode workspace
 // from construction on, and the sampler grows small metadata buffers plus a scratch copy of the
 // logits rows that carry a logit bias or penalties (rows x vocab f32), on first need.
@@ -64,7 +72,9 @@ class CudaBackend : public Backend {
  public:
   /// Starts recording the ops called on this backend into a graph instead of running them.
   /// Ops stay capturable: they neither synchronise nor allocate. Not capturable: upload,
-  /// download, synchronize, copy from/to host, memory_info, allocate and sample().
+  /// download, synchronize, allocate and sample() (these throw while capturing).
+  /// Run the same op sequence once before capturing it: the first call of a shape loads
+  /// kernel modules and makes its cuBLASLt plan, which is best kept out of a capture.
   /// Grid sizes come from host-side arguments (AttentionBatch's num_seqs, max_query_len,
   /// max_seq_len, tensor shapes): capture with the largest values a replay will see; kernels
   /// read the actual lengths from the device tensors at replay time.
