@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -9,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "cpu/op_checks.hpp"
 #include "cpu/paged_attention.hpp"
@@ -75,6 +75,7 @@ class CpuBackend final : public Backend {
   // ---- memory ----
 
   [[nodiscard]] Buffer allocate(size_t bytes) override {
+    if (bytes > (size_t(1) << 62)) fail("allocate: {} bytes is not a plausible size", bytes);
     // aligned_alloc needs a size that is a multiple of the alignment (and not zero).
     const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
@@ -95,7 +96,10 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& dst, const Tensor& src) override {
     const OpCheck check("copy");
     check.tensor("src", src, src.dtype, src.ndim);
-    check.tensor("dst", dst, src.dtype, dst.ndim);
+    check.tensor("dst", dst, dst.dtype, dst.ndim);
+    if (dst.dtype != src.dtype)
+      check.fail("dst {} and src {} differ in dtype (copy does not convert)", describe(dst),
+                 describe(src));
     if (dst.numel() != src.numel())
       check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
     if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
@@ -261,16 +265,16 @@ class CpuBackend final : public Backend {
     check.tensor("k", k, DType::f32, 2);
     check.same_shape("v", v, "k", k);
     const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
-    check.dim("k", k, 1, row, fmt::format("num_kv_heads * head_dim of k_cache {}",
-                                          describe(k_cache)));
+    check.dim("k", k, 1, row,
+              fmt::format("num_kv_heads * head_dim of k_cache {}", describe(k_cache)));
     check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
     check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
     const auto* slot = slot_mapping.as<const int32_t>();
     const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
     for (int64_t t = 0; t < k.dim(0); ++t)
       if (slot[t] >= num_slots)
-        check.fail("slot_mapping[{}] = {} is outside the cache's slots [0, {}) (negative skips)",
-                   t, slot[t], num_slots);
+        check.fail("slot_mapping[{}] = {} is outside the cache's slots [0, {}) (negative skips)", t,
+                   slot[t], num_slots);
     const float* ks = k.as<const float>();
     const float* vs = v.as<const float>();
     float* kc = k_cache.as<float>();
@@ -296,8 +300,8 @@ class CpuBackend final : public Backend {
     check.tensor("gate_up", gate_up, DType::f32, 2);
     check.tensor("out", out, DType::f32, 2);
     if (gate_up.dim(1) % 2 != 0)
-      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves",
-                 describe(gate_up), gate_up.dim(1));
+      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
+                 gate_up.dim(1));
     const int64_t inter = gate_up.dim(1) / 2;
     check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
     check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
@@ -377,8 +381,8 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
-  if (num_threads < 0) fail("make_cpu_backend: num_threads = {} must be >= 0 (0: all cores)",
-                            num_threads);
+  if (num_threads < 0)
+    fail("make_cpu_backend: num_threads = {} must be >= 0 (0: all cores)", num_threads);
   return std::make_unique<CpuBackend>(num_threads);
 }
 

@@ -11,8 +11,10 @@ void OpCheck::tensor(std::string_view name, const Tensor& t, DType dtype, int nd
            dtype_name(dtype));
     fail("{} {} must be {}", name, describe(t), dtype_name(dtype));
   }
-  if (t.ndim != ndim) fail("{} {} must have {} dimension(s), has {}", name, describe(t), ndim, t.ndim);
-  if (t.data == nullptr && t.numel() > 0) fail("{} {} has no memory (null data)", name, describe(t));
+  if (t.ndim != ndim)
+    fail("{} {} must have {} dimension(s), has {}", name, describe(t), ndim, t.ndim);
+  if (t.data == nullptr && t.numel() > 0)
+    fail("{} {} has no memory (null data)", name, describe(t));
 }
 
 void OpCheck::dim(std::string_view name, const Tensor& t, int i, int64_t expected,

@@ -19,7 +19,9 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Orders raw logits for ranks and top-N: NaN counts as -inf so the order stays strict weak.
-float order_key(float x) { return std::isnan(x) ? kNegInf : x; }
+float order_key(float x) {
+  return std::isnan(x) ? kNegInf : x;
+}
 
 void check_ids(const std::string& where, const char* field, std::span<const int32_t> ids,
                int64_t vocab) {
@@ -66,7 +68,8 @@ std::vector<int32_t> surviving_tokens(const std::vector<float>& scaled, const Sa
 
   if (row.min_p > 0.0f) {  // p_i / p_max = exp(l_i - l_max)
     const double min_p = row.min_p;
-    std::erase_if(keep, [&](int32_t i) { return std::exp(double(scaled[size_t(i)]) - vmax) < min_p; });
+    std::erase_if(keep,
+                  [&](int32_t i) { return std::exp(double(scaled[size_t(i)]) - vmax) < min_p; });
   }
   if (row.top_k > 0 && size_t(row.top_k) < keep.size()) {
     std::vector<float> values(keep.size());
@@ -77,17 +80,27 @@ std::vector<int32_t> surviving_tokens(const std::vector<float>& scaled, const Sa
     std::erase_if(keep, [&](int32_t i) { return scaled[size_t(i)] < kth; });
   }
   if (row.top_p < 1.0f) {
-    std::sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) {
+    auto more_likely = [&](int32_t a, int32_t b) {
       const float la = scaled[size_t(a)], lb = scaled[size_t(b)];
       return la > lb || (la == lb && a < b);
-    });
+    };
     double z = 0.0;
     for (int32_t i : keep) z += std::exp(double(scaled[size_t(i)]) - vmax);
+    // The order is total, so a sorted prefix is the full sort's prefix: sort a growing
+    // prefix until the kept mass reaches top_p (a few hundred tokens for a peaked row)
+    // instead of the whole vocabulary.
+    size_t sorted = std::min<size_t>(keep.size(), 256);
     double before = 0.0;  // probability mass of the more likely tokens already kept
     size_t n = 0;
-    while (n < keep.size() && (n == 0 || before < double(row.top_p))) {
-      before += std::exp(double(scaled[size_t(keep[n])]) - vmax) / z;
-      ++n;
+    for (;;) {
+      std::partial_sort(keep.begin() + std::ptrdiff_t(n), keep.begin() + std::ptrdiff_t(sorted),
+                        keep.end(), more_likely);
+      while (n < sorted && (n == 0 || before < double(row.top_p))) {
+        before += std::exp(double(scaled[size_t(keep[n])]) - vmax) / z;
+        ++n;
+      }
+      if (n < sorted || sorted == keep.size()) break;
+      sorted = std::min(keep.size(), sorted * 4);
     }
     keep.resize(n);
   }
@@ -125,8 +138,8 @@ void check_sampling_row(const SamplingRow& row, int64_t vocab, int64_t row_index
       fail("{}logit_bias[{}] names token {}, outside the vocabulary [0, {})", where, i, token,
            vocab);
     if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity())
-      fail("{}logit_bias[{}] for token {} is {}; allowed: a finite value or -inf (a ban)", where,
-           i, token, bias);
+      fail("{}logit_bias[{}] for token {} is {}; allowed: a finite value or -inf (a ban)", where, i,
+           token, bias);
   }
 }
 
@@ -182,8 +195,9 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
     }
   }
   if (token < 0)
-    fail("sampling: no token left to sample (every logit is -inf or NaN after logit_bias and "
-         "penalties)");
+    fail(
+        "sampling: no token left to sample (every logit is -inf or NaN after logit_bias and "
+        "penalties)");
 
   SampledToken result;
   result.token = token;
@@ -210,8 +224,8 @@ std::vector<SampledToken> sample_rows(const float* logits, int64_t vocab,
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   // Threads only pay off once there is real work per thread.
   const int64_t work = int64_t(rows.size()) * vocab;
-  const auto threads = size_t(std::clamp<int64_t>(
-      std::min<int64_t>(num_threads, work / (1 << 16)), 1, int64_t(rows.size())));
+  const auto threads = size_t(std::clamp<int64_t>(std::min<int64_t>(num_threads, work / (1 << 16)),
+                                                  1, int64_t(rows.size())));
   auto run = [&](size_t first, size_t stride) {
     for (size_t s = first; s < rows.size(); s += stride)
       result[s] = sample_row(logits + int64_t(s) * vocab, vocab, rows[s]);

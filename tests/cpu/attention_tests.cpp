@@ -54,7 +54,8 @@ HostBatch make_batch(const std::vector<SeqSpec>& seqs, int32_t block_size, std::
   size_t next = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int32_t used = (b.seq_lens[s] + block_size - 1) / block_size;
-    for (int32_t j = 0; j < used; ++j) b.tables[s * size_t(b.max_blocks) + size_t(j)] = physical[next++];
+    for (int32_t j = 0; j < used; ++j)
+      b.tables[s * size_t(b.max_blocks) + size_t(j)] = physical[next++];
   }
   return b;
 }
@@ -75,7 +76,8 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
         const int32_t kvh = h / group;
         auto cache_at = [&](const std::vector<float>& c, int32_t j) {
           const int64_t block = b.tables[s * size_t(b.max_blocks) + size_t(j / sh.block_size)];
-          return &c[size_t(((block * sh.block_size + j % sh.block_size) * sh.num_kv_heads + kvh) * d)];
+          return &c[size_t(((block * sh.block_size + j % sh.block_size) * sh.num_kv_heads + kvh) *
+                           d)];
         };
         std::vector<double> score(size_t(pos + 1));
         for (int32_t j = 0; j <= pos; ++j) {
@@ -120,38 +122,41 @@ DeviceBatch upload_batch(OpHarness& h, const HostBatch& b, const AttentionShape&
 
 }  // namespace
 
-TEST_CASE("cpu attention matches float64 on mixed prefill/decode batches", "[cpu][ops]") {
+TEST_CASE("attention matches float64 on mixed prefill/decode batches", "[cpu][ops]") {
   OpHarness h(2);
   std::mt19937_64 rng(11);
   for (auto [heads, kv_heads] : {std::pair<int32_t, int32_t>{8, 2}, {4, 4}}) {
     for (int32_t d : {64, 80, 128}) {
       for (int32_t bs : {8, 16, 32}) {
-        // prefill, chunked prefill, decode, first token, a block-aligned chunk, an idle seq.
-        const std::vector<SeqSpec> seqs{{0, 37}, {20, 13}, {50, 1}, {0, 1}, {2 * bs, bs}, {5, 0},
-                                        {bs - 1, 2}};
-        const HostBatch b = make_batch(seqs, bs, rng);
-        const AttentionShape sh{heads, kv_heads, d, bs, 1.0f / std::sqrt(float(d))};
-        const int64_t rows = b.rows + 2;  // two padding rows
-        const int64_t cache_elems = int64_t(b.num_blocks) * bs * kv_heads * d;
-        for (float q_scale : {1.0f, 40.0f}) {  // 40: scores far beyond exp's f32 range
-          const auto kc = random_floats(rng, size_t(cache_elems));
-          const auto vc = random_floats(rng, size_t(cache_elems));
-          const auto q_host = random_floats(rng, size_t(rows * heads * d), -q_scale, q_scale);
-          DeviceBatch db = upload_batch(h, b, sh, kc, vc);
-          const Tensor q = h.f32({rows, heads * d}, q_host);
-          const Tensor out = h.f32_nan({rows, heads * d});
-          h.backend().attention(q, db.k_cache, db.v_cache, db.batch, sh, out);
-          report(fmt::format("attention heads {}/{} d={} block={} q scale {}", heads, kv_heads,
-                             d, bs, q_scale),
-                 max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh, rows)));
+        // prefill, chunked prefill, decode, first token, a block-aligned chunk, an idle seq;
+        // then a lone decode row (one task's worth of rows: the kernel splits KV heads).
+        const std::vector<std::vector<SeqSpec>> batches{
+            {{0, 37}, {20, 13}, {50, 1}, {0, 1}, {2 * bs, bs}, {5, 0}, {bs - 1, 2}},
+            {{2 * bs + 3, 1}}};
+        for (const auto& seqs : batches) {
+          const HostBatch b = make_batch(seqs, bs, rng);
+          const AttentionShape sh{heads, kv_heads, d, bs, 1.0f / std::sqrt(float(d))};
+          const int64_t rows = b.rows + 2;  // two padding rows
+          const int64_t cache_elems = int64_t(b.num_blocks) * bs * kv_heads * d;
+          for (float q_scale : {1.0f, 40.0f}) {  // 40: scores far beyond exp's f32 range
+            const auto kc = random_floats(rng, size_t(cache_elems));
+            const auto vc = random_floats(rng, size_t(cache_elems));
+            const auto q_host = random_floats(rng, size_t(rows * heads * d), -q_scale, q_scale);
+            DeviceBatch db = upload_batch(h, b, sh, kc, vc);
+            const Tensor q = h.f32({rows, heads * d}, q_host);
+            const Tensor out = h.f32_nan({rows, heads * d});
+            h.backend().attention(q, db.k_cache, db.v_cache, db.batch, sh, out);
+            report(fmt::format("attention heads {}/{} d={} block={} seqs {} q scale {}", heads,
+                               kv_heads, d, bs, seqs.size(), q_scale),
+                   max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh, rows)));
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("cpu write_kv then attention equals attention over a directly filled cache",
-          "[cpu][ops]") {
+TEST_CASE("write_kv then attention equals attention over a directly filled cache", "[cpu][ops]") {
   // The model's order of calls: write this step's K/V, then attend. Two decode steps.
   OpHarness h(2);
   std::mt19937_64 rng(12);
@@ -167,7 +172,8 @@ TEST_CASE("cpu write_kv then attention equals attention over a directly filled c
   for (size_t s = 0; s < 2; ++s)
     for (int32_t p = b.seq_lens[s] - (b.qsl[s + 1] - b.qsl[s]); p < b.seq_lens[s]; ++p)
       slots.push_back(b.tables[s * size_t(b.max_blocks) + size_t(p / sh.block_size)] *
-                          sh.block_size + p % sh.block_size);
+                          sh.block_size +
+                      p % sh.block_size);
   const auto k_new = random_floats(rng, size_t(b.rows * row));
   const auto v_new = random_floats(rng, size_t(b.rows * row));
   h.backend().write_kv(h.f32({b.rows, row}, k_new), h.f32({b.rows, row}, v_new), db.k_cache,
@@ -179,13 +185,13 @@ TEST_CASE("cpu write_kv then attention equals attention over a directly filled c
     }
   const auto q_host = random_floats(rng, size_t(b.rows * sh.num_heads * sh.head_dim));
   const Tensor out = h.f32_nan({b.rows, sh.num_heads * sh.head_dim});
-  h.backend().attention(h.f32({b.rows, sh.num_heads * sh.head_dim}, q_host), db.k_cache,
-                        db.v_cache, db.batch, sh, out);
-  report("write_kv + attention", max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh,
-                                                                         b.rows)));
+  h.backend().attention(h.f32({b.rows, sh.num_heads * sh.head_dim}, q_host), db.k_cache, db.v_cache,
+                        db.batch, sh, out);
+  report("write_kv + attention",
+         max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh, b.rows)));
 }
 
-TEST_CASE("cpu attention rejects bad shapes and bad batch metadata", "[cpu][ops]") {
+TEST_CASE("attention rejects bad shapes and bad batch metadata", "[cpu][ops]") {
   OpHarness h(1);
   std::mt19937_64 rng(13);
   const AttentionShape sh{4, 2, 8, 4, 0.35f};
@@ -238,7 +244,7 @@ TEST_CASE("cpu attention rejects bad shapes and bad batch metadata", "[cpu][ops]
   bad.block_size = 8;
   CHECK_THROWS_WITH(run(good, bad, q, out), Catch::Contains("k_cache"));
   CHECK_THROWS_AS(run(good, sh, q, h.f32_nan({good.rows, 31})), Error);
-  CHECK_THROWS_AS(run(good, sh, h.f32({good.rows, 31}, std::vector<float>(size_t(good.rows * 31))),
-                      out),
-                  Error);
+  CHECK_THROWS_AS(
+      run(good, sh, h.f32({good.rows, 31}, std::vector<float>(size_t(good.rows * 31))), out),
+      Error);
 }

@@ -16,7 +16,7 @@ using troupe::test::OpHarness;
 using troupe::test::random_floats;
 using troupe::test::report;
 
-TEST_CASE("cpu embedding copies table rows and rejects ids outside the table", "[cpu][ops]") {
+TEST_CASE("embedding copies table rows and rejects ids outside the table", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(1);
   const int64_t vocab = 37, hidden = 19;
@@ -48,7 +48,8 @@ std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector
   std::vector<double> out(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0.0;
-    for (int64_t i = 0; i < hidden; ++i) ss += x[size_t(r * hidden + i)] * x[size_t(r * hidden + i)];
+    for (int64_t i = 0; i < hidden; ++i)
+      ss += x[size_t(r * hidden + i)] * x[size_t(r * hidden + i)];
     const double inv = 1.0 / std::sqrt(ss / double(hidden) + eps);
     for (int64_t i = 0; i < hidden; ++i)
       out[size_t(r * hidden + i)] = x[size_t(r * hidden + i)] * inv * w[size_t(i)];
@@ -57,7 +58,7 @@ std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector
 }
 }  // namespace
 
-TEST_CASE("cpu rms_norm and add_rms_norm match float64", "[cpu][ops]") {
+TEST_CASE("rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(2);
   for (auto [rows, hidden] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {16, 4096}, {3, 896}}) {
@@ -86,9 +87,9 @@ TEST_CASE("cpu rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   SECTION("errors") {
     const Tensor x = h.f32({2, 8}, std::vector<float>(16, 1.0f));
     const Tensor w = h.f32({8}, std::vector<float>(8, 1.0f));
-    CHECK_THROWS_WITH(h.backend().rms_norm(x, h.f32({7}, std::vector<float>(7)), 1e-6f,
-                                           h.f32_nan({2, 8})),
-                      Catch::Contains("rms_norm: weight [7]"));
+    CHECK_THROWS_WITH(
+        h.backend().rms_norm(x, h.f32({7}, std::vector<float>(7)), 1e-6f, h.f32_nan({2, 8})),
+        Catch::Contains("rms_norm: weight [7]"));
     CHECK_THROWS_AS(h.backend().rms_norm(x, w, 1e-6f, h.f32_nan({2, 9})), Error);
     CHECK_THROWS_AS(h.backend().rms_norm(x, w, -1.0f, h.f32_nan({2, 8})), Error);
     CHECK_THROWS_AS(h.backend().add_rms_norm(h.f32_nan({3, 8}), x, w, 1e-6f, h.f32_nan({2, 8})),
@@ -97,7 +98,7 @@ TEST_CASE("cpu rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("cpu linear matches float64, with and without bias", "[cpu][ops]") {
+TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(3);
   struct Case {
@@ -138,9 +139,9 @@ TEST_CASE("cpu linear matches float64, with and without bias", "[cpu][ops]") {
     const Tensor x = h.f32({4, 64}, std::vector<float>(256));
     const Tensor w = h.f32({32, 64}, std::vector<float>(2048));
     const Tensor out = h.f32_nan({4, 32});
-    CHECK_THROWS_WITH(h.backend().linear(x, h.f32({32, 65}, std::vector<float>(32 * 65)), nullptr,
-                                         out),
-                      Catch::Contains("linear: w [32, 65]") && Catch::Contains("expected 64"));
+    CHECK_THROWS_WITH(
+        h.backend().linear(x, h.f32({32, 65}, std::vector<float>(32 * 65)), nullptr, out),
+        Catch::Contains("linear: w [32, 65]") && Catch::Contains("expected 64"));
     const Tensor bad_bias = h.f32({31}, std::vector<float>(31));
     CHECK_THROWS_WITH(h.backend().linear(x, w, &bad_bias, out), Catch::Contains("bias [31]"));
     CHECK_THROWS_AS(h.backend().linear(x, w, nullptr, h.f32_nan({4, 33})), Error);
@@ -152,7 +153,7 @@ TEST_CASE("cpu linear matches float64, with and without bias", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("cpu silu_mul matches float64", "[cpu][ops]") {
+TEST_CASE("silu_mul matches float64", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(4);
   for (auto [rows, inter] : {std::pair<int64_t, int64_t>{1, 1}, {9, 37}, {64, 4864}}) {
@@ -170,15 +171,15 @@ TEST_CASE("cpu silu_mul matches float64", "[cpu][ops]") {
     report(fmt::format("silu_mul [{}, {}]", rows, inter), max_rel_error(h.read(out), want));
   }
   SECTION("errors") {
-    CHECK_THROWS_WITH(h.backend().silu_mul(h.f32({2, 7}, std::vector<float>(14)),
-                                           h.f32_nan({2, 3})),
-                      Catch::Contains("silu_mul: gate_up [2, 7]"));
+    CHECK_THROWS_WITH(
+        h.backend().silu_mul(h.f32({2, 7}, std::vector<float>(14)), h.f32_nan({2, 3})),
+        Catch::Contains("silu_mul: gate_up [2, 7]"));
     CHECK_THROWS_AS(h.backend().silu_mul(h.f32({2, 8}, std::vector<float>(16)), h.f32_nan({2, 8})),
                     Error);
   }
 }
 
-TEST_CASE("cpu gather_rows picks rows and rejects bad indices", "[cpu][ops]") {
+TEST_CASE("gather_rows picks rows and rejects bad indices", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(5);
   const auto x_host = random_floats(rng, 13 * 11);
@@ -233,7 +234,7 @@ std::vector<double> rope_ref(const std::vector<float>& x, const std::vector<int3
 }
 }  // namespace
 
-TEST_CASE("cpu rope rotates q and k like float64, neox and gptj, full and partial", "[cpu][ops]") {
+TEST_CASE("rope rotates q and k like float64, neox and gptj, full and partial", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(6);
   const int64_t tokens = 9, max_pos = 4096;
@@ -254,13 +255,13 @@ TEST_CASE("cpu rope rotates q and k like float64, neox and gptj, full and partia
           const Tensor k = h.f32({tokens, kv_heads * head_dim}, k_host);
           h.backend().rope(q, k, positions, h.f32({max_pos, rotary_dim}, cs_host),
                            int32_t(head_dim), int32_t(rotary_dim), style);
-          const std::string what = fmt::format("rope {} heads {}/{} d={} rotary={}",
-                                               neox ? "neox" : "gptj", heads, kv_heads, head_dim,
-                                               rotary_dim);
-          report(what + " q", max_rel_error(h.read(q), rope_ref(q_host, pos_host, cs_host,
-                                                                head_dim, rotary_dim, neox)));
-          report(what + " k", max_rel_error(h.read(k), rope_ref(k_host, pos_host, cs_host,
-                                                                head_dim, rotary_dim, neox)));
+          const std::string what =
+              fmt::format("rope {} heads {}/{} d={} rotary={}", neox ? "neox" : "gptj", heads,
+                          kv_heads, head_dim, rotary_dim);
+          report(what + " q", max_rel_error(h.read(q), rope_ref(q_host, pos_host, cs_host, head_dim,
+                                                                rotary_dim, neox)));
+          report(what + " k", max_rel_error(h.read(k), rope_ref(k_host, pos_host, cs_host, head_dim,
+                                                                rotary_dim, neox)));
         }
       }
     }
@@ -285,7 +286,7 @@ TEST_CASE("cpu rope rotates q and k like float64, neox and gptj, full and partia
   }
 }
 
-TEST_CASE("cpu write_kv stores rows at their slots and skips negative slots", "[cpu][ops]") {
+TEST_CASE("write_kv stores rows at their slots and skips negative slots", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(7);
   const int64_t blocks = 5, block_size = 8, kv_heads = 2, d = 16, row = kv_heads * d;

@@ -158,8 +158,8 @@ TEST_CASE("sampler bias and penalties match a hand computation", "[sampler]") {
   apply_bias_and_penalties(work, row);
   // bias: [2, -1, .5, 0, -inf, -1]; repetition on {0,1,2,3}: [1, -2, .25, 0, ...];
   // frequency * count and presence on output {2: 2, 3: 1, 1: 1}.
-  const std::vector<float> want{1.0f, -2.0f - 0.5f - 0.25f, 0.25f - 1.0f - 0.25f,
-                                0.0f - 0.5f - 0.25f, -kInf, -1.0f};
+  const std::vector<float> want{
+      1.0f, -2.0f - 0.5f - 0.25f, 0.25f - 1.0f - 0.25f, 0.0f - 0.5f - 0.25f, -kInf, -1.0f};
   CHECK(work == want);
 
   // Greedy sees the processed logits: token 4 (raw best) is banned, 0 wins at 1.0.
@@ -208,25 +208,43 @@ TEST_CASE("sampler logit_bias -inf bans tokens, and banning all is an error", "[
 }
 
 TEST_CASE("sampler is the documented exponential race over philox draws", "[sampler]") {
+  // Every filter, on vocabularies where top_p keeps a few or thousands of tokens.
   std::mt19937_64 rng(24);
-  const size_t vocab = 300;
-  const auto logits = random_logits(rng, vocab, 2.0f);
-  SamplingRow row;
-  row.temperature = 0.8f;
-  row.seed = 0x1234567890abcdefull;
-  for (uint64_t offset : {uint64_t(0), uint64_t(1), uint64_t(77), uint64_t(1) << 33}) {
-    row.offset = offset;
+  struct Case {
+    size_t vocab;
+    float sigma, temperature, top_p, min_p;
+    int32_t top_k;
+  };
+  for (const Case c :
+       {Case{300, 2.0f, 0.8f, 1.0f, 0.0f, 0}, Case{5000, 0.5f, 1.0f, 0.9f, 0.0f, 0},
+        Case{5000, 3.0f, 1.1f, 0.95f, 0.0f, 0}, Case{3000, 1.0f, 0.7f, 0.8f, 0.01f, 1000},
+        Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40}}) {
+    const auto logits = random_logits(rng, c.vocab, c.sigma);
+    SamplingRow row;
+    row.temperature = c.temperature;
+    row.top_p = c.top_p;
+    row.min_p = c.min_p;
+    row.top_k = c.top_k;
+    row.seed = 0x1234567890abcdefull;
     const std::vector<double> p = filtered_probs(logits, row);
-    int32_t want = -1;
-    double best = -1.0;
-    for (size_t i = 0; i < vocab; ++i) {
-      const double q = -std::log(double(philox::uniform(row.seed, offset, uint32_t(i))));
-      if (p[i] / q > best) {
-        best = p[i] / q;
-        want = int32_t(i);
+    const auto survivors = std::count_if(p.begin(), p.end(), [](double x) { return x > 0.0; });
+    std::printf("sampler race vocab %zu top_p %.2f min_p %.2f top_k %d: %td survivors\n", c.vocab,
+                double(c.top_p), double(c.min_p), c.top_k, survivors);
+    for (uint64_t k = 0; k < 64; ++k) {
+      const uint64_t offset = k * k * 977 + (k << 33);
+      row.offset = offset;
+      int32_t want = -1;
+      double best = -1.0;
+      for (size_t i = 0; i < c.vocab; ++i) {
+        const double q = -std::log(double(philox::uniform(row.seed, offset, uint32_t(i))));
+        if (p[i] / q > best) {
+          best = p[i] / q;
+          want = int32_t(i);
+        }
       }
+      INFO("vocab " << c.vocab << " top_p " << c.top_p << " offset " << offset);
+      CHECK(sample_row(logits.data(), int64_t(c.vocab), row).token == want);
     }
-    CHECK(sample_row(logits.data(), int64_t(vocab), row).token == want);
   }
 }
 
@@ -288,9 +306,10 @@ TEST_CASE("sampler draws follow the filtered distribution (chi-square)", "[sampl
     float top_p;
     float min_p;
   };
-  for (const Case c : {Case{"plain", 1.0f, 0, 1.0f, 0.0f}, Case{"temperature+top_k", 0.7f, 5, 1.0f, 0.0f},
-                       Case{"hot+top_p", 1.3f, -1, 0.8f, 0.0f}, Case{"min_p", 1.0f, 0, 1.0f, 0.1f},
-                       Case{"all four", 0.9f, 6, 0.9f, 0.05f}}) {
+  for (const Case c :
+       {Case{"plain", 1.0f, 0, 1.0f, 0.0f}, Case{"temperature+top_k", 0.7f, 5, 1.0f, 0.0f},
+        Case{"hot+top_p", 1.3f, -1, 0.8f, 0.0f}, Case{"min_p", 1.0f, 0, 1.0f, 0.1f},
+        Case{"all four", 0.9f, 6, 0.9f, 0.05f}}) {
     SamplingRow row;
     row.temperature = c.temperature;
     row.top_k = c.top_k;
