@@ -96,7 +96,10 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& dst, const Tensor& src) override {
     const OpCheck check("copy");
     check.tensor("src", src, src.dtype, src.ndim);
-    check.tensor("dst", dst, src.dtype, dst.ndim);
+    check.tensor("dst", dst, dst.dtype, dst.ndim);
+    if (dst.dtype != src.dtype)
+      check.fail("dst {} and src {} differ in dtype (copy does not convert)", describe(dst),
+                 describe(src));
     if (dst.numel() != src.numel())
       check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
     if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());

@@ -16,9 +16,13 @@ namespace {
 // over the pool, large enough that decode batches are not all task overhead.
 constexpr int32_t kRowsPerTask = 4;
 
+// Rows [row_begin, row_end) of one sequence, for KV heads [kv_begin, kv_end) and their
+// query heads. Several KV heads per task read each cached token's K/V row (all KV heads,
+// contiguous in the cache) in one sweep instead of one strided slice per head.
 struct Task {
   int32_t seq;
-  int32_t kv_head;
+  int32_t kv_begin;
+  int32_t kv_end;
   int32_t row_begin;  // within the sequence's query rows
   int32_t row_end;
 };
@@ -123,16 +127,26 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
     std::memset(out_data + used_rows * q_stride, 0,
                 size_t(q.dim(0) - used_rows) * size_t(q_stride) * sizeof(float));
 
+  // As many KV heads per task as still leaves ~4 tasks per thread (decode batches are short).
+  int64_t row_tasks = 0;
+  for (int32_t s = 0; s < batch.num_seqs; ++s)
+    row_tasks += (qsl[s + 1] - qsl[s] + kRowsPerTask - 1) / kRowsPerTask;
+  int32_t kv_per_task = num_kv_heads;
+  while (kv_per_task > 1 &&
+         row_tasks * ((num_kv_heads + kv_per_task - 1) / kv_per_task) < 4 * pool.size())
+    kv_per_task = (kv_per_task + 1) / 2;
   std::vector<Task> tasks;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const int32_t q_len = qsl[s + 1] - qsl[s];
-    for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh)
+    for (int32_t kvh = 0; kvh < num_kv_heads; kvh += kv_per_task)
       for (int32_t r = 0; r < q_len; r += kRowsPerTask)
-        tasks.push_back({s, kvh, r, std::min(q_len, r + kRowsPerTask)});
+        tasks.push_back({s, kvh, std::min(num_kv_heads, kvh + kv_per_task), r,
+                         std::min(q_len, r + kRowsPerTask)});
   }
 
+  const int64_t kv_stride = int64_t(num_kv_heads) * d;  // floats per cached token
   pool.parallel_for(int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
-    // Per thread: scores of the group's heads over all keys, then their value sums.
+    // Per thread: scores of the task's heads over all keys, then their value sums.
     thread_local std::vector<float> scores;
     thread_local std::vector<float> acc;
     thread_local std::vector<double> inv_sum;
@@ -141,49 +155,57 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
       const int32_t q_len = qsl[task.seq + 1] - qsl[task.seq];
       const int64_t context = seq_lens[task.seq] - q_len;  // cached tokens before this step
       const int32_t* table = tables + task.seq * max_blocks;
+      const int64_t heads = int64_t(task.kv_end - task.kv_begin) * group;
+      const int64_t k_offset = int64_t(task.kv_begin) * d;  // first KV head within a token row
+      // Sized once per task for its longest row; plain pointers in the loops (thread_local
+      // access goes through a TLS wrapper the compiler may not hoist).
+      scores.resize(size_t(heads * (context + task.row_end)));
+      acc.resize(size_t(heads * d));
+      inv_sum.resize(size_t(heads));
+      float* const sc = scores.data();
+      float* const ac = acc.data();
+      double* const inv = inv_sum.data();
       for (int32_t r = task.row_begin; r < task.row_end; ++r) {
         const int64_t n = context + r + 1;  // keys visible to this row (causal)
         const int64_t row = qsl[task.seq] + r;
-        const float* q_row = q_data + row * q_stride + int64_t(task.kv_head) * group * d;
-        float* out_row = out_data + row * q_stride + int64_t(task.kv_head) * group * d;
-        scores.resize(size_t(group * n));
-        acc.assign(size_t(group * d), 0.0f);
+        // Query head h of the task is global head kv_begin * group + h.
+        const float* q_row = q_data + row * q_stride + k_offset * group;
+        float* out_row = out_data + row * q_stride + k_offset * group;
+        std::fill(ac, ac + heads * d, 0.0f);
 
-        // Pass 1: scores[g, j] = scale * q_g . k_j, one read of each key for the whole group.
+        // Pass 1: sc[h, j] = scale * q_h . k_j(kv head of h).
         for (int64_t j0 = 0; j0 < n; j0 += bs) {
           const int64_t block = table[j0 / bs];
           const int64_t len = std::min(bs, n - j0);
           for (int64_t o = 0; o < len; ++o) {
-            const float* k = k_data + ((block * bs + o) * num_kv_heads + task.kv_head) * d;
-            for (int32_t g = 0; g < group; ++g)
-              scores[size_t(g * n + j0 + o)] = dot(q_row + g * d, k, d) * scale;
+            const float* k = k_data + (block * bs + o) * kv_stride + k_offset;
+            for (int64_t h = 0; h < heads; ++h)
+              sc[h * n + j0 + o] = dot(q_row + h * d, k + (h / group) * d, d) * scale;
           }
         }
         // Softmax weights (unnormalised), max subtracted.
-        inv_sum.resize(size_t(group));
-        for (int32_t g = 0; g < group; ++g) {
-          float* sg = scores.data() + g * n;
-          const float m = *std::max_element(sg, sg + n);
+        for (int64_t h = 0; h < heads; ++h) {
+          float* sh = sc + h * n;
+          const float m = *std::max_element(sh, sh + n);
           double sum = 0.0;
           for (int64_t j = 0; j < n; ++j) {
-            sg[j] = std::exp(sg[j] - m);
-            sum += sg[j];
+            sh[j] = std::exp(sh[j] - m);
+            sum += sh[j];
           }
-          inv_sum[size_t(g)] = 1.0 / sum;
+          inv[h] = 1.0 / sum;
         }
-        // Pass 2: acc[g, :] = sum_j w[g, j] * v_j, one read of each value for the group.
+        // Pass 2: ac[h, :] = sum_j w[h, j] * v_j(kv head of h).
         for (int64_t j0 = 0; j0 < n; j0 += bs) {
           const int64_t block = table[j0 / bs];
           const int64_t len = std::min(bs, n - j0);
           for (int64_t o = 0; o < len; ++o) {
-            const float* v = v_data + ((block * bs + o) * num_kv_heads + task.kv_head) * d;
-            for (int32_t g = 0; g < group; ++g)
-              axpy(acc.data() + g * d, scores[size_t(g * n + j0 + o)], v, d);
+            const float* v = v_data + (block * bs + o) * kv_stride + k_offset;
+            for (int64_t h = 0; h < heads; ++h)
+              axpy(ac + h * d, sc[h * n + j0 + o], v + (h / group) * d, d);
           }
         }
-        for (int32_t g = 0; g < group; ++g)
-          for (int64_t i = 0; i < d; ++i)
-            out_row[g * d + i] = float(acc[size_t(g * d + i)] * inv_sum[size_t(g)]);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < d; ++i) out_row[h * d + i] = float(ac[h * d + i] * inv[h]);
       }
     }
   });

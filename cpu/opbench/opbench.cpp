@@ -2,8 +2,9 @@
 //
 //   troupe_cpu_opbench [num_threads]      (0 or absent: all cores)
 //
-// Prints GFLOP/s of linear (2*T*K*N flops per call) and GB/s of attention (the K and V bytes
-// each call must read at least once) for a few model-like sizes.
+// Prints GFLOP/s of linear (2*T*K*N flops per call) and, for attention, GB/s (the K and V
+// bytes each call must read at least once: what bounds decode) and GFLOP/s (what bounds
+// prefill) for a few model-like sizes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -93,9 +94,13 @@ void bench_attention(Backend& be, int32_t seqs, int32_t context, int32_t q_len, 
   const Tensor out = random_tensor(be, keep, {int64_t(seqs) * q_len, int64_t(heads) * d}, rng);
   const double s = time_per_call([&] { be.attention(q, kc, vc, batch, shape, out); });
   const double kv_bytes = 2.0 * double(seqs) * len * kv_heads * d * sizeof(float);
+  double keys = 0.0;  // (query row, visible key) pairs
+  for (int32_t r = 0; r < q_len; ++r) keys += double(context + r + 1) * seqs;
+  const double flops = 4.0 * keys * heads * d;  // q.k and w*v, a multiply and an add each
   fmt::print(
-      "attention  S={:<3} ctx={:<5} q={:<4} heads {}/{} d={} block={}  {:9.3f} ms  {:7.1f} GB/s\n",
-      seqs, context, q_len, heads, kv_heads, d, bs, s * 1e3, kv_bytes / s * 1e-9);
+      "attention  S={:<3} ctx={:<5} q={:<4} heads {}/{} d={} block={}  {:9.3f} ms  "
+      "{:7.1f} GB/s  {:6.1f} GFLOP/s\n",
+      seqs, context, q_len, heads, kv_heads, d, bs, s * 1e3, kv_bytes / s * 1e-9, flops / s * 1e-9);
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 // the raw logits; then logit bias (which also carries min_tokens' bans as -inf), penalties,
 // greedy argmax or temperature -> min_p -> top_k -> top_p -> an exponential race over the
 // surviving probabilities (argmax p_i / q_i, q_i ~ Exp(1)), which is an exact sample.
+//
+// The reference implementation is runtime/sampling/sampler.hpp (sample_row); its header
+// spells out the choices every backend must share (tie order, rank, top_k ties, top_p walk).
 #pragma once
 
 #include <cstdint>

@@ -128,24 +128,28 @@ TEST_CASE("attention matches float64 on mixed prefill/decode batches", "[cpu][op
   for (auto [heads, kv_heads] : {std::pair<int32_t, int32_t>{8, 2}, {4, 4}}) {
     for (int32_t d : {64, 80, 128}) {
       for (int32_t bs : {8, 16, 32}) {
-        // prefill, chunked prefill, decode, first token, a block-aligned chunk, an idle seq.
-        const std::vector<SeqSpec> seqs{{0, 37},      {20, 13}, {50, 1},    {0, 1},
-                                        {2 * bs, bs}, {5, 0},   {bs - 1, 2}};
-        const HostBatch b = make_batch(seqs, bs, rng);
-        const AttentionShape sh{heads, kv_heads, d, bs, 1.0f / std::sqrt(float(d))};
-        const int64_t rows = b.rows + 2;  // two padding rows
-        const int64_t cache_elems = int64_t(b.num_blocks) * bs * kv_heads * d;
-        for (float q_scale : {1.0f, 40.0f}) {  // 40: scores far beyond exp's f32 range
-          const auto kc = random_floats(rng, size_t(cache_elems));
-          const auto vc = random_floats(rng, size_t(cache_elems));
-          const auto q_host = random_floats(rng, size_t(rows * heads * d), -q_scale, q_scale);
-          DeviceBatch db = upload_batch(h, b, sh, kc, vc);
-          const Tensor q = h.f32({rows, heads * d}, q_host);
-          const Tensor out = h.f32_nan({rows, heads * d});
-          h.backend().attention(q, db.k_cache, db.v_cache, db.batch, sh, out);
-          report(fmt::format("attention heads {}/{} d={} block={} q scale {}", heads, kv_heads, d,
-                             bs, q_scale),
-                 max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh, rows)));
+        // prefill, chunked prefill, decode, first token, a block-aligned chunk, an idle seq;
+        // then a lone decode row (one task's worth of rows: the kernel splits KV heads).
+        const std::vector<std::vector<SeqSpec>> batches{
+            {{0, 37}, {20, 13}, {50, 1}, {0, 1}, {2 * bs, bs}, {5, 0}, {bs - 1, 2}},
+            {{2 * bs + 3, 1}}};
+        for (const auto& seqs : batches) {
+          const HostBatch b = make_batch(seqs, bs, rng);
+          const AttentionShape sh{heads, kv_heads, d, bs, 1.0f / std::sqrt(float(d))};
+          const int64_t rows = b.rows + 2;  // two padding rows
+          const int64_t cache_elems = int64_t(b.num_blocks) * bs * kv_heads * d;
+          for (float q_scale : {1.0f, 40.0f}) {  // 40: scores far beyond exp's f32 range
+            const auto kc = random_floats(rng, size_t(cache_elems));
+            const auto vc = random_floats(rng, size_t(cache_elems));
+            const auto q_host = random_floats(rng, size_t(rows * heads * d), -q_scale, q_scale);
+            DeviceBatch db = upload_batch(h, b, sh, kc, vc);
+            const Tensor q = h.f32({rows, heads * d}, q_host);
+            const Tensor out = h.f32_nan({rows, heads * d});
+            h.backend().attention(q, db.k_cache, db.v_cache, db.batch, sh, out);
+            report(fmt::format("attention heads {}/{} d={} block={} seqs {} q scale {}", heads,
+                               kv_heads, d, bs, seqs.size(), q_scale),
+                   max_rel_error(h.read(out), attention_ref(q_host, kc, vc, b, sh, rows)));
+          }
         }
       }
     }

@@ -1,0 +1,60 @@
+// Pieces shared by the attention kernels (nvcc only): reading one sequence's layout with the
+// checks the CPU backend makes on the host, finding a key's cache row through the block table,
+// and the per-file launchers that attention.cu dispatches to.
+#pragma once
+
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.hpp"
+
+namespace troupe::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+struct SeqInfo {
+  int q_begin;  // first query row of the sequence in q / out
+  int q_len;    // its query rows this step
+  int kv_len;   // keys in the cache after this step's writes
+  bool ok;
+};
+
+/// Sequence s's layout; `ok` is false when the metadata is inconsistent (the caller sets
+/// kErrSeqLayout and skips the sequence rather than read out of bounds).
+__device__ __forceinline__ SeqInfo load_seq(const AttentionArgs& a, int s) {
+  SeqInfo r;
+  r.q_begin = a.query_start_loc[s];
+  const int q_end = a.query_start_loc[s + 1];
+  r.q_len = q_end - r.q_begin;
+  r.kv_len = a.seq_lens[s];
+  r.ok = (s > 0 || r.q_begin == 0) && r.q_begin >= 0 && r.q_len >= 0 &&
+         int64_t(q_end) <= a.num_tokens && r.q_len <= a.max_query_len && r.kv_len >= r.q_len &&
+         r.kv_len <= a.max_seq_len && int64_t(r.kv_len) <= int64_t(a.max_blocks) * a.block_size;
+  return r;
+}
+
+/// Element offset of key j's row for KV head `kvh` in a cache [num_blocks, block_size,
+/// num_kv_heads, D], or -1 (and kErrBlockTable) when the block table points outside the cache.
+__device__ __forceinline__ int64_t kv_offset(const AttentionArgs& a, const int32_t* table, int j,
+                                             int kvh, int head_dim) {
+  const int blk = table[j >> a.log2_block_size];
+  if (blk < 0 || blk >= a.num_blocks) {
+    atomicOr(a.err, int(kErrBlockTable));
+    return -1;
+  }
+  const int64_t slot = int64_t(blk) * a.block_size + (j & (a.block_size - 1));
+  return (slot * a.num_kv_heads + kvh) * head_dim;
+}
+
+// ---- per-file launchers (attention.cu chooses among them) ----
+
+/// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
+void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream);
+cudaError_t attention_prefill_init();
+
+/// Split-KV decode over sequences with q_len == 1 (+ the reduction when splits > 1).
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+                             const DecodeWorkspace& ws, cudaStream_t stream);
+
+/// Simple f32 kernel over every query row (no padding rows).
+void launch_attention_f32_rows(const AttentionArgs& a, cudaStream_t stream);
+
+}  // namespace troupe::cuda

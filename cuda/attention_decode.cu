@@ -1,0 +1,274 @@
+// Paged attention for decode rows (sequences with exactly one query row this step), f16/bf16,
+// flash-decoding style:
+//
+// - Grid (split, KV head, sequence). A CTA handles one KV range of one sequence for all the
+//   query heads of one GQA group (up to 8 at a time), so each K/V row is read once per group.
+// - Keys are walked in sub-chunks of 128: (1) scores, one key per "key group" of LPK lanes that
+//   each hold 8 of the d features (16-byte loads) and reduce the dot product by shuffles;
+//   (2) an online-softmax update per head in f32, base 2; (3) P V, each key group accumulating
+//   its keys into registers. The key groups' partial sums meet in shared memory at the end.
+// - With one split the CTA writes the normalised output. With several, it writes unnormalised
+//   partial sums plus (max, sum) per (sequence, head, split) into the workspace, and
+//   decode_reduce_kernel rescales and combines them.
+//
+// Decode is bandwidth-bound, so CUDA cores suffice here; the tensor-core kernel serves rows
+// with several queries.
+#include "cuda/attention_common.cuh"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kHeadsPerPass = 8;  // query heads of a GQA group handled together
+constexpr int kSubChunk = 128;    // keys per softmax update
+
+template <int D>
+constexpr int lanes_per_key() {
+  return D / 8 <= 8 ? 8 : D / 8 <= 16 ? 16 : 32;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    decode_kernel(const AttentionArgs a, int splits, int per_split, float* __restrict__ part_o,
+                  float* __restrict__ part_ml) {
+  constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
+  constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
+  constexpr int NG = kThreads / LPK;       // key groups per CTA
+  constexpr int GM = kHeadsPerPass;
+  __shared__ float qs[GM][D];          // queries of the pass, pre-scaled by scale * log2(e)
+  __shared__ float sc[GM][kSubChunk];  // scores, then probabilities, of the sub-chunk
+  __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
+  __shared__ float red[NG][GM][D];  // per key group partial outputs
+
+  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  const SeqInfo seq = load_seq(a, s);
+  if (!seq.ok) {
+    if (split == 0 && kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
+    return;
+  }
+  if (seq.q_len != 1) return;  // prefills go to the tensor-core kernel
+  const int start = split * per_split;
+  const int end = min(seq.kv_len, start + per_split);
+  if (start >= end) return;  // the reduction ignores splits past the sequence's length
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = tid / LPK, li = tid % LPK;
+  const bool lane_on = li < CH;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t q_stride = int64_t(a.num_heads) * D;
+  const float scale_log2 = a.scale * kLog2e;
+  const T* qrow = static_cast<const T*>(a.q) + int64_t(seq.q_begin) * q_stride;
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+
+  for (int g0 = 0; g0 < group; g0 += GM) {
+    const int gn = min(GM, group - g0);
+    for (int idx = tid; idx < gn * D; idx += kThreads) {
+      const int gi = idx / D, d = idx % D;
+      qs[gi][d] = to_f32(qrow[int64_t(kvh * group + g0 + gi) * D + d]) * scale_log2;
+    }
+    if (tid < GM) {
+      m_s[tid] = -INFINITY;
+      l_s[tid] = 0.0f;
+    }
+    float acc[GM][8];
+#pragma unroll
+    for (int gi = 0; gi < GM; ++gi)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
+    __syncthreads();
+
+    for (int c0 = start; c0 < end; c0 += kSubChunk) {
+      const int cn = min(kSubChunk, end - c0);
+      // (1) scores. Every lane runs the same number of iterations, so the shuffles below
+      // always see the whole warp.
+      const int iters = (cn + NG - 1) / NG;
+      for (int it = 0; it < iters; ++it) {
+        const int jj = it * NG + grp;
+        const bool key_on = jj < cn;
+        float kf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
+        if (key_on && lane_on) {
+          const int64_t off = kv_offset(a, table, c0 + jj, kvh, D);
+          if (off >= 0) load16(kc + off + li * 8, kf);
+        }
+#pragma unroll
+        for (int gi = 0; gi < GM; ++gi) {
+          if (gi < gn) {
+            float dot = 0.0f;
+            if (lane_on) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) dot += kf[e] * qs[gi][li * 8 + e];
+            }
+#pragma unroll
+            for (int off = LPK / 2; off > 0; off >>= 1)
+              dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (li == 0 && key_on) sc[gi][jj] = dot;
+          }
+        }
+      }
+      __syncthreads();
+
+      // (2) online softmax update, one warp per head.
+      for (int gi = warp; gi < gn; gi += kThreads / 32) {
+        float mx = -INFINITY;
+        for (int jj = lane; jj < cn; jj += 32) mx = fmaxf(mx, sc[gi][jj]);
+        mx = warp_max(mx);
+        const float m_old = m_s[gi];
+        const float m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        for (int jj = lane; jj < cn; jj += 32) {
+          const float p = exp2f(sc[gi][jj] - m_new);
+          sc[gi][jj] = p;
+          sum += p;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+          const float alpha = exp2f(m_old - m_new);  // 0 on the first sub-chunk
+          alpha_s[gi] = alpha;
+          l_s[gi] = l_s[gi] * alpha + sum;
+          m_s[gi] = m_new;
+        }
+      }
+      __syncthreads();
+
+      // (3) acc = acc * alpha + P V over this key group's keys.
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi) {
+        if (gi < gn) {
+          const float alpha = alpha_s[gi];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[gi][e] *= alpha;
+        }
+      }
+      if (lane_on) {
+        for (int jj = grp; jj < cn; jj += NG) {
+          const int64_t off = kv_offset(a, table, c0 + jj, kvh, D);
+          if (off < 0) continue;
+          float vf[8];
+          load16(vc + off + li * 8, vf);
+#pragma unroll
+          for (int gi = 0; gi < GM; ++gi) {
+            if (gi < gn) {
+              const float p = sc[gi][jj];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[gi][e] += p * vf[e];
+            }
+          }
+        }
+      }
+      __syncthreads();  // sc and alpha_s are rewritten by the next sub-chunk
+    }
+
+    // Combine the key groups and write.
+    if (lane_on) {
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi)
+        if (gi < gn)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) red[grp][gi][li * 8 + e] = acc[gi][e];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < gn * D; idx += kThreads) {
+      const int gi = idx / D, d = idx % D;
+      float o = 0.0f;
+#pragma unroll
+      for (int gr = 0; gr < NG; ++gr) o += red[gr][gi][d];
+      const int h = kvh * group + g0 + gi;
+      if (splits == 1) {
+        T* out = static_cast<T*>(a.out);
+        out[int64_t(seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
+      } else {
+        const int64_t part = (int64_t(s) * a.num_heads + h) * splits + split;
+        part_o[part * D + d] = o;
+        if (d == 0) {
+          part_ml[part * 2] = m_s[gi];
+          part_ml[part * 2 + 1] = l_s[gi];
+        }
+      }
+    }
+    __syncthreads();  // qs, m_s, l_s and red are reused by the next pass
+  }
+}
+
+// One CTA per (query head, sequence): out = sum_i o_i 2^(m_i - M) / sum_i l_i 2^(m_i - M).
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    decode_reduce_kernel(const AttentionArgs a, int splits, int per_split,
+                         const float* __restrict__ part_o, const float* __restrict__ part_ml) {
+  const int h = blockIdx.x, s = blockIdx.y;
+  const SeqInfo seq = load_seq(a, s);
+  if (!seq.ok || seq.q_len != 1) return;
+  const int n = min(splits, (seq.kv_len + per_split - 1) / per_split);  // splits with keys
+  const int64_t base = (int64_t(s) * a.num_heads + h) * splits;
+  float m_max = -INFINITY;
+  for (int i = 0; i < n; ++i) m_max = fmaxf(m_max, part_ml[(base + i) * 2]);
+  float l = 0.0f;
+  for (int i = 0; i < n; ++i)
+    l += part_ml[(base + i) * 2 + 1] * exp2f(part_ml[(base + i) * 2] - m_max);
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  T* out = static_cast<T*>(a.out) + int64_t(seq.q_begin) * a.num_heads * D + int64_t(h) * D;
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float o = 0.0f;
+    for (int i = 0; i < n; ++i)
+      o += part_o[(base + i) * D + d] * exp2f(part_ml[(base + i) * 2] - m_max);
+    out[d] = from_f32<T>(o * inv_l);
+  }
+}
+
+template <class T, int D>
+void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
+                  cudaStream_t stream) {
+  const int per_split = (a.max_seq_len + splits - 1) / splits;
+  float* part_o = ws.data;
+  float* part_ml = splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * D : nullptr;
+  const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
+  decode_kernel<T, D><<<grid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
+  if (splits > 1) {
+    const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
+    decode_reduce_kernel<T, D>
+        <<<rgrid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
+  }
+}
+
+template <class T>
+void launch_dim(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
+                cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      launch_typed<T, 64>(a, splits, ws, stream);
+      break;
+    case 80:
+      launch_typed<T, 80>(a, splits, ws, stream);
+      break;
+    case 96:
+      launch_typed<T, 96>(a, splits, ws, stream);
+      break;
+    case 128:
+      launch_typed<T, 128>(a, splits, ws, stream);
+      break;
+    case 256:
+      launch_typed<T, 256>(a, splits, ws, stream);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+                             const DecodeWorkspace& ws, cudaStream_t stream) {
+  // Launched even when the host maxima say there is nothing to do: every CTA checks its
+  // sequence against them, so inconsistent metadata is reported rather than left unwritten.
+  if (a.num_seqs <= 0 || a.num_heads <= 0) return;
+  if (splits < 1) splits = 1;
+  if (dt == DType::bf16)
+    launch_dim<__nv_bfloat16>(a, splits, ws, stream);
+  else if (dt == DType::f16)
+    launch_dim<__half>(a, splits, ws, stream);
+}
+
+}  // namespace troupe::cuda

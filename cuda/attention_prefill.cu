@@ -1,0 +1,309 @@
+// Paged causal attention for query rows of prefills and chunked prefills (sequences with two
+// or more query rows this step), f16/bf16, FlashAttention-2 style:
+//
+// - One CTA of 4 warps per (64-query tile, query head, sequence); each warp owns 16 query rows.
+// - The CTA walks the keys its tile can see in tiles of BN (64; 32 for d = 256 to bound
+//   registers), copying each K/V tile from the paged cache (through the block table) into
+//   shared memory, then computes S = Q K^T and O += P V with mma.sync.m16n8k16 (f32
+//   accumulators) and an online softmax in f32 (base-2, the scale folded into the exponent).
+// - Fragments are read from shared memory with plain 32-bit loads (A = Q or P, B = K rows) and,
+//   for V, two 16-bit loads per register; rows are padded by 8 elements so that these reads are
+//   free of bank conflicts. No cp.async pipeline, no ldmatrix, no K/V reuse across the heads of a
+//   GQA group: correct and simple first (later: cp.async double buffering, ldmatrix.trans,
+//   GQA packing, wgmma).
+//
+// Register fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+// with g = lane / 4 and t = lane % 4,
+//   A (16x16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8):  b0 = (k = 2t..2t+1, n = g), b1 = (k = 2t+8..2t+9, n = g)
+//   C (16x8):  c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// The low half of each 32-bit register holds the lower index.
+#include <type_traits>
+
+#include "cuda/attention_common.cuh"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBlockM = 64;    // query rows per CTA
+
+template <int D>
+constexpr int block_n() {
+  return D > 128 ? 32 : 64;
+}
+
+template <int D>
+constexpr int smem_bytes() {
+  return (kBlockM + 2 * block_n<D>()) * (D + 8) * 2;
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+/// Two floats rounded to T and packed, `lo` in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+__device__ __forceinline__ uint32_t lds32(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a) {
+  constexpr int BN = block_n<D>();
+  constexpr int LD = D + 8;   // padded row length in shared memory (elements)
+  constexpr int CH = D / 8;   // 16-byte chunks per row
+  constexpr int NT = BN / 8;  // n8 tiles of S per warp
+  constexpr int DT = D / 8;   // n8 tiles of O per warp
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);  // [kBlockM][LD]
+  T* ks = qs + kBlockM * LD;           // [BN][LD]
+  T* vs = ks + BN * LD;                // [BN][LD]
+
+  const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kBlockM;
+  const SeqInfo seq = load_seq(a, s);
+  if (!seq.ok) {
+    if (blockIdx.x == 0 && h == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
+    return;
+  }
+  if (seq.q_len < 2 || m0 >= seq.q_len) return;  // decodes go to the split-KV kernel
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int group = a.num_heads / a.num_kv_heads, kvh = h / group;
+  const int ctx = seq.kv_len - seq.q_len;  // position of the sequence's first query row
+  const int64_t q_stride = int64_t(a.num_heads) * D;
+  const T* q = static_cast<const T*>(a.q);
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+
+  // Q tile [kBlockM, D]; rows past the sequence are zeros (computed, never written).
+  for (int idx = tid; idx < kBlockM * CH; idx += kThreads) {
+    const int r = idx / CH, c = idx % CH;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (m0 + r < seq.q_len)
+      v = *reinterpret_cast<const uint4*>(q + int64_t(seq.q_begin + m0 + r) * q_stride +
+                                          int64_t(h) * D + c * 8);
+    *reinterpret_cast<uint4*>(qs + r * LD + c * 8) = v;
+  }
+
+  // Keys [0, n_end) are visible to at least one row of the tile.
+  const int n_end = ctx + min(m0 + kBlockM, seq.q_len);
+  const int row_a = m0 + warp * 16 + g, row_b = row_a + 8;  // query rows within the sequence
+  const int pos_a = ctx + row_a, pos_b = ctx + row_b;
+  const float scale_log2 = a.scale * kLog2e;
+
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+  for (int n0 = 0; n0 < n_end; n0 += BN) {
+    __syncthreads();  // every warp is done with the previous K/V tile (and Q is stored)
+    for (int idx = tid; idx < BN * CH; idx += kThreads) {
+      const int r = idx / CH, c = idx % CH, j = n0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (j < seq.kv_len) {
+        const int64_t off = kv_offset(a, table, j, kvh, D);
+        if (off >= 0) {
+          kv = *reinterpret_cast<const uint4*>(kc + off + c * 8);
+          vv = *reinterpret_cast<const uint4*>(vc + off + c * 8);
+        }
+      }
+      *reinterpret_cast<uint4*>(ks + r * LD + c * 8) = kv;
+      *reinterpret_cast<uint4*>(vs + r * LD + c * 8) = vv;
+    }
+    __syncthreads();
+
+    // S = Q K^T for this warp's 16 rows x BN keys.
+    float sc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const T* qa = qs + (warp * 16 + g) * LD + kk * 16 + t4 * 2;
+      const uint32_t af[4] = {lds32(qa), lds32(qa + 8 * LD), lds32(qa + 8), lds32(qa + 8 * LD + 8)};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const T* kb = ks + (nt * 8 + g) * LD + kk * 16 + t4 * 2;
+        const uint32_t bf[2] = {lds32(kb), lds32(kb + 8)};
+        mma16816<T>(sc[nt], af, bf);
+      }
+    }
+
+    // Causal mask, scale, row maxima (a row's 4 owners are the lanes of one quad).
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
+        const int pos = e < 2 ? pos_a : pos_b;
+        const bool visible = col <= pos && col < seq.kv_len;
+        const float v = visible ? sc[nt][e] * scale_log2 : -INFINITY;
+        sc[nt][e] = v;
+        if (e < 2)
+          mx_a = fmaxf(mx_a, v);
+        else
+          mx_b = fmaxf(mx_b, v);
+      }
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
+    // A row that has seen no visible key yet keeps max -inf; subtract 0 then so that the
+    // exponentials are exp2(-inf) = 0 instead of NaN.
+    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
+    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
+    const float alpha_a = exp2f(m_a - use_a), alpha_b = exp2f(m_b - use_b);
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(sc[nt][e] - (e < 2 ? use_a : use_b));
+        sc[nt][e] = p;
+        if (e < 2)
+          sum_a += p;
+        else
+          sum_b += p;
+      }
+    }
+    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 1);
+    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 2);
+    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 1);
+    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 2);
+    l_a = l_a * alpha_a + sum_a;
+    l_b = l_b * alpha_b + sum_b;
+    m_a = new_a;
+    m_b = new_b;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][0] *= alpha_a;
+      o[dt][1] *= alpha_a;
+      o[dt][2] *= alpha_b;
+      o[dt][3] *= alpha_b;
+    }
+
+    // O += P V: P's C fragments of two adjacent n8 tiles form one A fragment (k = 16 keys).
+    const uint16_t* vs16 = reinterpret_cast<const uint16_t*>(vs);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t af[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                              pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        const uint16_t* vb = vs16 + (kk * 16 + t4 * 2) * LD + dt * 8 + g;
+        const uint32_t bf[2] = {uint32_t(vb[0]) | (uint32_t(vb[LD]) << 16),
+                                uint32_t(vb[8 * LD]) | (uint32_t(vb[9 * LD]) << 16)};
+        mma16816<T>(o[dt], af, bf);
+      }
+    }
+  }
+
+  // Normalise and store this warp's rows that belong to the sequence.
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  T* out = static_cast<T*>(a.out);
+  T* out_a = out + int64_t(seq.q_begin + row_a) * q_stride + int64_t(h) * D + t4 * 2;
+  T* out_b = out + int64_t(seq.q_begin + row_b) * q_stride + int64_t(h) * D + t4 * 2;
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    if (row_a < seq.q_len)
+      *reinterpret_cast<uint32_t*>(out_a + dt * 8) = pack2<T>(o[dt][0] * inv_a, o[dt][1] * inv_a);
+    if (row_b < seq.q_len)
+      *reinterpret_cast<uint32_t*>(out_b + dt * 8) = pack2<T>(o[dt][2] * inv_b, o[dt][3] * inv_b);
+  }
+}
+
+template <class T, int D>
+void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
+                  unsigned(a.num_seqs));
+  prefill_kernel<T, D><<<grid, kThreads, smem_bytes<D>(), stream>>>(a);
+}
+
+template <class T>
+void launch_dim(const AttentionArgs& a, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      launch_typed<T, 64>(a, stream);
+      break;
+    case 80:
+      launch_typed<T, 80>(a, stream);
+      break;
+    case 96:
+      launch_typed<T, 96>(a, stream);
+      break;
+    case 128:
+      launch_typed<T, 128>(a, stream);
+      break;
+    case 256:
+      launch_typed<T, 256>(a, stream);
+      break;
+    default:
+      break;  // the host validated head_dim
+  }
+}
+
+template <class T, int D>
+cudaError_t init_one() {
+  return cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              smem_bytes<D>());
+}
+
+template <class T>
+cudaError_t init_type() {
+  cudaError_t e = cudaSuccess;
+  for (cudaError_t r : {init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(), init_one<T, 128>(),
+                        init_one<T, 256>()})
+    if (r != cudaSuccess && e == cudaSuccess) e = r;
+  return e;
+}
+
+}  // namespace
+
+void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
+  if (dt == DType::bf16)
+    launch_dim<__nv_bfloat16>(a, stream);
+  else if (dt == DType::f16)
+    launch_dim<__half>(a, stream);
+}
+
+cudaError_t attention_prefill_init() {
+  const cudaError_t a = init_type<__nv_bfloat16>();
+  const cudaError_t b = init_type<__half>();
+  return a != cudaSuccess ? a : b;
+}
+
+}  // namespace troupe::cuda

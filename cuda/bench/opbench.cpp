@@ -1,0 +1,258 @@
+// troupe_cuda_opbench: per-op timings of the CUDA backend on Llama-3-8B-shaped ops (bf16),
+// printed as time per call, achieved GB/s (bytes each call must move at least) and TFLOP/s.
+// Not a test: run it on the GPU machine (tools/device/run_cuda_tests.sh does).
+//
+// Each op is run 3 times to warm up, then `iters` times between two CUDA events on the
+// backend's stream, so the time includes launch gaps but no host synchronisation.
+// Usage: troupe_cuda_opbench [iters = 20]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.hpp"
+#include "runtime/backend/dtype.hpp"
+#include "runtime/error.hpp"
+
+namespace {
+
+using namespace troupe;
+
+class Bench {
+ public:
+  explicit Bench(int iters) : backend_(make_cuda_backend(0)), iters_(iters) {
+    cuda_ = cuda_backend_of(*backend_);
+    std::mt19937_64 rng(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    pattern_.resize(size_t(1) << 20);
+    for (float& x : pattern_) x = dist(rng);
+    cudaEventCreate(&start_);
+    cudaEventCreate(&stop_);
+  }
+  ~Bench() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+
+  Backend& b() { return *backend_; }
+
+  /// A tensor of `dt` filled with a tiled random pattern scaled by `scale`.
+  Tensor floats(DType dt, std::initializer_list<int64_t> dims, float scale = 1.0f) {
+    Tensor t = alloc(dt, dims);
+    std::vector<float> host(size_t(t.numel()));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = pattern_[i % pattern_.size()] * scale;
+    std::vector<uint8_t> bytes(t.nbytes());
+    convert_floats(host.data(), DType::f32, bytes.data(), dt, host.size());
+    backend_->upload(t, bytes.data(), bytes.size());
+    return t;
+  }
+  Tensor ints(std::initializer_list<int64_t> dims, const std::vector<int32_t>& host) {
+    Tensor t = alloc(DType::i32, dims);
+    backend_->upload(t, host.data(), t.nbytes());
+    return t;
+  }
+  Tensor alloc(DType dt, std::initializer_list<int64_t> dims) {
+    Tensor shape(nullptr, dt, backend_->device(), dims);
+    buffers_.push_back(backend_->allocate(shape.nbytes()));
+    return buffers_.back().tensor(dt, dims);
+  }
+  void release() {
+    backend_->synchronize();
+    buffers_.clear();
+  }
+
+  /// Times `op`; prints one line.
+  void time(const std::string& name, double bytes, double flops, const std::function<void()>& op) {
+    for (int i = 0; i < 3; ++i) op();
+    backend_->synchronize();
+    auto* stream = static_cast<cudaStream_t>(cuda_->stream());
+    cudaEventRecord(start_, stream);
+    for (int i = 0; i < iters_; ++i) op();
+    cudaEventRecord(stop_, stream);
+    backend_->synchronize();
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start_, stop_);
+    const double sec = double(ms) / 1e3 / iters_;
+    std::printf("%-58s %10.1f us %9.1f GB/s %9.2f TFLOP/s\n", name.c_str(), sec * 1e6,
+                bytes / sec / 1e9, flops / sec / 1e12);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  CudaBackend* cuda_ = nullptr;
+  int iters_;
+  std::vector<float> pattern_;
+  std::vector<Buffer> buffers_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+constexpr int64_t kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kDim = 128,
+                  kVocab = 128256;
+constexpr double kBf = 2.0;  // bytes per bf16
+
+void bench_dense(Bench& bench) {
+  const DType bf = DType::bf16;
+  struct Lin {
+    int64_t k, n;
+    const char* what;
+  };
+  for (const Lin& l : {Lin{kHidden, kHidden, "o_proj"}, Lin{kHidden, kInter, "up"},
+                       Lin{kInter, kHidden, "down"}, Lin{kHidden, 6144, "qkv"}}) {
+    const Tensor w = bench.floats(bf, {l.n, l.k}, 0.02f);
+    for (int64_t t : {1, 16, 256, 4096}) {
+      const Tensor x = bench.floats(bf, {t, l.k});
+      const Tensor out = bench.alloc(bf, {t, l.n});
+      bench.time("linear " + std::string(l.what) + " " + std::to_string(l.k) + "x" +
+                     std::to_string(l.n) + " T=" + std::to_string(t),
+                 kBf * double(t * l.k + l.n * l.k + t * l.n), 2.0 * double(t * l.n * l.k),
+                 [&] { bench.b().linear(x, w, nullptr, out); });
+    }
+    bench.release();
+  }
+  {
+    const Tensor w = bench.floats(bf, {kVocab, kHidden}, 0.02f);
+    for (int64_t t : {1, 64, 256}) {
+      const Tensor x = bench.floats(bf, {t, kHidden});
+      const Tensor out = bench.alloc(DType::f32, {t, kVocab});
+      bench.time("linear lm_head 4096x128256 -> f32 T=" + std::to_string(t),
+                 kBf * double(t * kHidden + kVocab * kHidden) + 4.0 * double(t * kVocab),
+                 2.0 * double(t * kVocab * kHidden), [&] { bench.b().linear(x, w, nullptr, out); });
+    }
+    bench.release();
+  }
+  for (int64_t t : {1, 256, 4096}) {
+    const Tensor x = bench.floats(bf, {t, kHidden}), r = bench.floats(bf, {t, kHidden});
+    const Tensor w = bench.floats(bf, {kHidden}), out = bench.alloc(bf, {t, kHidden});
+    const std::string ts = " T=" + std::to_string(t);
+    bench.time("rms_norm H=4096" + ts, kBf * double(2 * t * kHidden + kHidden), 0,
+               [&] { bench.b().rms_norm(x, w, 1e-5f, out); });
+    bench.time("add_rms_norm H=4096" + ts, kBf * double(4 * t * kHidden + kHidden), 0,
+               [&] { bench.b().add_rms_norm(r, x, w, 1e-5f, out); });
+    const Tensor gu = bench.floats(bf, {t, 2 * kInter}), act = bench.alloc(bf, {t, kInter});
+    bench.time("silu_mul I=14336" + ts, kBf * double(3 * t * kInter), 0,
+               [&] { bench.b().silu_mul(gu, act); });
+    const Tensor q = bench.floats(bf, {t, kHeads * kDim}),
+                 k = bench.floats(bf, {t, kKvHeads * kDim});
+    const Tensor cs = bench.floats(DType::f32, {8192, kDim});
+    std::vector<int32_t> pos(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = int32_t(i % 8192);
+    const Tensor positions = bench.ints({t}, pos);
+    bench.time("rope 32/8 heads d=128" + ts, kBf * 2.0 * double(t * (kHeads + kKvHeads) * kDim), 0,
+               [&] { bench.b().rope(q, k, positions, cs, kDim, kDim, RopeStyle::neox); });
+    // 32000 rows: the time depends on the rows read, not on the table's size.
+    const int64_t table_rows = 32000;
+    const Tensor table = bench.floats(bf, {table_rows, kHidden});
+    std::vector<int32_t> id(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) id[size_t(i)] = int32_t((i * 7919) % table_rows);
+    const Tensor ids = bench.ints({t}, id);
+    bench.time("embedding H=4096" + ts, kBf * 2.0 * double(t * kHidden), 0,
+               [&] { bench.b().embedding(ids, table, out); });
+    const int64_t blocks = (t + 15) / 16 + 1;
+    const Tensor kc = bench.alloc(bf, {blocks, 16, kKvHeads, kDim});
+    const Tensor vc = bench.alloc(bf, {blocks, 16, kKvHeads, kDim});
+    std::vector<int32_t> slot(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) slot[size_t(i)] = int32_t(i);
+    const Tensor slots = bench.ints({t}, slot);
+    bench.time("write_kv 8 heads d=128" + ts, kBf * 4.0 * double(t * kKvHeads * kDim), 0,
+               [&] { bench.b().write_kv(k, k, kc, vc, slots); });
+    bench.release();
+  }
+}
+
+// `seqs` sequences of (query length, context) with Llama-3 heads, block size 16.
+void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, int32_t q_len,
+                     int32_t ctx) {
+  const DType bf = DType::bf16;
+  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
+  const int64_t tokens = int64_t(num_seqs) * q_len;
+  std::vector<int32_t> qsl{0}, lens, tables;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    qsl.push_back(qsl.back() + q_len);
+    lens.push_back(ctx);
+    for (int32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
+  }
+  const Tensor q = bench.floats(bf, {tokens, kHeads * kDim});
+  const Tensor out = bench.alloc(bf, {tokens, kHeads * kDim});
+  const int64_t blocks = int64_t(num_seqs) * blocks_per_seq;
+  const Tensor kc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
+  const Tensor vc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
+  AttentionBatch batch;
+  batch.query_start_loc = bench.ints({num_seqs + 1}, qsl);
+  batch.seq_lens = bench.ints({num_seqs}, lens);
+  batch.block_tables = bench.ints({num_seqs, blocks_per_seq}, tables);
+  batch.num_seqs = num_seqs;
+  batch.max_query_len = q_len;
+  batch.max_seq_len = ctx;
+  const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
+                             1.0f / std::sqrt(float(kDim))};
+  // Causal pairs: each query row i (of q_len) sees ctx - q_len + i + 1 keys.
+  double pairs = 0;
+  for (int32_t i = 0; i < q_len; ++i) pairs += double(ctx - q_len + i + 1);
+  pairs *= num_seqs;
+  const double flops = 4.0 * pairs * kHeads * kDim;
+  const double bytes =
+      kBf * (2.0 * double(num_seqs) * ctx * kKvHeads * kDim + 2.0 * double(tokens) * kHeads * kDim);
+  bench.time(name, bytes, flops, [&] { bench.b().attention(q, kc, vc, batch, shape, out); });
+  bench.release();
+}
+
+void bench_sample(Bench& bench, int32_t rows) {
+  const Tensor logits = bench.floats(DType::f32, {rows, kVocab}, 8.0f);
+  std::vector<SamplingRow> params(static_cast<size_t>(rows));
+  for (int32_t r = 0; r < rows; ++r) {
+    params[size_t(r)].temperature = 0.8f;
+    params[size_t(r)].top_p = 0.95f;
+    params[size_t(r)].top_k = 50;
+    params[size_t(r)].seed = uint64_t(r);
+    params[size_t(r)].num_logprobs = r % 4 == 0 ? 5 : -1;
+  }
+  // sample() synchronises, so time it on the host.
+  for (int i = 0; i < 3; ++i) (void)bench.b().sample(logits, params);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int iters = 10;
+  for (int i = 0; i < iters; ++i) (void)bench.b().sample(logits, params);
+  const double sec =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  std::printf("%-58s %10.1f us %9.1f GB/s (logits read once)\n",
+              ("sample V=128256 top_k=50 top_p=0.95 rows=" + std::to_string(rows)).c_str(),
+              sec * 1e6, 4.0 * double(rows) * kVocab / sec / 1e9);
+  bench.release();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (cuda_device_count() == 0) {
+      std::printf("troupe_cuda_opbench: no CUDA device\n");
+      return 0;
+    }
+    const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+    Bench bench(iters);
+    std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
+                iters);
+    bench_dense(bench);
+    bench_attention(bench, "attention decode 64 seqs x 1024 ctx, 32/8 heads d=128", 64, 1, 1024);
+    bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
+    bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);
+    bench_attention(bench, "attention prefill 4 x 1024 (causal)", 4, 1024, 1024);
+    bench_attention(bench, "attention prefill 1 x 8192 (causal)", 1, 8192, 8192);
+    bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
+    bench_sample(bench, 1);
+    bench_sample(bench, 64);
+    bench_sample(bench, 256);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe_cuda_opbench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

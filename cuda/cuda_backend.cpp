@@ -1,0 +1,616 @@
+#include "cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_sampler.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/lt_gemm.hpp"
+
+namespace troupe {
+
+using cuda::check_cuda;
+using cuda::OpCheck;
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // "no driver" / "no device" must not linger as the last error
+    return 0;
+  }
+  return n;
+}
+
+// ---- CudaGraph ----
+
+CudaGraph::CudaGraph(CudaGraph&& o) noexcept
+    : graph_(o.graph_), exec_(o.exec_), stream_(o.stream_) {
+  o.graph_ = o.exec_ = o.stream_ = nullptr;
+}
+
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
+  if (this != &o) {
+    reset();
+    graph_ = o.graph_;
+    exec_ = o.exec_;
+    stream_ = o.stream_;
+    o.graph_ = o.exec_ = o.stream_ = nullptr;
+  }
+  return *this;
+}
+
+CudaGraph::~CudaGraph() {
+  reset();
+}
+
+void CudaGraph::reset() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  graph_ = exec_ = stream_ = nullptr;
+}
+
+void CudaGraph::replay() {
+  if (exec_ == nullptr)
+    fail("CudaGraph::replay: the graph is empty (default-constructed or moved from)");
+  check_cuda(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_)),
+      "CudaGraph::replay");
+}
+
+namespace {
+
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kDecodeWorkspaceBytes = size_t(64) << 20;
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+std::string device_error_text(int bits) {
+  std::string s;
+  const auto add = [&](int bit, const char* what) {
+    if ((bits & bit) == 0) return;
+    if (!s.empty()) s += "; ";
+    s += what;
+  };
+  add(cuda::kErrEmbeddingId, "embedding: a token id was outside [0, rows of the table)");
+  add(cuda::kErrGatherIndex, "gather_rows: an index was outside [0, rows of x)");
+  add(cuda::kErrRopePosition, "rope: a position was outside [0, rows of cos_sin)");
+  add(cuda::kErrKvSlot,
+      "write_kv: a slot_mapping entry was >= num_blocks * block_size (negative skips)");
+  add(cuda::kErrBlockTable, "attention: a block_tables entry was outside [0, num_blocks)");
+  add(cuda::kErrSeqLayout,
+      "attention: query_start_loc / seq_lens were inconsistent (query_start_loc[0] != 0, "
+      "decreasing, past T, a query longer than max_query_len or its seq_len, a seq_len over "
+      "max_seq_len or the block table)");
+  return s;
+}
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int device_index) : device_{DeviceKind::cuda, device_index} {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      fail("make_cuda_backend: no usable CUDA device ({}: {})", cudaGetErrorName(e),
+           cudaGetErrorString(e));
+    }
+    if (device_index < 0 || device_index >= count)
+      fail("make_cuda_backend: device_index = {} is outside the {} CUDA device(s) [0, {})",
+           device_index, count, count);
+    check_cuda(cudaSetDevice(device_index), "make_cuda_backend: cudaSetDevice");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device_index),
+               "make_cuda_backend: cudaGetDeviceProperties");
+    num_sms_ = prop.multiProcessorCount;
+    gpu_name_ = prop.name;
+    cudaStream_t s = nullptr;
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+               "make_cuda_backend: cudaStreamCreate");
+    stream_holder_.reset(s);
+    stream_ = s;
+    err_word_.ensure(sizeof(int), "make_cuda_backend: device error word");
+    err_host_.ensure(sizeof(int), "make_cuda_backend: device error word");
+    check_cuda(cudaMemsetAsync(err_word_.data(), 0, sizeof(int), stream_),
+               "make_cuda_backend: cudaMemset");
+    lt_workspace_.ensure(kLtWorkspaceBytes, "make_cuda_backend: cuBLASLt workspace");
+    decode_workspace_.ensure(kDecodeWorkspaceBytes, "make_cuda_backend: decode workspace");
+    lt_ = std::make_unique<cuda::LtGemm>();
+    lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
+    check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
+    check_cuda(cudaStreamSynchronize(stream_), "make_cuda_backend: stream");
+    sync_check_ = env_flag("TROUPE_CUDA_SYNC_CHECK");
+  }
+
+  ~CudaBackendImpl() override {
+    if (capturing_) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g != nullptr) cudaGraphDestroy(g);
+    }
+    // Work still queued may use the buffers freed below.
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  }
+
+  [[nodiscard]] std::string name() const override {
+    return "cuda:" + std::to_string(device_.index) + " (" + gpu_name_ + ")";
+  }
+  [[nodiscard]] Device device() const override { return device_; }
+  [[nodiscard]] DType compute_dtype(DType requested) const override {
+    return requested == DType::f16 || requested == DType::bf16 ? requested : DType::f32;
+  }
+
+  // ---- CUDA extras ----
+
+  void begin_capture() override {
+    if (capturing_) fail("begin_capture: a capture is already running on this backend");
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture");
+    capturing_ = true;
+  }
+
+  [[nodiscard]] CudaGraph end_capture() override {
+    if (!capturing_) fail("end_capture: no capture is running (call begin_capture first)");
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamEndCapture(stream_, &graph), "end_capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      check_cuda(e, "end_capture: cudaGraphInstantiate");
+    }
+    return wrap_graph(graph, exec, stream_);
+  }
+
+  [[nodiscard]] void* stream() const override { return stream_; }
+  [[nodiscard]] int num_sms() const override { return num_sms_; }
+
+  // ---- memory ----
+
+  [[nodiscard]] Buffer allocate(size_t bytes) override {
+    not_capturing("allocate");
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("allocate: cudaMalloc of {} bytes on {} failed: {} ({} of {} bytes free)", bytes,
+           to_string(device_), cudaGetErrorString(e), free_b, total_b);
+    }
+    return Buffer(p, bytes, device_, [](void* q) { cudaFree(q); });
+  }
+
+  void upload(const Tensor& dst, const void* host, size_t bytes) override {
+    check_transfer("upload", "dst", dst, host, bytes);
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(dst.data, host, bytes, cudaMemcpyHostToDevice, stream_),
+               "upload: cudaMemcpyAsync");
+    // From pageable memory the copy has read `host` when the call returns; from page-locked
+    // memory it has not, so wait: the caller may reuse `host` as soon as upload returns.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, host) == cudaSuccess && attr.type == cudaMemoryTypeHost &&
+        !capturing_)
+      check_cuda(cudaStreamSynchronize(stream_), "upload: copy from page-locked memory");
+    cudaGetLastError();
+  }
+
+  void download(void* host, const Tensor& src, size_t bytes) override {
+    check_transfer("download", "src", src, host, bytes);
+    not_capturing("download");
+    if (bytes > 0)
+      check_cuda(cudaMemcpyAsync(host, src.data, bytes, cudaMemcpyDeviceToHost, stream_),
+                 "download: cudaMemcpyAsync");
+    sync_and_check("download");
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    const OpCheck check("copy", device_);
+    check.tensor("src", src, src.ndim);
+    check.tensor("dst", dst, src.dtype, dst.ndim);
+    if (dst.numel() != src.numel())
+      check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
+    check.disjoint("dst", dst, "src", src);
+    if (src.nbytes() == 0) return;
+    check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+               "copy: cudaMemcpyAsync");
+    after_launch("copy");
+  }
+
+  void synchronize() override {
+    not_capturing("synchronize");
+    sync_and_check("synchronize");
+  }
+
+  [[nodiscard]] MemoryInfo memory_info() const override {
+    size_t free_b = 0, total_b = 0;
+    check_cuda(cudaMemGetInfo(&free_b, &total_b), "memory_info: cudaMemGetInfo");
+    return MemoryInfo{free_b, total_b};
+  }
+
+  // ---- ops ----
+
+  void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
+    const OpCheck check("embedding", device_);
+    check.tensor("ids", ids, DType::i32, 1);
+    check.tensor("table", table, 2);
+    check.float_dtype("table", table);
+    check.tensor("out", out, table.dtype, 2);
+    check.dim("out", out, 0, ids.dim(0), "one row per id");
+    check.dim("out", out, 1, table.dim(1), "hidden size of table");
+    check.disjoint("out", out, "table", table);
+    cuda::launch_gather_rows(table.data, table.dim(0), ids.as<const int32_t>(), out.data,
+                             out.dim(0), table.dim(1) * int64_t(dtype_size(table.dtype)),
+                             cuda::kErrEmbeddingId, err(), stream_);
+    after_launch("embedding");
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
+    const OpCheck check("rms_norm", device_);
+    check_norm(check, x, weight, eps, out);
+    check.disjoint("out", out, "x", x);
+    cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0), x.dim(1),
+                          stream_);
+    after_launch("rms_norm");
+  }
+
+  void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                    const Tensor& out) override {
+    const OpCheck check("add_rms_norm", device_);
+    check_norm(check, x, weight, eps, out);
+    check.tensor("residual", residual, x.ndim);
+    check.same_shape("residual", residual, "x", x);
+    check.disjoint("residual", residual, "x", x);
+    check.disjoint("out", out, "residual", residual);
+    check.disjoint("out", out, "x", x);
+    cuda::launch_rms_norm(x.dtype, residual.data, x.data, weight.data, eps, out.data, x.dim(0),
+                          x.dim(1), stream_);
+    after_launch("add_rms_norm");
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
+    const OpCheck check("linear", device_);
+    check.tensor("x", x, 2);
+    check.float_dtype("x", x);
+    check.tensor("w", w, x.dtype, 2);
+    check.tensor("out", out, 2);
+    const bool f32_logits = out.dtype == DType::f32 && x.dtype != DType::f32;
+    if (out.dtype != x.dtype && !f32_logits)
+      check.fail("out {} must be {} like x {}, or float32 (logits)", describe(out),
+                 dtype_name(x.dtype), describe(x));
+    const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
+    check.dim("w", w, 1, k, fmt::format("K of x {}", describe(x)));
+    check.dim("out", out, 0, t, fmt::format("T of x {}", describe(x)));
+    check.dim("out", out, 1, n, fmt::format("N of w {}", describe(w)));
+    if (bias != nullptr) {
+      check.tensor("bias", *bias, 1);
+      if (bias->dtype != x.dtype && bias->dtype != out.dtype)
+        check.fail("bias {} must be {} (like x) or {} (like out)", describe(*bias),
+                   dtype_name(x.dtype), dtype_name(out.dtype));
+      check.dim("bias", *bias, 0, n, fmt::format("N of w {}", describe(w)));
+    }
+    check.disjoint("out", out, "x", x);
+    check.disjoint("out", out, "w", w);
+    check.fits_int("T", t);
+    check.fits_int("N", n);
+    check.fits_int("K", k);
+    if (t == 0 || n == 0) return;
+    const DType bias_dt = bias != nullptr ? bias->dtype : out.dtype;
+    const void* bias_p = bias != nullptr ? bias->data : nullptr;
+    if (k == 0) {  // an empty sum: out = bias or 0
+      if (bias_p != nullptr)
+        cuda::launch_add_bias(out.dtype, out.data, bias_dt, bias_p, t, n, false, stream_);
+      else
+        check_cuda(cudaMemsetAsync(out.data, 0, out.nbytes(), stream_), "linear: cudaMemset");
+      after_launch("linear");
+      return;
+    }
+    const cuda::GemmArgs args{x.dtype,   x.data,   w.data, bias_dt, bias_p,
+                              out.dtype, out.data, t,      n,       k};
+    switch (lt_->run(args, stream_)) {
+      case cuda::LtGemm::Outcome::done:
+        break;
+      case cuda::LtGemm::Outcome::done_without_bias:
+        cuda::launch_add_bias(out.dtype, out.data, bias_dt, bias_p, t, n, true, stream_);
+        break;
+      case cuda::LtGemm::Outcome::unsupported:
+        cuda::launch_fallback_gemm(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype, out.data, t,
+                                   n, k, stream_);
+        break;
+    }
+    after_launch("linear");
+  }
+
+  void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+            int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
+    const OpCheck check("rope", device_);
+    if (head_dim <= 0) check.fail("head_dim = {} must be > 0", head_dim);
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
+    if (style != RopeStyle::neox && style != RopeStyle::gptj)
+      check.fail("style = {} is neither neox nor gptj", int(style));
+    check.tensor("positions", positions, DType::i32, 1);
+    const int64_t tokens = positions.dim(0);
+    check.tensor("q", q, 2);
+    check.float_dtype("q", q);
+    check.tensor("k", k, q.dtype, 2);
+    for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}}) {
+      check.dim(name, *t, 0, tokens, "one row per position");
+      if (t->dim(1) % head_dim != 0)
+        check.fail("{} {}: row of {} is not a whole number of heads of {}", name, describe(*t),
+                   t->dim(1), head_dim);
+    }
+    check.disjoint("q", q, "k", k);
+    check.tensor("cos_sin", cos_sin, DType::f32, 2);
+    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
+    const int64_t q_heads = q.dim(1) / head_dim, k_heads = k.dim(1) / head_dim;
+    check.fits_int("heads * rotary_dim / 2", (q_heads + k_heads) * rotary_dim / 2);
+    cuda::launch_rope(q.dtype, q.data, k.data, positions.as<const int32_t>(),
+                      cos_sin.as<const float>(), tokens, int(q_heads), int(k_heads), head_dim,
+                      rotary_dim, cos_sin.dim(0), style == RopeStyle::neox, err(), stream_);
+    after_launch("rope");
+  }
+
+  void write_kv(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                const Tensor& slot_mapping) override {
+    const OpCheck check("write_kv", device_);
+    check.tensor("k_cache", k_cache, 4);
+    check.float_dtype("k_cache", k_cache);
+    check.tensor("v_cache", v_cache, k_cache.dtype, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.tensor("k", k, k_cache.dtype, 2);
+    check.tensor("v", v, k_cache.dtype, 2);
+    check.same_shape("v", v, "k", k);
+    const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
+    check.dim("k", k, 1, row,
+              fmt::format("num_kv_heads * head_dim of k_cache {}", describe(k_cache)));
+    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
+    check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
+    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
+    cuda::launch_write_kv(
+        k.data, v.data, k_cache.data, v_cache.data, slot_mapping.as<const int32_t>(), k.dim(0),
+        k_cache.dim(0) * k_cache.dim(1), row * int64_t(dtype_size(k.dtype)), err(), stream_);
+    after_launch("write_kv");
+  }
+
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionBatch& batch, const AttentionShape& shape,
+                 const Tensor& out) override {
+    const OpCheck check("attention", device_);
+    check_attention(check, q, k_cache, v_cache, batch, shape, out);
+    int log2_bs = 0;
+    while ((1 << log2_bs) < shape.block_size) ++log2_bs;
+    const cuda::AttentionArgs a{q.data,
+                                k_cache.data,
+                                v_cache.data,
+                                out.data,
+                                batch.query_start_loc.as<const int32_t>(),
+                                batch.seq_lens.as<const int32_t>(),
+                                batch.block_tables.as<const int32_t>(),
+                                q.dim(0),
+                                batch.num_seqs,
+                                batch.max_query_len,
+                                batch.max_seq_len,
+                                int32_t(batch.block_tables.dim(1)),
+                                int32_t(k_cache.dim(0)),
+                                shape.num_heads,
+                                shape.num_kv_heads,
+                                shape.head_dim,
+                                shape.block_size,
+                                log2_bs,
+                                shape.scale,
+                                err()};
+    if (q.dtype == DType::f32) {
+      cuda::launch_attention_f32(a, stream_);
+    } else {
+      const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
+                                     decode_workspace_.bytes() / sizeof(float)};
+      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, stream_);
+    }
+    after_launch("attention");
+  }
+
+  void silu_mul(const Tensor& gate_up, const Tensor& out) override {
+    const OpCheck check("silu_mul", device_);
+    check.tensor("gate_up", gate_up, 2);
+    check.float_dtype("gate_up", gate_up);
+    check.tensor("out", out, gate_up.dtype, 2);
+    if (gate_up.dim(1) % 2 != 0)
+      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
+                 gate_up.dim(1));
+    const int64_t inter = gate_up.dim(1) / 2;
+    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
+    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
+    check.disjoint("out", out, "gate_up", gate_up);
+    cuda::launch_silu_mul(out.dtype, gate_up.data, out.data, out.dim(0), inter, stream_);
+    after_launch("silu_mul");
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    const OpCheck check("gather_rows", device_);
+    check.tensor("x", x, 2);
+    check.tensor("indices", indices, DType::i32, 1);
+    check.tensor("out", out, x.dtype, 2);
+    check.dim("out", out, 0, indices.dim(0), "one row per index");
+    check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
+    check.disjoint("out", out, "x", x);
+    cuda::launch_gather_rows(x.data, x.dim(0), indices.as<const int32_t>(), out.data, out.dim(0),
+                             x.dim(1) * int64_t(dtype_size(x.dtype)), cuda::kErrGatherIndex, err(),
+                             stream_);
+    after_launch("gather_rows");
+  }
+
+  std::vector<SampledToken> sample(const Tensor& logits,
+                                   std::span<const SamplingRow> rows) override {
+    const OpCheck check("sample", device_);
+    not_capturing("sample");
+    check.tensor("logits", logits, DType::f32, 2);
+    if (int64_t(rows.size()) != logits.dim(0))
+      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
+                 logits.dim(0));
+    if (logits.dim(1) <= 0 || logits.dim(1) >= cuda::kMaxSampleVocab)
+      check.fail("logits {}: vocabulary size must be in [1, {})", describe(logits),
+                 cuda::kMaxSampleVocab);
+    check.fits_int("rows", logits.dim(0));
+    if (rows.empty()) return {};
+    auto result = sampler_.sample(logits, rows, stream_);
+    check_device_errors("sample");
+    return result;
+  }
+
+ private:
+  int* err() const { return err_word_.as<int>(); }
+
+  void not_capturing(const char* op) const {
+    if (capturing_) fail("{}: not allowed while a CUDA graph is being captured", op);
+  }
+
+  // The host can reuse or read its buffer after these.
+  void sync_and_check(const char* op) {
+    check_cuda(cudaStreamSynchronize(stream_), op);
+    check_device_errors(op);
+  }
+
+  // Reads (and clears) the device error word; the stream must be idle or about to be synced.
+  void check_device_errors(const char* op) {
+    check_cuda(cudaMemcpyAsync(err_host_.data(), err_word_.data(), sizeof(int),
+                               cudaMemcpyDeviceToHost, stream_),
+               op);
+    check_cuda(cudaStreamSynchronize(stream_), op);
+    const int bits = *err_host_.as<int>();
+    if (bits == 0) return;
+    check_cuda(cudaMemsetAsync(err_word_.data(), 0, sizeof(int), stream_), op);
+    check_cuda(cudaStreamSynchronize(stream_), op);
+    fail("{}: bad index values reached the GPU since the last check: {}", op,
+         device_error_text(bits));
+  }
+
+  void after_launch(const char* op) {
+    check_cuda(cudaGetLastError(), fmt::format("{}: kernel launch", op));
+    if (sync_check_ && !capturing_) sync_and_check(op);
+  }
+
+  void check_transfer(const char* op, const char* name, const Tensor& t, const void* host,
+                      size_t bytes) const {
+    const OpCheck check(op, device_);
+    if (t.device != device_)
+      check.fail("{} {} must be on {}", name, describe(t), to_string(device_));
+    if (bytes > t.nbytes())
+      check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
+    if (bytes > 0 && (host == nullptr || t.data == nullptr))
+      check.fail("{} bytes with a null pointer ({} {})", bytes, name, describe(t));
+  }
+
+  static void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
+                         const Tensor& out) {
+    check.tensor("x", x, 2);
+    check.float_dtype("x", x);
+    check.tensor("weight", weight, x.dtype, 1);
+    check.dim("weight", weight, 0, x.dim(1), fmt::format("hidden size of x {}", describe(x)));
+    check.tensor("out", out, x.ndim);
+    check.same_shape("out", out, "x", x);
+    if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
+    check.fits_int("rows of x", x.dim(0));
+  }
+
+  void check_attention(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
+                       const Tensor& v_cache, const AttentionBatch& batch,
+                       const AttentionShape& shape, const Tensor& out) const {
+    if (!cuda::attention_head_dim_supported(shape.head_dim))
+      check.fail("head_dim = {} has no CUDA kernel (supported: 64, 80, 96, 128, 256)",
+                 shape.head_dim);
+    if (!cuda::attention_block_size_supported(shape.block_size))
+      check.fail("block_size = {} has no CUDA kernel (supported: 8, 16, 32)", shape.block_size);
+    if (shape.num_heads <= 0 || shape.num_kv_heads <= 0)
+      check.fail("num_heads = {} and num_kv_heads = {} must be > 0", shape.num_heads,
+                 shape.num_kv_heads);
+    if (shape.num_heads % shape.num_kv_heads != 0)
+      check.fail("num_heads = {} is not a multiple of num_kv_heads = {}", shape.num_heads,
+                 shape.num_kv_heads);
+    if (shape.num_heads > 65535) check.fail("num_heads = {} exceeds 65535", shape.num_heads);
+    if (!std::isfinite(shape.scale)) check.fail("scale = {} must be finite", shape.scale);
+
+    check.tensor("q", q, 2);
+    check.float_dtype("q", q);
+    check.dim("q", q, 1, int64_t(shape.num_heads) * shape.head_dim, "num_heads * head_dim");
+    check.tensor("out", out, q.ndim);
+    check.same_shape("out", out, "q", q);
+    check.disjoint("out", out, "q", q);
+    check.tensor("k_cache", k_cache, q.dtype, 4);
+    check.dim("k_cache", k_cache, 1, shape.block_size, "block_size");
+    check.dim("k_cache", k_cache, 2, shape.num_kv_heads, "num_kv_heads");
+    check.dim("k_cache", k_cache, 3, shape.head_dim, "head_dim");
+    check.tensor("v_cache", v_cache, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.disjoint("out", out, "k_cache", k_cache);
+    check.disjoint("out", out, "v_cache", v_cache);
+    if (q.dtype != DType::f32) {  // the f16/bf16 kernels read rows with 16-byte vectors
+      check.aligned("q", q, 16);
+      check.aligned("out", out, 16);
+      check.aligned("k_cache", k_cache, 16);
+      check.aligned("v_cache", v_cache, 16);
+    }
+    check.fits_int("T", q.dim(0));
+    check.fits_int("num_blocks", k_cache.dim(0));
+
+    if (batch.num_seqs < 0 || batch.num_seqs > 65535)
+      check.fail("num_seqs = {} must be in [0, 65535]", batch.num_seqs);
+    if (batch.max_query_len < 0) check.fail("max_query_len = {} must be >= 0", batch.max_query_len);
+    if (batch.max_seq_len < 0) check.fail("max_seq_len = {} must be >= 0", batch.max_seq_len);
+    const int64_t s = batch.num_seqs;
+    check.tensor("query_start_loc", batch.query_start_loc, DType::i32, 1);
+    check.dim("query_start_loc", batch.query_start_loc, 0, s + 1, "num_seqs + 1");
+    check.tensor("seq_lens", batch.seq_lens, DType::i32, 1);
+    check.dim("seq_lens", batch.seq_lens, 0, s, "num_seqs");
+    check.tensor("block_tables", batch.block_tables, DType::i32, 2);
+    check.dim("block_tables", batch.block_tables, 0, s, "num_seqs");
+    check.fits_int("max_blocks_per_seq * block_size",
+                   batch.block_tables.dim(1) * int64_t(shape.block_size));
+    if (int64_t(batch.max_seq_len) > batch.block_tables.dim(1) * shape.block_size)
+      check.fail(
+          "max_seq_len = {} needs more than the {} blocks of {} per sequence in "
+          "block_tables {}",
+          batch.max_seq_len, batch.block_tables.dim(1), shape.block_size,
+          describe(batch.block_tables));
+  }
+
+  struct StreamDeleter {
+    void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+  };
+
+  Device device_;
+  int num_sms_ = 0;
+  std::string gpu_name_;
+  // Declared before the buffers: destroyed after them (members go in reverse order).
+  std::unique_ptr<CUstream_st, StreamDeleter> stream_holder_;
+  cudaStream_t stream_ = nullptr;
+  bool capturing_ = false;
+  bool sync_check_ = false;
+  cuda::DeviceBuffer err_word_;
+  cuda::PinnedBuffer err_host_;
+  cuda::DeviceBuffer lt_workspace_;
+  cuda::DeviceBuffer decode_workspace_;
+  std::unique_ptr<cuda::LtGemm> lt_;
+  cuda::CudaSampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<CudaBackendImpl>(device_index);
+}
+
+CudaBackend* cuda_backend_of(Backend& backend) {
+  return dynamic_cast<CudaBackend*>(&backend);
+}
+
+}  // namespace troupe

@@ -1,0 +1,171 @@
+// Launchers of the CUDA kernels: plain C++ declarations shared by the g++-compiled host code
+// (cuda_backend.cpp validates shapes and picks a launcher) and the nvcc-compiled .cu files that
+// define them. Launchers only enqueue work on `stream`; the caller checks cudaGetLastError().
+//
+// Pointers are device pointers; shapes were validated on the host. Index values that only the
+// device can read (token ids, slots, block tables, sequence lengths) are checked by the kernels,
+// which skip the bad element and OR a DeviceError bit into `err` (one int in device memory);
+// the backend reads it back at the next synchronisation and throws troupe::Error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/backend/dtype.hpp"
+
+namespace troupe::cuda {
+
+/// Bits of the device error word. One bit per kind of bad index, so one word says all that
+/// went wrong since the last check.
+enum DeviceError : int {
+  kErrEmbeddingId = 1 << 0,   // embedding: ids[t] outside [0, V)
+  kErrGatherIndex = 1 << 1,   // gather_rows: indices[s] outside the rows of x
+  kErrRopePosition = 1 << 2,  // rope: positions[t] outside the cos_sin rows
+  kErrKvSlot = 1 << 3,        // write_kv: slot_mapping[t] >= num_blocks * block_size
+  kErrBlockTable = 1 << 4,    // attention: a block id outside [0, num_blocks)
+  kErrSeqLayout = 1 << 5,     // attention: query_start_loc / seq_lens inconsistent
+};
+
+// ---- gather / scatter of whole rows (dtype-agnostic: rows are byte strings) ----
+
+/// out[t] = src[idx[t]] for t < n_out; rows of `row_bytes`. Indices outside [0, n_src)
+/// zero the row and set `err_bit`.
+void launch_gather_rows(const void* src, int64_t n_src, const int32_t* idx, void* out,
+                        int64_t n_out, int64_t row_bytes, int err_bit, int* err,
+                        cudaStream_t stream);
+
+/// dst[slot[t]] = src[t] for both (k, v) pairs; negative slots skip, slots >= n_slots set
+/// kErrKvSlot.
+void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,
+                     const int32_t* slots, int64_t n_tokens, int64_t n_slots, int64_t row_bytes,
+                     int* err, cudaStream_t stream);
+
+// ---- elementwise ----
+
+/// rms_norm over rows of x [rows, h] (and residual += x first when `residual` is non-null).
+void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight, float eps,
+                     void* out, int64_t rows, int64_t h, cudaStream_t stream);
+
+/// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
+void launch_silu_mul(DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
+                     cudaStream_t stream);
+
+/// Rotary embedding in place on q [T, q_heads * d] and k [T, k_heads * d].
+void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const float* cos_sin,
+                 int64_t tokens, int q_heads, int k_heads, int head_dim, int rotary_dim,
+                 int64_t max_positions, bool neox, int* err, cudaStream_t stream);
+
+/// out[t, n] = (out[t, n] if accumulate else 0) + bias[n], in out's dtype, f32 arithmetic.
+void launch_add_bias(DType out_dt, void* out, DType bias_dt, const void* bias, int64_t rows,
+                     int64_t n, bool accumulate, cudaStream_t stream);
+
+/// Reference GEMM for shapes cuBLASLt declines: out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]),
+/// f32 accumulation. Slow and simple.
+void launch_fallback_gemm(DType in_dt, const void* x, const void* w, DType bias_dt,
+                          const void* bias, DType out_dt, void* out, int64_t t, int64_t n,
+                          int64_t k, cudaStream_t stream);
+
+// ---- attention ----
+
+struct AttentionArgs {
+  const void* q;        // [T, num_heads * d]
+  const void* k_cache;  // [num_blocks, block_size, num_kv_heads, d]
+  const void* v_cache;
+  void* out;                       // [T, num_heads * d]
+  const int32_t* query_start_loc;  // [S + 1]
+  const int32_t* seq_lens;         // [S]
+  const int32_t* block_tables;     // [S, max_blocks]
+  int64_t num_tokens;
+  int32_t num_seqs;
+  int32_t max_query_len;
+  int32_t max_seq_len;
+  int32_t max_blocks;
+  int32_t num_blocks;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t block_size;
+  int32_t log2_block_size;
+  float scale;
+  int* err;
+};
+
+/// Workspace of the split-KV decode kernel (f32, preallocated by the backend).
+struct DecodeWorkspace {
+  float* data = nullptr;
+  size_t floats = 0;
+};
+
+/// Head dims with compiled kernels.
+inline constexpr int kAttentionHeadDims[] = {64, 80, 96, 128, 256};
+inline constexpr bool attention_head_dim_supported(int d) {
+  return d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+}
+inline constexpr bool attention_block_size_supported(int bs) {
+  return bs == 8 || bs == 16 || bs == 32;
+}
+
+/// Raises the dynamic shared-memory limits of the attention kernels (once per device).
+cudaError_t attention_init();
+
+/// Split count the decode kernel will use for this batch (exposed for tests and the bench).
+int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
+
+/// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
+/// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
+void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
+                           cudaStream_t stream);
+
+/// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
+void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);
+
+// ---- sampling ----
+
+/// One row's parameters, packed for the device (see sampling.cu for each field's use).
+struct SampleRowParams {
+  float temperature;
+  float top_p;
+  float min_p;
+  float presence_penalty;
+  float frequency_penalty;
+  float repetition_penalty;
+  int32_t top_k;         // <= 0: no limit
+  int32_t greedy;        // 1: argmax of the processed logits
+  int32_t num_logprobs;  // -1: only the sampled token's
+  int32_t mod_begin;     // this row's entries in the modification list
+  int32_t mod_count;
+  int32_t scratch_row;  // row of the processed-logits scratch, -1: use the raw logits
+  int32_t out_offset;   // first int of this row's result in the result buffer
+  int32_t pad_;
+  uint64_t seed;
+  uint64_t offset;
+};
+
+/// A token whose logit this step changes: bias and/or penalty inputs, merged on the host.
+/// Its logit_bias entries stay separate (biases[bias_begin, +bias_count), in the row's order)
+/// so that they are added one by one, rounding exactly as the CPU reference does.
+struct SampleMod {
+  int32_t token;
+  int32_t output_count;  // occurrences in the output so far
+  int32_t in_history;    // 1: in the prompt or the output (repetition penalty applies)
+  int32_t bias_begin;
+  int32_t bias_count;
+};
+
+/// Result layout per row at out_offset (ints; floats stored by bit pattern):
+/// [token, logprob, rank, n_top, then n_top x (token, logprob, rank)].
+/// A negative token is an error code instead (the CPU reference throws in these cases).
+inline constexpr int kSampleResultHeader = 4;
+inline constexpr int kSampleNoTokenLeft = -1;   // every processed logit is -inf or NaN
+inline constexpr int kSampleRawAllNegInf = -2;  // every raw logit is -inf or NaN
+inline constexpr int kSampleRawInf = -3;        // a raw logit is +inf
+inline constexpr int kMaxTopLogprobs = 1024;
+inline constexpr int64_t kMaxSampleVocab = int64_t(1) << 23;
+
+void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
+                   const SampleRowParams* rows, const SampleMod* mods, const float* biases,
+                   float* scratch, int32_t num_scratch_rows, int32_t* results, cudaStream_t stream);
+
+}  // namespace troupe::cuda

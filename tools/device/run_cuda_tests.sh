@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repo root, with .carry/cuda (made here by
+# tools/device/bundle_cuda_tests.sh) carried along:
+#   1. nvidia-smi;
+#   2. the CUDA op tests (every test case tagged [cuda]); if any fails, the whole suite again
+#      with TROUPE_CUDA_SYNC_CHECK=1, so a failing kernel is named by the op that launched it;
+#   3. the op bench (per-op time, GB/s, TFLOP/s on Llama-3-8B shapes).
+# Logs go to $OUT (or /tmp/troupe_cuda_out). Exit status: that of the tests.
+#
+# Usage: bash tools/device/run_cuda_tests.sh [full|tests|bench|sanitize]
+#   full (default): 1-3; tests: 1-2; bench: 1 and 3;
+#   sanitize: the tests under compute-sanitizer memcheck (slow: several minutes).
+set -uo pipefail
+mode=${1:-full}
+out=${OUT:-/tmp/troupe_cuda_out}
+mkdir -p "$out"
+root=/tmp/troupe_cuda
+bundle=.carry/cuda/troupe_cuda.tar.gz
+if [[ ! -f $bundle ]]; then
+  echo "run_cuda_tests: $bundle is missing: run tools/device/bundle_cuda_tests.sh here and" \
+       "carry .carry/cuda" | tee "$out/error.txt"
+  exit 2
+fi
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle"
+
+nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"
+
+# cuBLASLt is not in the bundle (too big): take the machine's own CUDA 13 copy.
+cublas=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/lib/x86_64-linux-gnu; do
+  if [[ -e $dir/libcublasLt.so.13 ]]; then cublas=$dir; break; fi
+done
+if [[ -z $cublas ]]; then
+  found=$(find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
+  [[ -n $found ]] && cublas=$(dirname "$found")
+fi
+export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  echo "cuBLASLt from: ${cublas:-NOT FOUND}"
+  ldd "$root/bin/troupe_cuda_tests"
+} 2>&1 | tee "$out/ldd.txt"
+if grep -q "not found" "$out/ldd.txt"; then
+  echo "run_cuda_tests: a shared library is missing (see ldd.txt)" | tee -a "$out/ldd.txt"
+  exit 3
+fi
+
+rc=0
+if [[ $mode == full || $mode == tests ]]; then
+  "$root/bin/troupe_cuda_tests" "[cuda]" --durations yes 2>&1 | tee "$out/cuda_tests.log"
+  rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 ]]; then
+    echo "=== failures: running again with TROUPE_CUDA_SYNC_CHECK=1 ===" | tee -a "$out/cuda_tests.log"
+    TROUPE_CUDA_SYNC_CHECK=1 "$root/bin/troupe_cuda_tests" "[cuda]" 2>&1 | tail -n 400 \
+      > "$out/cuda_tests_sync.log"
+  fi
+fi
+if [[ $mode == full || $mode == bench ]]; then
+  "$root/bin/troupe_cuda_opbench" 2>&1 | tee "$out/opbench.log"
+fi
+if [[ $mode == sanitize ]]; then
+  compute-sanitizer --tool memcheck --print-limit 50 "$root/bin/troupe_cuda_tests" "[cuda]" 2>&1 \
+    | tail -n 600 | tee "$out/sanitizer.log"
+  rc=${PIPESTATUS[0]}
+fi
+echo "run_cuda_tests: mode $mode, tests exit status $rc"
+exit "$rc"
