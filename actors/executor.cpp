@@ -7,8 +7,6 @@
 #include "runtime/exec/model_runner.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
 #include "cuda/cuda_backend.hpp"
 #endif
 
@@ -53,18 +51,9 @@ executor_actor spawn_executor(caf::actor_system& sys) {
   return sys.spawn<caf::detached>(executor_behavior);
 }
 
-int cuda_device_count() {
-#ifdef TROUPE_HAVE_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
-  }
-  return n;
-#else
-  return 0;
+#ifndef TROUPE_HAVE_CUDA
+int cuda_device_count() { return 0; }  // the CUDA build's is in cuda/cuda_backend.cpp
 #endif
-}
 
 std::unique_ptr<Backend> make_backend(const std::string& device, int index) {
   if (device == "cpu") return make_cpu_backend();

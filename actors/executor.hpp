@@ -10,6 +10,10 @@
 #include "actors/interfaces.hpp"
 #include "runtime/backend/backend.hpp"
 
+#ifdef TROUPE_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
+
 namespace troupe {
 
 /// Spawns an executor on its own thread in `sys`.
@@ -19,7 +23,10 @@ executor_actor spawn_executor(caf::actor_system& sys);
 /// the device kind is unknown or this build has no CUDA backend.
 std::unique_ptr<Backend> make_backend(const std::string& device, int index);
 
-/// CUDA devices visible to this process (0 without a CUDA build or driver).
+#ifndef TROUPE_HAVE_CUDA
+/// CUDA devices visible to this process (0 without a CUDA build; the CUDA build declares it in
+/// cuda/cuda_backend.hpp).
 int cuda_device_count();
+#endif
 
 }  // namespace troupe
