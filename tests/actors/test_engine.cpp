@@ -48,6 +48,7 @@ EngineArgs fixture_args(const std::string& name) {
   a.skip_tokenizer_init = true;  // the fixtures have no tokenizer: prompts are token ids
   a.disable_log_stats = true;
   a.max_model_len = 256;
+  a.dtype = "float32";  // the references are float32 (on CUDA the fixtures would run in bf16/f16)
   return a;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs to run the CUDA op tests and the op bench, built here:
-#   .carry/cuda/troupe_cuda.tar.gz = bin/troupe_cuda_tests, bin/troupe_cuda_opbench and lib/
+#   .carry/cuda/troupe_cuda.tar.gz = bin/ (troupe_cuda_tests, troupe_cuda_opbench, troupe,
+#   troupe_actors_tests) and lib/
 #   with the shared libraries they need that a stock CUDA image may lack (Debian's libfmt,
 #   OpenBLAS + libgfortran + libquadmath for the CPU reference backend, and libcudart 13.0).
 # libcublasLt (~500 MB) is NOT packed: run_cuda_tests.sh finds the machine's own copy.
@@ -9,11 +10,12 @@
 # Then on the device tool: carry [".carry/cuda"], command "bash tools/device/run_cuda_tests.sh".
 set -euo pipefail
 build=${1:-build}
-cmake --build "$build" --target troupe_cuda_tests troupe_cuda_opbench -j2
+cmake --build "$build" --target troupe_cuda_tests troupe_cuda_opbench troupe troupe_actors_tests -j2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/tests/troupe_cuda_tests" "$build/cuda/troupe_cuda_opbench" "$stage/bin/"
+cp "$build/tests/troupe_cuda_tests" "$build/cuda/troupe_cuda_opbench" "$build/tools/troupe" \
+   "$build/tests/troupe_actors_tests" "$stage/bin/"
 # Every non-glibc, non-toolchain library the binaries load, except cuBLASLt.
 for bin in "$stage"/bin/*; do
   ldd "$bin" | awk '/=>/ {print $1, $3}'
