@@ -237,6 +237,12 @@ template <class T>
 void launch_dim(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
                 cudaStream_t stream) {
   switch (a.head_dim) {
+    case 16:
+      launch_typed<T, 16>(a, splits, ws, stream);
+      break;
+    case 32:
+      launch_typed<T, 32>(a, splits, ws, stream);
+      break;
     case 64:
       launch_typed<T, 64>(a, splits, ws, stream);
       break;

@@ -255,6 +255,12 @@ void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
 template <class T>
 void launch_dim(const AttentionArgs& a, cudaStream_t stream) {
   switch (a.head_dim) {
+    case 16:
+      launch_typed<T, 16>(a, stream);
+      break;
+    case 32:
+      launch_typed<T, 32>(a, stream);
+      break;
     case 64:
       launch_typed<T, 64>(a, stream);
       break;
@@ -284,7 +290,7 @@ cudaError_t init_one() {
 template <class T>
 cudaError_t init_type() {
   cudaError_t e = cudaSuccess;
-  for (cudaError_t r : {init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(), init_one<T, 128>(),
+  for (cudaError_t r : {init_one<T, 16>(), init_one<T, 32>(), init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(), init_one<T, 128>(),
                         init_one<T, 256>()})
     if (r != cudaSuccess && e == cudaSuccess) e = r;
   return e;

@@ -526,7 +526,7 @@ class CudaBackendImpl final : public CudaBackend {
                        const Tensor& v_cache, const AttentionBatch& batch,
                        const AttentionShape& shape, const Tensor& out) const {
     if (!cuda::attention_head_dim_supported(shape.head_dim))
-      check.fail("head_dim = {} has no CUDA kernel (supported: 64, 80, 96, 128, 256)",
+      check.fail("head_dim = {} has no CUDA kernel (supported: 16, 32, 64, 80, 96, 128, 256)",
                  shape.head_dim);
     if (!cuda::attention_block_size_supported(shape.block_size))
       check.fail("block_size = {} has no CUDA kernel (supported: 8, 16, 32)", shape.block_size);

@@ -98,10 +98,11 @@ struct DecodeWorkspace {
   size_t floats = 0;
 };
 
-/// Head dims with compiled kernels.
-inline constexpr int kAttentionHeadDims[] = {64, 80, 96, 128, 256};
+/// Head dims with compiled kernels: the common ones, plus 16 and 32 for small models (the
+/// test fixtures and the embedded troupe-fortunes).
+inline constexpr int kAttentionHeadDims[] = {16, 32, 64, 80, 96, 128, 256};
 inline constexpr bool attention_head_dim_supported(int d) {
-  return d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+  return d == 16 || d == 32 || d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
 }
 inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;

@@ -13,5 +13,6 @@ using Runner = std::function<int()>;
 Runner add_generate_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
 
 }  // namespace troupe::cli

@@ -4,6 +4,7 @@
 //                   [--output F.jsonl] [PROMPT ...]
 //   troupe tokenize [--tokenizer DIR] [--decode] TEXT ...
 //   troupe worker   [--host H] [--port P]      (a remote executor for another process)
+//   troupe bench latency|throughput [--input-len N] [--output-len N] [...] [--output-json F]
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
   add(tokenize, troupe::cli::add_tokenize_command(*tokenize));
   auto* worker = app.add_subcommand("worker", "serve an executor to another troupe process");
   add(worker, troupe::cli::add_worker_command(*worker));
+  auto* bench = app.add_subcommand("bench", "offline benchmarks: latency, throughput");
+  add(bench, troupe::cli::add_bench_command(*bench));
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,269 @@
+// troupe bench latency|throughput: vLLM's offline benchmarks, on random token-id prompts.
+//
+//   troupe bench latency    --input-len 32 --output-len 128 --batch-size 8 [engine flags]
+//   troupe bench throughput --input-len 1000 --output-len 1000 --num-prompts 1000 [engine flags]
+//
+// Both print a table and, with --output-json FILE, write the numbers as JSON. Prompts are
+// random token ids (so --load-format dummy checkpoints without a tokenizer work), generation
+// ignores EOS so every request produces exactly --output-len tokens, and sampling is plain
+// (temperature 1, no top-k/top-p), as in vLLM's benchmarks.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "actors/engine.hpp"
+#include "actors/llm.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/model_config.hpp"
+#include "tools/cli_args.hpp"
+#include "tools/commands.hpp"
+
+namespace troupe::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  int input_len = 32;
+  int output_len = 128;
+  int batch_size = 8;     // latency
+  int num_prompts = 1000; // throughput
+  int num_iters_warmup = 2;
+  int num_iters = 5;
+  uint64_t seed = 0;
+  std::string output_json;
+};
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * double(v.size() - 1);
+  const auto lo = size_t(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
+}
+
+/// Parameters (for FLOP counts): embeddings, attention, MLP and norms of a Llama-family model.
+double parameter_count(const ModelConfig& c) {
+  const double H = double(c.hidden_size), I = double(c.intermediate_size);
+  const double d = double(c.head_dim), nh = double(c.num_attention_heads);
+  const double nkv = double(c.num_key_value_heads), V = double(c.vocab_size);
+  const double per_layer = H * (nh + 2 * nkv) * d + nh * d * H + 3 * H * I + 2 * H;
+  return V * H * (c.tie_word_embeddings ? 1.0 : 2.0) + double(c.num_hidden_layers) * per_layer + H;
+}
+
+/// Matrix FLOPs of one forward token at context length `ctx`: 2 per weight (the embedding
+/// lookup is free, the lm_head is not) plus attention's QK^T and PV.
+double flops_per_token(const ModelConfig& c, double ctx) {
+  const double embed = double(c.vocab_size) * double(c.hidden_size);
+  const double weights = parameter_count(c) - (c.tie_word_embeddings ? 0.0 : embed);
+  const double attn = 4.0 * double(c.num_hidden_layers) * double(c.num_attention_heads) *
+                      double(c.head_dim) * ctx;
+  return 2.0 * weights + attn;
+}
+
+std::vector<Prompt> random_prompts(int count, int len, int32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // Ids from the lower part of the vocabulary: ordinary tokens in real tokenizers.
+  std::uniform_int_distribution<int32_t> tok(10, std::max<int32_t>(11, std::min(vocab - 1, 30000)));
+  std::vector<Prompt> out;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> ids(static_cast<size_t>(len));
+    for (auto& t : ids) t = tok(rng);
+    out.emplace_back(std::move(ids));
+  }
+  return out;
+}
+
+SamplingParams bench_params(int output_len) {
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 1.0;
+  p.ignore_eos = true;
+  p.max_tokens = output_len;
+  p.detokenize = false;
+  return p;
+}
+
+EngineArgs bench_engine_args(const CLI::App& app) {
+  std::vector<std::string> notices;
+  EngineArgs defaults;
+  defaults.model = default_model_dir();
+  EngineArgs args = engine_args_from_cli(app, &notices, defaults);
+  for (const auto& n : notices) spdlog::warn("{}", n);
+  // Token-id prompts need no tokenizer: a dummy preset directory has none.
+  const auto tok_dir = args.tokenizer ? std::filesystem::path(*args.tokenizer)
+                                      : std::filesystem::path(args.model);
+  if (!std::filesystem::exists(tok_dir / "tokenizer.json")) args.skip_tokenizer_init = true;
+  return args;
+}
+
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  if (!out) fail("--output-json {}: cannot open the file for writing", path);
+  out << j.dump(2) << "\n";
+}
+
+nlohmann::ordered_json common_json(const LLM& llm, const EngineArgs& args, const ModelConfig& c,
+                                   const BenchOptions& o) {
+  nlohmann::ordered_json j;
+  j["model"] = args.model;
+  j["architecture"] = c.architecture;
+  j["load_format"] = args.load_format;
+  j["backend"] = llm.backend();
+  j["parameters"] = parameter_count(c);
+  j["input_len"] = o.input_len;
+  j["output_len"] = o.output_len;
+  return j;
+}
+
+int run_latency(const CLI::App& app, const BenchOptions& o) {
+  const EngineArgs args = bench_engine_args(app);
+  const ModelConfig config = load_model_config(args.model);
+  LLM llm(args);
+  const auto prompts = random_prompts(o.batch_size, o.input_len, int32_t(config.vocab_size), o.seed);
+  auto timed = [&](int output_len) {
+    const auto t0 = Clock::now();
+    (void)llm.generate(prompts, bench_params(output_len), {.use_tqdm = false});
+    return seconds(t0, Clock::now());
+  };
+  for (int i = 0; i < o.num_iters_warmup; ++i) (void)timed(o.output_len);
+  std::vector<double> full, prefill;
+  for (int i = 0; i < o.num_iters; ++i) full.push_back(timed(o.output_len));
+  for (int i = 0; i < o.num_iters; ++i) prefill.push_back(timed(1));
+  const double avg = std::accumulate(full.begin(), full.end(), 0.0) / double(full.size());
+  const double avg_prefill =
+      std::accumulate(prefill.begin(), prefill.end(), 0.0) / double(prefill.size());
+  // Decode time per output token: the difference between a full run and a prefill-only run,
+  // over the tokens generated after the first.
+  const double tpot = o.output_len > 1 ? (avg - avg_prefill) / double(o.output_len - 1) : 0.0;
+
+  std::printf("bench latency: %s on %s, batch %d, input %d, output %d tokens\n",
+              config.architecture.c_str(), llm.backend().c_str(), o.batch_size, o.input_len,
+              o.output_len);
+  std::printf("  %-34s %10.3f s\n", "avg latency", avg);
+  for (double p : {10.0, 25.0, 50.0, 75.0, 90.0, 99.0})
+    std::printf("  %-34s %10.3f s\n", ("p" + std::to_string(int(p)) + " latency").c_str(),
+                percentile(full, p));
+  std::printf("  %-34s %10.3f ms\n", "avg prefill + first token", 1e3 * avg_prefill);
+  std::printf("  %-34s %10.3f ms\n", "decode time per output token", 1e3 * tpot);
+
+  nlohmann::ordered_json j = common_json(llm, args, config, o);
+  j["bench"] = "latency";
+  j["batch_size"] = o.batch_size;
+  j["avg_latency_s"] = avg;
+  j["latencies_s"] = full;
+  for (double p : {10.0, 25.0, 50.0, 75.0, 90.0, 99.0})
+    j["percentiles_s"][std::to_string(int(p))] = percentile(full, p);
+  j["avg_prefill_s"] = avg_prefill;
+  j["decode_s_per_token"] = tpot;
+  write_json(o.output_json, j);
+  return 0;
+}
+
+int run_throughput(const CLI::App& app, const BenchOptions& o) {
+  const EngineArgs args = bench_engine_args(app);
+  const ModelConfig config = load_model_config(args.model);
+  LLM llm(args);
+  const auto prompts = random_prompts(o.num_prompts, o.input_len, int32_t(config.vocab_size), o.seed);
+  // A short warm-up so one-time costs (kernel loading, first allocations) stay out.
+  (void)llm.generate({prompts.front()}, bench_params(4), {.use_tqdm = false});
+  const auto t0 = Clock::now();
+  const auto outs = llm.generate(prompts, bench_params(o.output_len), {.use_tqdm = true});
+  const double elapsed = seconds(t0, Clock::now());
+  size_t out_tokens = 0, in_tokens = 0;
+  for (const auto& r : outs) {
+    in_tokens += r.prompt_token_ids.size();
+    for (const auto& c : r.outputs) out_tokens += c.token_ids.size();
+  }
+  // Model FLOPs of all the tokens processed, attention at each token's own context length.
+  const double avg_ctx_prompt = double(o.input_len) / 2.0;
+  const double avg_ctx_output = double(o.input_len) + double(o.output_len) / 2.0;
+  const double flops = double(in_tokens) * flops_per_token(config, avg_ctx_prompt) +
+                       double(out_tokens) * flops_per_token(config, avg_ctx_output);
+
+  std::printf("bench throughput: %s on %s, %d prompts, input %d, output %d tokens\n",
+              config.architecture.c_str(), llm.backend().c_str(), o.num_prompts, o.input_len,
+              o.output_len);
+  std::printf("  %-34s %10.3f s\n", "elapsed", elapsed);
+  std::printf("  %-34s %10.2f\n", "requests/s", double(outs.size()) / elapsed);
+  std::printf("  %-34s %10.1f\n", "output tokens/s", double(out_tokens) / elapsed);
+  std::printf("  %-34s %10.1f\n", "total tokens/s", double(in_tokens + out_tokens) / elapsed);
+  std::printf("  %-34s %10.2f\n", "model TFLOP/s", flops / elapsed / 1e12);
+
+  nlohmann::ordered_json j = common_json(llm, args, config, o);
+  j["bench"] = "throughput";
+  j["num_prompts"] = o.num_prompts;
+  j["elapsed_s"] = elapsed;
+  j["requests_per_s"] = double(outs.size()) / elapsed;
+  j["output_tokens_per_s"] = double(out_tokens) / elapsed;
+  j["total_tokens_per_s"] = double(in_tokens + out_tokens) / elapsed;
+  j["prompt_tokens"] = in_tokens;
+  j["output_tokens"] = out_tokens;
+  j["model_tflops_per_s"] = flops / elapsed / 1e12;
+  write_json(o.output_json, j);
+  return 0;
+}
+
+void add_common(CLI::App& sub, BenchOptions& o) {
+  add_engine_args(sub);
+  sub.add_option("--input-len", o.input_len, "prompt tokens per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  sub.add_option("--output-len", o.output_len, "generated tokens per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  sub.add_option("--bench-seed", o.seed, "seed of the random prompts")
+      ->capture_default_str()
+      ->group("Benchmark");
+  sub.add_option("--output-json", o.output_json, "write the results here as JSON")
+      ->group("Benchmark");
+}
+
+}  // namespace
+
+Runner add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  app.require_subcommand(1);
+  auto* lat = app.add_subcommand("latency", "end-to-end latency of one batch");
+  add_common(*lat, *o);
+  lat->add_option("--batch-size", o->batch_size, "requests in the batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  lat->add_option("--num-iters-warmup", o->num_iters_warmup, "untimed runs first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  lat->add_option("--num-iters", o->num_iters, "timed runs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  auto* thr = app.add_subcommand("throughput", "offline throughput of many requests");
+  add_common(*thr, *o);
+  thr->add_option("--num-prompts", o->num_prompts, "requests")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  return [o, lat, thr] {
+    if (lat->parsed()) return run_latency(*lat, *o);
+    return run_throughput(*thr, *o);
+  };
+}
+
+}  // namespace troupe::cli
