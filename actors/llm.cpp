@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <unordered_map>
 
@@ -22,6 +24,10 @@ struct LLM::Impl {
 };
 
 LLM::LLM(EngineArgs args) : impl_(std::make_unique<Impl>()) {
+  // Logs go to stderr, so a program's stdout stays its own; a host that set up spdlog's
+  // default logger itself keeps it.
+  if (spdlog::default_logger()->name().empty())
+    spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   register_message_types(impl_->cfg);
   impl_->cfg.set("scheduler.max-threads", 4);
   // Heartbeats so that a frozen remote worker is noticed (CAF's default is never).

@@ -118,7 +118,7 @@ TEST_CASE("the executor in a second process gives the same tokens", "[engine][re
   a.executor_endpoints = {worker.endpoint()};
   {
     LLM llm(a);
-    CHECK_THAT(llm.backend(), Catch::Contains("cpu"));
+    CHECK_FALSE(llm.backend().empty());
     check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
   }
   CHECK(worker.wait_exit(10.0));  // the engine's shutdown stops the worker's executor

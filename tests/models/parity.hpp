@@ -94,7 +94,7 @@ inline void run_parity(Backend& backend_ref, const std::string& name, const std:
     const size_t fi = ref.at("full_logits_prompt_index").get<size_t>();
     const auto& full = ref.at("full_logits");
     REQUIRE(full.size() == ids[fi].size());
-    PagedRunner runner(*backend, *model, 4, 64, 2);
+    PagedRunner runner(*backend, *model, 8, 64, 2);
     PagedSeq seq;
     const auto rows = runner.step({&seq}, {ids[fi]}, true);
     for (size_t t = 0; t < rows.size(); ++t) {
@@ -106,7 +106,7 @@ inline void run_parity(Backend& backend_ref, const std::string& name, const std:
 
   // Greedy: all prompts batched, one token per sequence per step after the prefill.
   const size_t n_new = ref.at("greedy_new_tokens").get<size_t>();
-  PagedRunner runner(*backend, *model, 4, 512, 3);
+  PagedRunner runner(*backend, *model, 8, 512, 3);
   std::vector<PagedSeq> seqs(ids.size());
   std::vector<PagedSeq*> ptrs;
   for (auto& s : seqs) ptrs.push_back(&s);

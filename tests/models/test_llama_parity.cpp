@@ -6,7 +6,7 @@
 // Per fixture: the last-position logits of every prompt (each prompt prefilled alone) and the
 // logits of every position of the 7-token prompt within 1e-4 relative error (||a-b|| / ||b||),
 // then 24 greedy tokens for all prompts at once: one batched prefill, then one token per
-// sequence per forward through a paged cache (block size 4, shuffled block ids), token for
+// sequence per forward through a paged cache (block size 8, shuffled block ids), token for
 // token identical to transformers' generate().
 #include <catch2/catch.hpp>
 

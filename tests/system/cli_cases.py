@@ -214,7 +214,28 @@ def case_remote_worker():
             w.kill()
 
 
+def case_readme_example():
+    """The README's C++ example is examples/offline_generate.cpp, and it runs."""
+    import re
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"```cpp\n(.*?)```", readme, re.S).group(1)
+    assert block == (REPO / "examples" / "offline_generate.cpp").read_text(), \
+        "README's C++ example differs from examples/offline_generate.cpp"
+    p = subprocess.run([EXAMPLE], capture_output=True, text=True, env=ENV, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("The future of AI is"), p.stdout
+    assert "Once upon a time" in p.stdout and "tokens)" in p.stdout, p.stdout
+    # The README's shell examples name flags that exist.
+    for flag in re.findall(r"(--[a-z][a-z-]+)", readme):
+        if flag in ("--build", "--output-on-failure", "--test-dir"):
+            continue
+        h = run("generate", "--help").stdout + run("bench", "latency", "--help").stdout + \
+            run("tokenize", "--help").stdout
+        assert flag in h, f"README mentions {flag}, which no --help lists"
+
+
 if __name__ == "__main__":
     name, TROUPE = sys.argv[1], sys.argv[2]
+    EXAMPLE = sys.argv[3] if len(sys.argv) > 3 else None
     globals()["case_" + name]()
     print(f"{name}: ok")
