@@ -289,6 +289,78 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void rope_qkv_to_cache(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+                         int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
+                         int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& slot_mapping, const Tensor& q_out) override {
+    const OpCheck check("rope_qkv_to_cache");
+    check.positive("head_dim", head_dim);
+    check.positive("num_heads", num_heads);
+    check.positive("num_kv_heads", num_kv_heads);
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
+    if (style != RopeStyle::neox && style != RopeStyle::gptj)
+      check.fail("style = {} is neither neox nor gptj", int(style));
+    check.tensor("positions", positions, DType::i32, 1);
+    const int64_t tokens = positions.dim(0);
+    const int64_t d = head_dim, q_row = int64_t(num_heads) * d, kv_row = int64_t(num_kv_heads) * d;
+    check.tensor("qkv", qkv, DType::f32, 2);
+    check.dim("qkv", qkv, 0, tokens, "one row per position");
+    check.dim("qkv", qkv, 1, q_row + 2 * kv_row, "(num_heads + 2 num_kv_heads) * head_dim");
+    check.tensor("q_out", q_out, DType::f32, 2);
+    check.dim("q_out", q_out, 0, tokens, "one row per position");
+    check.dim("q_out", q_out, 1, q_row, "num_heads * head_dim");
+    check.tensor("k_cache", k_cache, DType::f32, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.dim("k_cache", k_cache, 2, num_kv_heads, "num_kv_heads");
+    check.dim("k_cache", k_cache, 3, head_dim, "head_dim");
+    check.tensor("cos_sin", cos_sin, DType::f32, 2);
+    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
+    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
+    check.dim("slot_mapping", slot_mapping, 0, tokens, "one slot per position");
+    for (const auto& [name, t] : {std::pair{"q_out", &q_out}, std::pair{"k_cache", &k_cache},
+                                  std::pair{"v_cache", &v_cache}})
+      if (overlaps(*t, qkv)) check.fail("{} {} overlaps qkv {}", name, describe(*t), describe(qkv));
+    if (overlaps(q_out, k_cache) || overlaps(q_out, v_cache) || overlaps(k_cache, v_cache))
+      check.fail("q_out {}, k_cache and v_cache must not overlap", describe(q_out));
+    const auto* pos = positions.as<const int32_t>();
+    const auto* slot = slot_mapping.as<const int32_t>();
+    const int64_t max_pos = cos_sin.dim(0), num_slots = k_cache.dim(0) * k_cache.dim(1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (pos[t] < 0 || pos[t] >= max_pos)
+        check.fail("positions[{}] = {} is outside the cos_sin cache's rows [0, {})", t, pos[t],
+                   max_pos);
+      if (slot[t] >= num_slots)
+        check.fail("slot_mapping[{}] = {} is outside the cache's slots [0, {}) (negative skips)",
+                   t, slot[t], num_slots);
+    }
+
+    // Copy each part to where it belongs, then rotate q and k there in place: the same
+    // rotate_head calls as rope() followed by write_kv(), so the results are identical.
+    const int64_t half = rotary_dim / 2;
+    const float* cs = cos_sin.as<const float>();
+    const float* src = qkv.as<const float>();
+    float* qo = q_out.as<float>();
+    float* kc = k_cache.as<float>();
+    float* vc = v_cache.as<float>();
+    pool_.parallel_for(tokens, grain_for(qkv.dim(1)), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* cos = cs + int64_t(pos[t]) * rotary_dim;
+        const float* sin = cos + half;
+        const float* row = src + t * (q_row + 2 * kv_row);
+        float* q = qo + t * q_row;
+        std::memcpy(q, row, size_t(q_row) * sizeof(float));
+        for (int64_t h = 0; h < num_heads; ++h) rotate_head(q + h * d, cos, sin, half, style);
+        if (slot[t] < 0) continue;
+        float* k = kc + int64_t(slot[t]) * kv_row;
+        std::memcpy(k, row + q_row, size_t(kv_row) * sizeof(float));
+        for (int64_t h = 0; h < num_kv_heads; ++h) rotate_head(k + h * d, cos, sin, half, style);
+        std::memcpy(vc + int64_t(slot[t]) * kv_row, row + q_row + kv_row,
+                    size_t(kv_row) * sizeof(float));
+      }
+    });
+  }
+
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionBatch& batch, const AttentionShape& shape,
                  const Tensor& out) override {

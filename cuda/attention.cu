@@ -37,7 +37,8 @@ cudaError_t attention_init() {
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
   if (a.num_seqs <= 0 || a.max_seq_len <= 0) return 1;
   // Enough CTAs for about two waves, but no split shorter than 256 keys, and no more than the
-  // workspace holds.
+  // workspace holds. This is the grid's split count; each sequence then uses as many of them
+  // as its own length needs (attention_decode.cu, same 256).
   const int64_t base = int64_t(a.num_seqs) * a.num_kv_heads;
   int64_t splits = 1;
   const int64_t target = 2 * int64_t(num_sms > 0 ? num_sms : 132);

@@ -7,9 +7,14 @@
 //   each hold 8 of the d features (16-byte loads) and reduce the dot product by shuffles;
 //   (2) an online-softmax update per head in f32, base 2; (3) P V, each key group accumulating
 //   its keys into registers. The key groups' partial sums meet in shared memory at the end.
-// - With one split the CTA writes the normalised output. With several, it writes unnormalised
-//   partial sums plus (max, sum) per (sequence, head, split) into the workspace, and
-//   decode_reduce_kernel rescales and combines them.
+// - A sequence with one split has its CTA write the normalised output. With several, each
+//   writes unnormalised partial sums plus (max, sum) per (sequence, head, split) into the
+//   workspace, and decode_reduce_kernel rescales and combines them.
+// - The host's split count (from num_seqs and max_seq_len) only bounds the grid. Each sequence
+//   splits its own keys: n = min(splits, ceil(kv_len / 256)) parts of ceil(kv_len / n) keys,
+//   from its length on the device. So a CUDA graph captured with max_seq_len at its bound
+//   still gives a short sequence few, long-enough splits, and the result of a sequence depends
+//   on (splits, its kv_len) only, not on where the batch's longest sequence stands.
 //
 // Decode is bandwidth-bound, so CUDA cores suffice here; the tensor-core kernel serves rows
 // with several queries.
@@ -22,6 +27,14 @@ constexpr int kThreads = 128;
 constexpr int kHeadsPerPass = 8;  // query heads of a GQA group handled together
 constexpr int kSubChunk = 128;    // keys per softmax update
 
+constexpr int kMinSplitKeys = 256;  // keep in step with decode_num_splits (attention.cu)
+
+// Splits a sequence of kv_len keys uses: one per started 256 keys, at most the grid's.
+__device__ __forceinline__ int seq_splits(int kv_len, int splits) {
+  const int by_length = (kv_len + kMinSplitKeys - 1) / kMinSplitKeys;
+  return max(1, min(splits, by_length));
+}
+
 template <int D>
 constexpr int lanes_per_key() {
   return D / 8 <= 8 ? 8 : D / 8 <= 16 ? 16 : 32;
@@ -29,7 +42,7 @@ constexpr int lanes_per_key() {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(const AttentionArgs a, int splits, int per_split, float* __restrict__ part_o,
+    decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
                   float* __restrict__ part_ml) {
   constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
   constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
@@ -47,9 +60,11 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   if (seq.q_len != 1) return;  // prefills go to the tensor-core kernel
+  const int n_split = seq_splits(seq.kv_len, splits);
+  if (split >= n_split) return;  // the reduction reads only this sequence's n_split parts
+  const int per_split = (seq.kv_len + n_split - 1) / n_split;
   const int start = split * per_split;
   const int end = min(seq.kv_len, start + per_split);
-  if (start >= end) return;  // the reduction ignores splits past the sequence's length
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = tid / LPK, li = tid % LPK;
@@ -177,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int gr = 0; gr < NG; ++gr) o += red[gr][gi][d];
       const int h = kvh * group + g0 + gi;
-      if (splits == 1) {
+      if (n_split == 1) {  // whole sequence in this CTA: no partials, no reduction
         T* out = static_cast<T*>(a.out);
         out[int64_t(seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
       } else {
@@ -196,12 +211,13 @@ __global__ void __launch_bounds__(kThreads)
 // One CTA per (query head, sequence): out = sum_i o_i 2^(m_i - M) / sum_i l_i 2^(m_i - M).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
-    decode_reduce_kernel(const AttentionArgs a, int splits, int per_split,
-                         const float* __restrict__ part_o, const float* __restrict__ part_ml) {
+    decode_reduce_kernel(const AttentionArgs a, int splits, const float* __restrict__ part_o,
+                         const float* __restrict__ part_ml) {
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;
-  const int n = min(splits, (seq.kv_len + per_split - 1) / per_split);  // splits with keys
+  const int n = seq_splits(seq.kv_len, splits);  // parts the decode kernel wrote
+  if (n == 1) return;                            // it wrote the output itself
   const int64_t base = (int64_t(s) * a.num_heads + h) * splits;
   float m_max = -INFINITY;
   for (int i = 0; i < n; ++i) m_max = fmaxf(m_max, part_ml[(base + i) * 2]);
@@ -221,15 +237,14 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int D>
 void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
                   cudaStream_t stream) {
-  const int per_split = (a.max_seq_len + splits - 1) / splits;
   float* part_o = ws.data;
   float* part_ml = splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * D : nullptr;
   const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-  decode_kernel<T, D><<<grid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
+  decode_kernel<T, D><<<grid, kThreads, 0, stream>>>(a, splits, part_o, part_ml);
   if (splits > 1) {
     const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
     decode_reduce_kernel<T, D>
-        <<<rgrid, kThreads, 0, stream>>>(a, splits, per_split, part_o, part_ml);
+        <<<rgrid, kThreads, 0, stream>>>(a, splits, part_o, part_ml);
   }
 }
 

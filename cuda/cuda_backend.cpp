@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_sampler.hpp"
@@ -94,6 +95,16 @@ std::string device_error_text(int bits) {
   return s;
 }
 
+// Backend::capture's result: the CudaGraph behind the backend-neutral interface.
+class CapturedCudaGraph final : public CapturedGraph {
+ public:
+  explicit CapturedCudaGraph(CudaGraph graph) : graph_(std::move(graph)) {}
+  void replay() override { graph_.replay(); }
+
+ private:
+  CudaGraph graph_;
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device_index) : device_{DeviceKind::cuda, device_index} {
@@ -132,11 +143,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   ~CudaBackendImpl() override {
-    if (capturing_) {
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream_, &g);
-      if (g != nullptr) cudaGraphDestroy(g);
-    }
+    abandon_capture();
     // Work still queued may use the buffers freed below.
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   }
@@ -169,6 +176,20 @@ class CudaBackendImpl final : public CudaBackend {
       check_cuda(e, "end_capture: cudaGraphInstantiate");
     }
     return wrap_graph(graph, exec, stream_);
+  }
+
+  [[nodiscard]] bool can_capture() const override { return true; }
+
+  [[nodiscard]] std::unique_ptr<CapturedGraph> capture(
+      const std::function<void()>& ops) override {
+    begin_capture();
+    try {
+      ops();
+    } catch (...) {
+      abandon_capture();
+      throw;
+    }
+    return std::make_unique<CapturedCudaGraph>(end_capture());
   }
 
   [[nodiscard]] void* stream() const override { return stream_; }
@@ -382,6 +403,53 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("write_kv");
   }
 
+  void rope_qkv_to_cache(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+                         int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
+                         int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& slot_mapping, const Tensor& q_out) override {
+    const OpCheck check("rope_qkv_to_cache", device_);
+    if (head_dim <= 0 || num_heads <= 0 || num_kv_heads <= 0)
+      check.fail("head_dim = {}, num_heads = {} and num_kv_heads = {} must be > 0", head_dim,
+                 num_heads, num_kv_heads);
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
+    if (style != RopeStyle::neox && style != RopeStyle::gptj)
+      check.fail("style = {} is neither neox nor gptj", int(style));
+    check.tensor("positions", positions, DType::i32, 1);
+    const int64_t tokens = positions.dim(0);
+    const int64_t q_row = int64_t(num_heads) * head_dim, kv_row = int64_t(num_kv_heads) * head_dim;
+    check.tensor("qkv", qkv, 2);
+    check.float_dtype("qkv", qkv);
+    check.dim("qkv", qkv, 0, tokens, "one row per position");
+    check.dim("qkv", qkv, 1, q_row + 2 * kv_row, "(num_heads + 2 num_kv_heads) * head_dim");
+    check.tensor("q_out", q_out, qkv.dtype, 2);
+    check.dim("q_out", q_out, 0, tokens, "one row per position");
+    check.dim("q_out", q_out, 1, q_row, "num_heads * head_dim");
+    check.tensor("k_cache", k_cache, qkv.dtype, 4);
+    check.tensor("v_cache", v_cache, qkv.dtype, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.dim("k_cache", k_cache, 2, num_kv_heads, "num_kv_heads");
+    check.dim("k_cache", k_cache, 3, head_dim, "head_dim");
+    check.tensor("cos_sin", cos_sin, DType::f32, 2);
+    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
+    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
+    check.dim("slot_mapping", slot_mapping, 0, tokens, "one slot per position");
+    check.disjoint("q_out", q_out, "qkv", qkv);
+    check.disjoint("k_cache", k_cache, "qkv", qkv);
+    check.disjoint("v_cache", v_cache, "qkv", qkv);
+    check.disjoint("q_out", q_out, "k_cache", k_cache);
+    check.disjoint("q_out", q_out, "v_cache", v_cache);
+    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", q_row + 2 * kv_row);
+    cuda::launch_rope_qkv_to_cache(qkv.dtype, qkv.data, positions.as<const int32_t>(),
+                                   cos_sin.as<const float>(), tokens, num_heads, num_kv_heads,
+                                   head_dim, rotary_dim, cos_sin.dim(0), style == RopeStyle::neox,
+                                   slot_mapping.as<const int32_t>(),
+                                   k_cache.dim(0) * k_cache.dim(1), k_cache.data, v_cache.data,
+                                   q_out.data, err(), stream_);
+    after_launch("rope_qkv_to_cache");
+  }
+
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionBatch& batch, const AttentionShape& shape,
                  const Tensor& out) override {
@@ -469,6 +537,17 @@ class CudaBackendImpl final : public CudaBackend {
 
  private:
   int* err() const { return err_word_.as<int>(); }
+
+  // Ends a capture that will not be used (an op threw inside it) and drops what it recorded;
+  // the stream leaves capture mode, so the backend stays usable.
+  void abandon_capture() {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);  // fails when the capture was invalidated; still ends it
+    if (g != nullptr) cudaGraphDestroy(g);
+    cudaGetLastError();  // the failed capture's error must not be reported by the next op
+  }
 
   void not_capturing(const char* op) const {
     if (capturing_) fail("{}: not allowed while a CUDA graph is being captured", op);

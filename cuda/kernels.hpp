@@ -57,6 +57,21 @@ void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const flo
                  int64_t tokens, int q_heads, int k_heads, int head_dim, int rotary_dim,
                  int64_t max_positions, bool neox, int* err, cudaStream_t stream);
 
+/// rope + write_kv in one launch from a fused qkv [T, (nh + 2 nkv) d]: rotated q to
+/// q_out [T, nh d], rotated k and v to cache row slots[t] (negative skips, >= n_slots sets
+/// kErrKvSlot). Positions outside [0, max_positions) set kErrRopePosition and skip the token.
+void launch_rope_qkv_to_cache(DType dt, const void* qkv, const int32_t* positions,
+                              const float* cos_sin, int64_t tokens, int num_heads,
+                              int num_kv_heads, int head_dim, int rotary_dim,
+                              int64_t max_positions, bool neox, const int32_t* slots,
+                              int64_t n_slots, void* k_cache, void* v_cache, void* q_out,
+                              int* err, cudaStream_t stream);
+
+/// Whether launch_rope_qkv_to_cache takes its 16-byte path for these shapes and pointers
+/// (otherwise it moves single elements; both give the same values). Exposed for the tests.
+bool rope_qkv_vectorisable(DType dt, const void* qkv, const void* q_out, const void* k_cache,
+                           const void* v_cache, int head_dim, int rotary_dim, bool neox);
+
 /// out[t, n] = (out[t, n] if accumulate else 0) + bias[n], in out's dtype, f32 arithmetic.
 void launch_add_bias(DType out_dt, void* out, DType bias_dt, const void* bias, int64_t rows,
                      int64_t n, bool accumulate, cudaStream_t stream);

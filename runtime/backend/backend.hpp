@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,6 +53,16 @@ struct AttentionShape {
 struct MemoryInfo {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
+};
+
+/// A recorded op sequence (a CUDA graph), made by Backend::capture. replay() enqueues every
+/// recorded op again, on the same buffers with the same shapes and host-side arguments; only
+/// the values inside those buffers may change between replays. Destroy it before its backend.
+class CapturedGraph {
+ public:
+  virtual ~CapturedGraph() = default;
+  /// Asynchronous like an op: ordered after earlier ops, before later ones.
+  virtual void replay() = 0;
 };
 
 class Backend {
@@ -121,6 +132,38 @@ class Backend {
   /// Returns S results on the host.
   virtual std::vector<SampledToken> sample(const Tensor& logits,
                                            std::span<const SamplingRow> rows) = 0;
+
+  /// The attention inputs of one layer in one op (vLLM's rotary embedding and
+  /// reshape_and_cache together): qkv [T, (num_heads + 2 num_kv_heads) d] holds each token's
+  /// q heads, then k heads, then v heads (one fused GEMM's output). Rotates q and k as `rope`
+  /// does (same cos_sin, rotary_dim and style rules, bit for bit), writes q to
+  /// q_out [T, num_heads d] and k, v to the caches [num_blocks, block_size, num_kv_heads, d]
+  /// at slot_mapping [T] i32 like `write_kv` (a negative slot skips the token's k and v; its q
+  /// is still written). qkv is read only.
+  /// The default throws: a backend without the op cannot run the model programs.
+  virtual void rope_qkv_to_cache(const Tensor& qkv, const Tensor& positions,
+                                 const Tensor& cos_sin, int32_t head_dim, int32_t rotary_dim,
+                                 RopeStyle style, int32_t num_heads, int32_t num_kv_heads,
+                                 const Tensor& k_cache, const Tensor& v_cache,
+                                 const Tensor& slot_mapping, const Tensor& q_out);
+
+  // ---- graphs (optional) ----
+
+  /// True when capture() records graphs on this backend (CUDA); false when it returns nullptr.
+  [[nodiscard]] virtual bool can_capture() const { return false; }
+
+  /// Records the ops that `ops` calls on this backend, without running them, into a graph to
+  /// replay. Returns nullptr, without calling `ops`, when the backend cannot record (the CPU,
+  /// whose ops run as they are called). While recording, upload, download, synchronize,
+  /// allocate and sample throw. Run the same ops once before recording them: first calls of
+  /// a shape may set up kernels and plans. Host-side arguments (shapes, AttentionBatch's
+  /// num_seqs / max_query_len / max_seq_len) are frozen into the graph, so record with the
+  /// largest values a replay will see. Throws troupe::Error when recording fails (the backend
+  /// stays usable); an exception from `ops` ends the recording and is rethrown.
+  [[nodiscard]] virtual std::unique_ptr<CapturedGraph> capture(const std::function<void()>& ops) {
+    (void)ops;
+    return nullptr;
+  }
 };
 
 }  // namespace troupe

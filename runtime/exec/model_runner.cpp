@@ -1,5 +1,6 @@
 #include "runtime/exec/model_runner.hpp"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,7 +22,18 @@ double seconds_since(Clock::time_point t0) {
 }
 }  // namespace
 
-ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init)
+std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
+  // vLLM's limit too: past 512 sequences a decode step is long enough that launches do not
+  // matter, and each size costs a graph.
+  const int32_t limit = std::min({max_num_seqs, max_num_batched_tokens, int32_t(512)});
+  std::vector<int32_t> sizes;
+  for (int32_t s = 1; s <= limit; s *= 2) sizes.push_back(s);
+  if (limit >= 1 && sizes.back() != limit) sizes.push_back(limit);
+  return sizes;
+}
+
+ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init,
+                         const RunnerOptions& options)
     : backend_(std::move(backend)),
       block_size_(init.block_size),
       max_num_batched_tokens_(init.max_num_batched_tokens),
@@ -52,6 +64,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
   ensure_input_capacity(size_t(max_num_batched_tokens_), size_t(max_num_seqs_),
                         size_t((max_model_len_ + block_size_ - 1) / block_size_));
   size_kv_cache(init);
+  setup_decode_graphs(init, options);
   info_.backend = backend_->name();
   info_.load_seconds = seconds_since(t0);
   spdlog::info("executor: {} on {}: {} KV blocks of {} tokens ({:.1f} MiB), loaded in {:.2f} s",
@@ -110,6 +123,86 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init) {
   }
   info_.num_blocks = int32_t(num_blocks);
   info_.kv_cache_bytes = int64_t(kv_buffer_.bytes());
+}
+
+void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options) {
+  using Pad = RunnerOptions::PadDecode;
+  const bool can_capture = backend_->can_capture();
+  max_seq_len_to_capture_ = std::min(init.max_seq_len_to_capture, max_model_len_);
+  capture_sizes_ = decode_capture_sizes(max_num_seqs_, max_num_batched_tokens_);
+  pad_decode_ = (options.pad_decode == Pad::always ||
+                 (options.pad_decode == Pad::automatic && can_capture)) &&
+                max_seq_len_to_capture_ >= 1 && !capture_sizes_.empty();
+  use_graphs_ = pad_decode_ && can_capture && !init.enforce_eager;
+  if (!pad_decode_) {
+    capture_sizes_.clear();
+    if (can_capture)
+      spdlog::info("executor: CUDA graphs off ({})", options.pad_decode == Pad::never
+                                                         ? "decode padding off"
+                                                         : "max_seq_len_to_capture < 1");
+    return;
+  }
+  graph_max_blocks_ = (max_seq_len_to_capture_ + block_size_ - 1) / block_size_;
+  const int32_t largest = capture_sizes_.back();
+  const StepInputLayout layout =
+      StepInputLayout::make(largest, largest, largest, graph_max_blocks_);
+  graph_inputs_ = backend_->allocate(layout.total * sizeof(int32_t));
+  spdlog::info("executor: decode steps of up to {} sequences of up to {} tokens padded to {} "
+               "sequences{}",
+               largest, max_seq_len_to_capture_, fmt::join(capture_sizes_, "/"),
+               use_graphs_ ? ", each size run as a CUDA graph"
+                           : (can_capture ? " (enforce_eager: no CUDA graphs)" : ""));
+}
+
+int32_t ModelRunner::padded_batch_size(const std::vector<Scheduled>& sched, int32_t max_seq,
+                                       bool prompt_logprobs) const {
+  if (!pad_decode_ || prompt_logprobs || max_seq > max_seq_len_to_capture_ ||
+      sched.size() > size_t(capture_sizes_.back()))
+    return 0;
+  for (const Scheduled& s : sched)
+    if (s.count != 1) return 0;
+  return *std::lower_bound(capture_sizes_.begin(), capture_sizes_.end(), int32_t(sched.size()));
+}
+
+Tensor ModelRunner::run_padded_step(int32_t size, const ForwardInputs& in) {
+  ++stats_.padded_steps;
+  DecodeGraph& g = graphs_[size];
+  if (g.graph) {
+    g.graph->replay();
+    ++stats_.graph_replays;
+    return g.logits;
+  }
+  const Tensor logits = model_->forward(in, kv_);  // [size, vocab] f32
+  if (use_graphs_) {
+    // This size's first step ran above, which loaded its kernels and made its GEMM plans (the
+    // CUDA backend asks for that before a capture); record the same ops for the next ones.
+    // Recording runs nothing, so `logits` still holds this step's values.
+    try {
+      Tensor recorded;
+      g.graph = backend_->capture([&] { recorded = model_->forward(in, kv_); });
+      g.logits = recorded;
+      if (g.graph) {
+        ++stats_.graphs_captured;
+      } else {
+        use_graphs_ = false;
+      }
+    } catch (const Error& e) {
+      spdlog::warn("executor: recording the decode step of {} sequences as a CUDA graph failed; "
+                   "decode steps run eagerly from now on: {}",
+                   size, e.what());
+      g = DecodeGraph{};
+      use_graphs_ = false;
+    }
+  }
+  return logits;
+}
+
+std::vector<float> ModelRunner::last_sampled_logits() {
+  if (last_num_sampled_ == 0 || last_logits_.empty()) return {};
+  const Tensor rows = last_logits_.rows(0, last_num_sampled_);
+  std::vector<float> host(size_t(rows.numel()));
+  backend_->download(host.data(), rows, rows.nbytes());
+  return host;
 }
 
 void ModelRunner::ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks) {
@@ -240,57 +333,36 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     fail("step {}: {} logits rows exceed the reserved {}", plan.step_id, logits_rows.size(),
          max_logits_rows_);
 
-  ensure_input_capacity(size_t(num_tokens), size_t(num_seqs), max_blocks);
-  std::vector<int32_t> host;
-  const size_t T = size_t(num_tokens), S = size_t(num_seqs), L = logits_rows.size();
-  host.resize(3 * T + L + (S + 1) + S + S * max_blocks, 0);
-  int32_t* ids = host.data();
-  int32_t* pos = ids + T;
-  int32_t* slots = pos + T;
-  int32_t* lidx = slots + T;
-  int32_t* qsl = lidx + L;
-  int32_t* seq_lens = qsl + S + 1;
-  int32_t* tables = seq_lens + S;
-  std::copy(logits_rows.begin(), logits_rows.end(), lidx);
-  {
-    int32_t t = 0;
-    qsl[0] = 0;
-    for (size_t i = 0; i < sched.size(); ++i) {
-      const Scheduled& s = sched[i];
-      const auto& table = s.seq->block_table;
-      for (int32_t p = s.start; p < s.start + s.count; ++p, ++t) {
-        ids[t] = s.seq->tokens[size_t(p)];
-        pos[t] = p;
-        slots[t] = table[size_t(p / block_size_)] * block_size_ + p % block_size_;
-      }
-      qsl[i + 1] = t;
-      seq_lens[i] = s.start + s.count;
-      const size_t nb = size_t((s.start + s.count + block_size_ - 1) / block_size_);
-      std::copy(table.begin(), table.begin() + ptrdiff_t(nb), tables + i * max_blocks);
-    }
-  }
-  const Tensor all = input_buffer_.tensor(DType::i32, {int64_t(host.size())});
-  backend_->upload(all, host.data(), host.size() * sizeof(int32_t));
-  auto slice = [&](int32_t* p, size_t n) { return all.rows(p - host.data(), int64_t(p - host.data() + ptrdiff_t(n))); };
-
-  ForwardInputs in;
-  in.token_ids = slice(ids, T);
-  in.positions = slice(pos, T);
-  in.slot_mapping = slice(slots, T);
-  in.logits_indices = slice(lidx, L);
-  in.attention.query_start_loc = slice(qsl, S + 1);
-  in.attention.seq_lens = slice(seq_lens, S);
-  in.attention.block_tables = slice(tables, S * max_blocks).view({int64_t(S), int64_t(max_blocks)});
-  in.attention.num_seqs = num_seqs;
-  in.attention.max_query_len = max_query;
-  in.attention.max_seq_len = max_seq;
-  in.num_tokens = num_tokens;
+  std::vector<SeqSlice> slices(sched.size());
+  for (size_t i = 0; i < sched.size(); ++i)
+    slices[i] = SeqSlice{sched[i].seq->tokens, sched[i].seq->block_table, sched[i].start,
+                         sched[i].count};
+  const int32_t padded = padded_batch_size(sched, max_seq, !prompt_rows.empty());
+  const size_t L = logits_rows.size();
+  // A padded step: the capture size's fixed shape in the fixed buffer; else the exact shape.
+  const StepInputLayout layout =
+      padded > 0 ? StepInputLayout::make(padded, padded, padded, graph_max_blocks_)
+                 : StepInputLayout::make(num_tokens, num_seqs, int32_t(L), int32_t(max_blocks));
+  if (padded == 0) ensure_input_capacity(size_t(num_tokens), size_t(num_seqs), max_blocks);
+  host_inputs_.resize(layout.total);
+  fill_step_inputs(slices, logits_rows, block_size_, layout, host_inputs_);
+  const Buffer& device_inputs = padded > 0 ? graph_inputs_ : input_buffer_;
+  const Tensor all = device_inputs.tensor(DType::i32, {int64_t(layout.total)});
+  backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
+  // A padded step's attention bounds are the graph's: the same kernels and splits whether
+  // it is replayed or (first step of its size, enforce_eager) run eagerly.
+  const ForwardInputs in = padded > 0 ? forward_inputs(all, layout, 1, max_seq_len_to_capture_)
+                                      : forward_inputs(all, layout, max_query, max_seq);
 
   for (const Scheduled& s : sched) s.seq->num_computed = s.start + s.count;
 
   result.outputs.resize(sched.size());
   for (size_t i = 0; i < sched.size(); ++i) result.outputs[i].seq_id = sched[i].seq_id;
-  const Tensor logits = model_->forward(in, kv_);  // [L, vocab] f32
+  ++stats_.steps;
+  last_num_sampled_ = 0;
+  // [L, vocab] f32 (padded: [padded, vocab], the rows past L unused)
+  const Tensor logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
+  last_logits_ = logits;
   if (dummy_logits) {
     backend_->synchronize();  // the KV cache is filled; nothing to read back
     result.execute_seconds = seconds_since(t0);
@@ -324,6 +396,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
       row.output_ids = std::span<const int32_t>(s.tokens.data() + s.num_prompt, size_t(n_out));
       row.logit_bias = bias;
     }
+    last_num_sampled_ = int32_t(sampled.size());
     const std::vector<SampledToken> tokens =
         backend_->sample(logits.rows(0, int64_t(sampled.size())), rows);
     for (size_t r = 0; r < sampled.size(); ++r) {

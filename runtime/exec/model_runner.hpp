@@ -4,25 +4,64 @@
 //
 // The persistent batch is what lets plans carry diffs: a sequence's tokens and settings
 // arrive once; later plans only append tokens and blocks, and name the sequences to forget.
+//
+// Decode steps and CUDA graphs (vLLM's cudagraph capture). A step in which every scheduled
+// sequence computes exactly one token, with at most the largest capture size of sequences and
+// none longer than max_seq_len_to_capture, is padded to the next capture size (1, 2, 4, 8, ...
+// up to max_num_seqs, at most 512) and its inputs are uploaded into fixed device buffers
+// (step_inputs.hpp says what padding holds). The first step of each size runs eagerly on
+// those buffers, which also loads its kernels and GEMM plans, and is then recorded as a graph;
+// later steps of that size only upload and replay it. Sampling stays outside the graph. Every
+// other step (prefill chunks, mixed batches, long sequences) runs eagerly at its exact size.
+//
+// Under enforce_eager the padded steps are padded all the same, only never recorded: the
+// GEMMs' algorithms and the decode attention's split depend on the batch shape, so padding in
+// both modes is what makes a graph step compute the same bits as an eager one.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
 #include "runtime/exec/step.hpp"
+#include "runtime/exec/step_inputs.hpp"
 #include "runtime/model/model_config.hpp"
 #include "runtime/models/model.hpp"
 
 namespace troupe {
 
+/// Knobs of the model runner that ExecutorInit does not carry (tests use them).
+struct RunnerOptions {
+  enum class PadDecode : uint8_t {
+    automatic,  // pad decode steps where the backend can capture graphs (CUDA)
+    always,     // on any backend: the CPU then runs the padded inputs eagerly (tests)
+    never,      // every step at its exact size (and so no graphs)
+  };
+  PadDecode pad_decode = PadDecode::automatic;
+};
+
+/// What the runner did so far (tests check that the path they meant to test was taken).
+struct RunnerStats {
+  int64_t steps = 0;            // steps with at least one scheduled sequence
+  int64_t padded_steps = 0;     // of which ran on padded fixed-buffer inputs
+  int64_t graph_replays = 0;    // of which replayed a recorded graph
+  int32_t graphs_captured = 0;  // batch sizes recorded so far
+};
+
+/// Decode batch sizes that get a graph: powers of two up to min(max_num_seqs,
+/// max_num_batched_tokens, 512), plus that limit itself when it is not one.
+[[nodiscard]] std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs,
+                                                        int32_t max_num_batched_tokens);
+
 class ModelRunner {
  public:
   /// Loads the model described by `init` onto `backend` and sizes the KV cache. Throws
   /// troupe::Error on a bad checkpoint, an unsupported dtype or too little memory.
-  ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init);
+  ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init,
+              const RunnerOptions& options = {});
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -37,6 +76,13 @@ class ModelRunner {
   [[nodiscard]] size_t num_live_sequences() const { return seqs_.size(); }
   /// Forgets every sequence (after a failed step the scheduler starts afresh).
   void reset_batch() { seqs_.clear(); }
+
+  [[nodiscard]] const RunnerStats& stats() const { return stats_; }
+  /// Capture sizes in use (ascending); empty when decode steps are not padded.
+  [[nodiscard]] const std::vector<int32_t>& capture_sizes() const { return capture_sizes_; }
+  /// Test aid: the f32 logits the last step sampled from, [sampled sequences, vocab] row-major
+  /// in plan order (empty when it sampled nothing). Valid until the next execute().
+  [[nodiscard]] std::vector<float> last_sampled_logits();
 
  private:
   struct LiveSeq {
@@ -53,8 +99,21 @@ class ModelRunner {
     int32_t count;  // tokens computed this step
   };
 
+  // A recorded decode step of one batch size and the logits tensor its replays write.
+  struct DecodeGraph {
+    std::unique_ptr<CapturedGraph> graph;
+    Tensor logits;
+  };
+
   void size_kv_cache(const ExecutorInit& init);
+  void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
+  /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.
+  [[nodiscard]] int32_t padded_batch_size(const std::vector<Scheduled>& sched, int32_t max_seq,
+                                          bool prompt_logprobs) const;
+  /// Runs the padded step whose inputs are in graph_inputs_: replays its graph, or runs it
+  /// eagerly (and records it, the first time, when graphs are on). Returns the logits.
+  Tensor run_padded_step(int32_t size, const ForwardInputs& in);
   [[nodiscard]] PositionLogprobs prompt_logprobs_row(const float* row, int32_t next_token,
                                                      int32_t top_n) const;
 
@@ -76,6 +135,21 @@ class ModelRunner {
   size_t input_capacity_bytes_ = 0;
 
   std::unordered_map<uint64_t, LiveSeq> seqs_;
+  std::vector<int32_t> host_inputs_;  // staging for the step's single upload
+
+  // Padded decode steps (see the header comment). graphs_ is declared after backend_, so it
+  // is destroyed first: a graph must not outlive the stream it was recorded on.
+  bool pad_decode_ = false;
+  bool use_graphs_ = false;
+  std::vector<int32_t> capture_sizes_;
+  int32_t max_seq_len_to_capture_ = 0;
+  int32_t graph_max_blocks_ = 0;  // block table width of the padded inputs
+  Buffer graph_inputs_;           // fixed: recorded graphs read their inputs from here
+  std::map<int32_t, DecodeGraph> graphs_;
+
+  RunnerStats stats_;
+  Tensor last_logits_;
+  int32_t last_num_sampled_ = 0;
 };
 
 }  // namespace troupe

@@ -116,6 +116,7 @@ struct ExecutorInit {
   double gpu_memory_utilization = 0.9;
   int64_t num_gpu_blocks_override = 0;
   bool enforce_eager = false;
+  int32_t max_seq_len_to_capture = 8192;  // longest sequence a decode step replays a graph for
 };
 
 /// What it reports once loaded: the cache it can hold.

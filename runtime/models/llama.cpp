@@ -5,18 +5,19 @@
 // intermediate size on this rank, V the vocabulary):
 //   residual = embed(ids)                                        [T, H]
 //   per layer: h = rms_norm(residual)  (later layers: residual += x first, add_rms_norm)
-//              q, k, v = h @ W_qkv^T (+ b)                       [T, nh d], [T, nkv d] x 2
-//              rope(q, k); write_kv(k, v); a = attention(q)      [T, nh d]
+//              qkv = h @ W_qkv^T (+ b)                           [T, (nh + 2 nkv) d]
+//              q = rope(qkv.q); cache <- rope(qkv.k), qkv.v      [T, nh d] (one op)
+//              a = attention(q)                                  [T, nh d]
 //              x = a @ W_o^T                                      [T, H]
 //              residual += x; h = rms_norm(residual)
 //              x = down(silu(gate) * up), gate|up = h @ W_gu^T    [T, 2I] -> [T, I] -> [T, H]
 //   h = rms_norm(residual + x); logits = h[logits_indices] @ W_lm^T   [L, V] f32
 //
 // q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
-// buffer. The backend ops take contiguous tensors only, so the fused product is computed as
-// three linears over row-views of that buffer (q, k and v each come out contiguous); a
-// backend "split" op or strided views would let it become one GEMM. gate/up need no split:
-// silu_mul reads [gate | up] directly, so that one is a single fused GEMM.
+// buffer, so the projection is one GEMM into a [T, (nh + 2 nkv) d] buffer; rope_qkv_to_cache
+// then rotates q and k out of its rows, writes q to its own buffer and k, v into the paged
+// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: silu_mul
+// reads [gate | up] directly.
 //
 // Not supported here (each says so at construction or in forward): sliding-window attention
 // (Mistral v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the
@@ -113,9 +114,8 @@ class LlamaFamily final : public CausalLM {
   Tensor residual_;  // [T, H]
   Tensor h_;         // [T, H] normed
   Tensor x_;         // [T, H] attention / MLP output
-  Tensor q_;         // [T, nh d]
-  Tensor k_;         // [T, nkv d]
-  Tensor v_;         // [T, nkv d]
+  Tensor qkv_;       // [T, (nh + 2 nkv) d]
+  Tensor q_;         // [T, nh d] rotated
   Tensor attn_;      // [T, nh d]
   Tensor gate_up_;   // [T, 2 I]
   Tensor act_;       // [T, I]
@@ -323,9 +323,8 @@ void LlamaFamily::reserve(int32_t max_tokens, int32_t max_logits) {
   residual_ = alloc(cdt_, {T, H_}, o);
   h_ = alloc(cdt_, {T, H_}, o);
   x_ = alloc(cdt_, {T, H_}, o);
+  qkv_ = alloc(cdt_, {T, (nh_ + 2 * nkv_) * d_}, o);
   q_ = alloc(cdt_, {T, nh_ * d_}, o);
-  k_ = alloc(cdt_, {T, nkv_ * d_}, o);
-  v_ = alloc(cdt_, {T, nkv_ * d_}, o);
   attn_ = alloc(cdt_, {T, nh_ * d_}, o);
   gate_up_ = alloc(cdt_, {T, 2 * I_}, o);
   act_ = alloc(cdt_, {T, I_}, o);
@@ -363,9 +362,8 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   const Tensor residual = residual_.rows(0, T);  // [T, H]
   const Tensor h = h_.rows(0, T);                // [T, H]
   const Tensor x = x_.rows(0, T);                // [T, H]
+  const Tensor qkv = qkv_.rows(0, T);            // [T, (nh + 2 nkv) d]
   const Tensor q = q_.rows(0, T);                // [T, nh d]
-  const Tensor k = k_.rows(0, T);                // [T, nkv d]
-  const Tensor v = v_.rows(0, T);                // [T, nkv d]
   const Tensor attn = attn_.rows(0, T);          // [T, nh d]
   const Tensor gate_up = gate_up_.rows(0, T);    // [T, 2 I]
   const Tensor act = act_.rows(0, T);            // [T, I]
@@ -380,7 +378,6 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   shape.scale = float(1.0 / std::sqrt(double(d_)));
 
   backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
-  const int64_t q_rows = nh_ * d_, kv_rows = nkv_ * d_;
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& Lw = layers_[li];
     if (li == 0) {
@@ -388,21 +385,11 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
     } else {
       backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);  // residual += mlp out
     }
-    // Fused qkv weight, three row-views: [q_rows | kv_rows | kv_rows] x H.
-    const Tensor wq = Lw.qkv_w.rows(0, q_rows);
-    const Tensor wk = Lw.qkv_w.rows(q_rows, q_rows + kv_rows);
-    const Tensor wv = Lw.qkv_w.rows(q_rows + kv_rows, q_rows + 2 * kv_rows);
-    Tensor bq, bk, bv;
-    if (!Lw.qkv_b.empty()) {
-      bq = Lw.qkv_b.rows(0, q_rows);
-      bk = Lw.qkv_b.rows(q_rows, q_rows + kv_rows);
-      bv = Lw.qkv_b.rows(q_rows + kv_rows, q_rows + 2 * kv_rows);
-    }
-    backend_.linear(h, wq, bq.empty() ? nullptr : &bq, q);  // [T, nh d]
-    backend_.linear(h, wk, bk.empty() ? nullptr : &bk, k);  // [T, nkv d]
-    backend_.linear(h, wv, bv.empty() ? nullptr : &bv, v);  // [T, nkv d]
-    backend_.rope(q, k, in.positions, cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox);
-    backend_.write_kv(k, v, kv.k[li], kv.v[li], in.slot_mapping);
+    backend_.linear(h, Lw.qkv_w, Lw.qkv_b.empty() ? nullptr : &Lw.qkv_b,
+                    qkv);  // [T, (nh + 2 nkv) d]
+    backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
+                               RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
+                               in.slot_mapping, q);                         // q [T, nh d]
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     backend_.linear(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, x);  // [T, H]
     backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);              // residual += attn out
