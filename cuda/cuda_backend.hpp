@@ -68,6 +68,8 @@ class CudaGraph {
 
 /// The concrete backend, for the executor's CUDA-only needs (graphs, the stream for NCCL).
 /// Create it through make_cuda_backend and downcast, or use cuda_backend_of().
+/// Backend::capture(ops) is begin_capture(), ops(), end_capture() behind the backend-neutral
+/// interface (an exception from ops ends the capture and drops it, so the stream stays usable).
 class CudaBackend : public Backend {
  public:
   /// Starts recording the ops called on this backend into a graph instead of running them.

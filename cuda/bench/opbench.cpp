@@ -164,6 +164,15 @@ void bench_dense(Bench& bench) {
     const Tensor slots = bench.ints({t}, slot);
     bench.time("write_kv 8 heads d=128" + ts, kBf * 4.0 * double(t * kKvHeads * kDim), 0,
                [&] { bench.b().write_kv(k, k, kc, vc, slots); });
+    // The fused op that replaces rope + write_kv in the model: reads q|k|v once, writes q and
+    // the two cache rows.
+    const Tensor qkv = bench.floats(bf, {t, (kHeads + 2 * kKvHeads) * kDim});
+    const Tensor q_out = bench.alloc(bf, {t, kHeads * kDim});
+    bench.time("rope_qkv_to_cache 32/8 heads d=128" + ts,
+               kBf * 2.0 * double(t * (kHeads + 2 * kKvHeads) * kDim), 0, [&] {
+                 bench.b().rope_qkv_to_cache(qkv, positions, cs, kDim, kDim, RopeStyle::neox,
+                                             kHeads, kKvHeads, kc, vc, slots, q_out);
+               });
     bench.release();
   }
 }

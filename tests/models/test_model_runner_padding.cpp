@@ -5,8 +5,12 @@
 // lengths crossing block boundaries, mixed prefill/decode steps and sequences longer than
 // max_seq_len_to_capture (which must run unpadded).
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -109,15 +113,12 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-}  // namespace
-
-TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
-          "[exec][graphs]") {
+void padded_matches_unpadded(const ExecutorInit& init) {
   RunnerOptions pad, exact;
   pad.pad_decode = RunnerOptions::PadDecode::always;
   exact.pad_decode = RunnerOptions::PadDecode::never;
-  ModelRunner ref(make_cpu_backend(2), small_init(), exact);
-  ModelRunner padded(make_cpu_backend(2), small_init(), pad);
+  ModelRunner ref(make_cpu_backend(2), init, exact);
+  ModelRunner padded(make_cpu_backend(2), init, pad);
   CHECK(ref.capture_sizes().empty());
   CHECK(padded.capture_sizes() == std::vector<int32_t>{1, 2, 4, 8, 16});
 
@@ -174,6 +175,39 @@ TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
   CHECK(padded.stats().padded_steps < steps - 1);
   CHECK(padded.stats().graph_replays == 0);  // the CPU records no graphs
   CHECK(padded.stats().graphs_captured == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
+          "[exec][graphs]") {
+  SECTION("llama_gqa fixture (4/2 heads of 16)") { padded_matches_unpadded(small_init()); }
+  SECTION("Llama-3-shaped dummy model (8/2 heads of 128)") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("troupe_padding_model_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                              {"model_type", "llama"},
+                              {"vocab_size", 2048},
+                              {"hidden_size", 512},
+                              {"intermediate_size", 1024},
+                              {"num_hidden_layers", 2},
+                              {"num_attention_heads", 8},
+                              {"num_key_value_heads", 2},
+                              {"head_dim", 128},
+                              {"max_position_embeddings", 4096},
+                              {"rms_norm_eps", 1e-5},
+                              {"rope_theta", 500000.0},
+                              {"tie_word_embeddings", false},
+                              {"hidden_act", "silu"},
+                              {"dtype", "bfloat16"}};
+    std::ofstream(dir / "config.json") << c.dump(2);
+    ExecutorInit init = small_init();
+    init.model_dir = dir.string();
+    init.load_format = "dummy";
+    padded_matches_unpadded(init);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST_CASE("cpu backend records no graphs", "[exec][graphs]") {
