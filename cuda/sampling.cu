@@ -445,7 +445,7 @@ cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan) {
   const auto slice_of = [&](int c) { return round_up4((vocab + c - 1) / c); };
   int cluster = 1;
   if (force_cluster > 0) {
-    cluster = force_cluster;
+    cluster = force_cluster < kMaxCluster ? force_cluster : kMaxCluster;
   } else {
     // Slices of about kTargetSlice when rows fill the GPU; wider clusters when they do not.
     while (cluster < kMaxCluster && slice_of(cluster) > kTargetSlice) cluster *= 2;

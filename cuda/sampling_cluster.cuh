@@ -531,16 +531,23 @@ __device__ Selection cluster_select(const Src& src, const SelectSpec& sp, Ctx& c
     unsigned c = 0;
     u64 m = 0, all_n = 0, all_m = 0;
     if (tid < 255) {
-      for (int r = 0; r < cx.csize; ++r) {
-        const Exchange* rx = cx.remote(&ex, r);
-        c += rx->cnt[tid];
-        m += rx->mass[tid];
+      // Unrolled over the largest cluster so that every remote load is in flight at once.
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r) {
+        if (r < cx.csize) {
+          const Exchange* rx = cx.remote(&ex, r);
+          c += rx->cnt[tid];
+          m += rx->mass[tid];
+        }
       }
     } else if (tid == 255) {
-      for (int r = 0; r < cx.csize; ++r) {
-        const Exchange* rx = cx.remote(&ex, r);
-        all_n += rx->u[0];
-        all_m += rx->u[1];
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r) {
+        if (r < cx.csize) {
+          const Exchange* rx = cx.remote(&ex, r);
+          all_n += rx->u[0];
+          all_m += rx->u[1];
+        }
       }
     }
     unsigned c_total = 0;

@@ -271,13 +271,30 @@ TEST_CASE("cuda sample: large batches match the CPU reference", "[cuda][sampling
   }
 }
 
-TEST_CASE("cuda sample: ties, flat rows, huge spreads and -inf logits", "[cuda][sampling]") {
+TEST_CASE("cuda sample: tiny vocabularies, ties, flat rows, huge spreads and -inf logits",
+          "[cuda][sampling]") {
   TROUPE_REQUIRE_GPU();
   Pair p;
   std::mt19937_64 rng(33);
   const auto seeded = [&](std::vector<SamplingRow>& rows) {
     for (SamplingRow& r : rows) r.seed = rng(), r.offset = rng() % 1000;
   };
+  {  // ten tokens: under wide plans most CTAs of a cluster get an empty slice
+    const int64_t vocab = 10;
+    std::vector<SamplingRow> rows(5);
+    seeded(rows);
+    rows[0].temperature = 0.0f, rows[0].num_logprobs = 10;
+    rows[1].top_k = 3, rows[1].top_p = 0.8f, rows[1].num_logprobs = 4;
+    rows[2].min_p = 0.3f, rows[2].num_logprobs = 1;
+    const std::vector<int32_t> outputs = {1, 1, 2, 9};
+    const std::vector<std::pair<int32_t, float>> bias = {{9, 3.0f}, {0, -INFINITY}};
+    rows[3].repetition_penalty = 1.5f, rows[3].frequency_penalty = 0.4f;
+    rows[3].output_ids = outputs, rows[3].logit_bias = bias, rows[3].num_logprobs = 10;
+    rows[4].temperature = 0.0f, rows[4].presence_penalty = 2.0f;
+    rows[4].output_ids = outputs, rows[4].logit_bias = bias;
+    check_all_plans(p, normal_logits(rng, rows.size() * size_t(vocab), 2.0f), vocab, rows,
+                    "ten tokens");
+  }
   {  // every logit equal: each threshold falls inside one tie of the whole row
     const int64_t vocab = 3000;
     std::vector<SamplingRow> rows(5);
