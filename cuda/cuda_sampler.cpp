@@ -62,6 +62,8 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
                                               std::span<const SamplingRow> rows,
                                               cudaStream_t stream) {
   const int64_t num_rows = logits.dim(0), vocab = logits.dim(1);
+  SamplePlan plan{};
+  check_cuda(plan_sample(vocab, int32_t(num_rows), &plan), "sample: launch plan");
   params_.clear();
   mods_.clear();
   biases_.clear();
@@ -85,8 +87,9 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
     p.mod_begin = int32_t(mods_.size());
     if (!row.logit_bias.empty() || row.has_penalties()) add_mods(row, vocab);
     p.mod_count = int32_t(mods_.size()) - p.mod_begin;
-    // Only rows whose logits change need a processed copy; the others read the raw row.
-    p.scratch_row = p.mod_count > 0 ? scratch_rows++ : -1;
+    // Cached plans apply bias and penalties in shared memory; uncached plans need a processed
+    // copy of the rows whose logits change (the others read the raw row).
+    p.scratch_row = p.mod_count > 0 && plan.cached == 0 ? scratch_rows++ : -1;
     p.out_offset = int32_t(result_ints);
     result_ints += kSampleResultHeader + 3 * std::max(0, row.num_logprobs);
     if (result_ints > INT32_MAX) fail("sample: {} rows ask for too many logprobs", rows.size());
@@ -117,9 +120,10 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   const auto* d_mods = reinterpret_cast<const SampleMod*>(meta_.as<const char>() + params_bytes);
   const auto* d_biases =
       reinterpret_cast<const float*>(meta_.as<const char>() + params_bytes + mods_bytes);
-  launch_sample(logits.as<const float>(), vocab, int32_t(num_rows), d_params, d_mods, d_biases,
-                scratch_.as<float>(), scratch_rows, results_.as<int32_t>(), stream);
-  check_cuda(cudaGetLastError(), "sample: kernel launch");
+  check_cuda(
+      launch_sample(plan, logits.as<const float>(), vocab, int32_t(num_rows), d_params, d_mods,
+                    d_biases, scratch_.as<float>(), scratch_rows, results_.as<int32_t>(), stream),
+      "sample: kernel launch");
   check_cuda(cudaMemcpyAsync(results_host_.data(), results_.data(),
                              size_t(result_ints) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
              "sample: download of results");

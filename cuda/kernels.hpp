@@ -152,7 +152,7 @@ struct SampleRowParams {
   int32_t num_logprobs;  // -1: only the sampled token's
   int32_t mod_begin;     // this row's entries in the modification list
   int32_t mod_count;
-  int32_t scratch_row;  // row of the processed-logits scratch, -1: use the raw logits
+  int32_t scratch_row;  // uncached plans: row of the processed-logits scratch, -1: raw logits
   int32_t out_offset;   // first int of this row's result in the result buffer
   int32_t pad_;
   uint64_t seed;
@@ -180,8 +180,30 @@ inline constexpr int kSampleRawInf = -3;        // a raw logit is +inf
 inline constexpr int kMaxTopLogprobs = 1024;
 inline constexpr int64_t kMaxSampleVocab = int64_t(1) << 23;
 
-void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
-                   const SampleRowParams* rows, const SampleMod* mods, const float* biases,
-                   float* scratch, int32_t num_scratch_rows, int32_t* results, cudaStream_t stream);
+/// How launch_sample spreads each row over a cluster of CTAs (sampling.cu explains why).
+struct SamplePlan {
+  int32_t cluster;     // CTAs per row, 1..16
+  int32_t slice;       // logits per CTA, a multiple of 4
+  int32_t cached;      // 1: slices live in shared memory and bias/penalties are applied there;
+                       // 0: slices are read from global memory and rows with bias/penalties
+                       // need a scratch row
+  int32_t smem_bytes;  // dynamic shared memory per CTA
+};
+
+/// The plan for `num_rows` rows of `vocab` logits on the current device. The result of a row
+/// does not depend on the plan; only the speed does.
+cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan);
+
+/// For tests: every later plan uses `cluster` CTAs per row (1..16; 0: automatic) and, when
+/// `cached` is 0, global-memory slices (-1: automatic). The device may still narrow the
+/// cluster if it cannot co-schedule it.
+void override_sample_plan(int32_t cluster, int32_t cached);
+
+/// Samples every row. `scratch` holds num_scratch_rows rows of `vocab` floats (used by
+/// uncached plans only). Returns the launch's error.
+cudaError_t launch_sample(const SamplePlan& plan, const float* logits, int64_t vocab,
+                          int32_t num_rows, const SampleRowParams* rows, const SampleMod* mods,
+                          const float* biases, float* scratch, int32_t num_scratch_rows,
+                          int32_t* results, cudaStream_t stream);
 
 }  // namespace troupe::cuda

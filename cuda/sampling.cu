@@ -1,283 +1,79 @@
-// Sampling on the GPU, one CTA of 1024 threads per row, in sampling_row.hpp's order:
+// Sampling on the GPU, in sampling_row.hpp's order, one thread-block cluster per row:
 //
 //   raw log-softmax (logprob and rank of the sampled token, top-N) -> logit bias and penalties
-//   (applied by mods_kernel into a scratch copy of the row, only for rows that have any) ->
-//   greedy argmax, or: temperature -> min_p -> top_k -> top_p -> exponential race with the
+//   -> greedy argmax, or: temperature -> min_p -> top_k -> top_p -> exponential race with the
 //   same Philox draws as the CPU reference (argmax_i p_i / q_i, q_i = -log u(seed, offset, i)).
 //
-// No sort: top_k and top_p become thresholds on the sortable bit pattern ("key") of the
-// tempered logit, found by a 4-level radix search (8 bits a level) over the row. top_k counts
-// elements; top_p sums probability mass in 2^-40 fixed point (integer sums: deterministic and
-// order-independent). The race then takes the argmax over the surviving tokens. Ties in every
-// argmax go to the lower token id; ranks order tokens by (logit desc, id asc), so the top-N
-// list holds ranks 1..N.
+// Layout. The C CTAs of a cluster (C = 1..16, chosen per launch by plan_sample) split the row
+// into C contiguous slices. A CTA loads its slice once into shared memory ("cached" plans;
+// rows too long for that read global memory on every pass instead) and the CTAs exchange
+// partial results through distributed shared memory, one cluster barrier per exchange. Logit
+// bias and penalties are applied to the cached slice in place (uncached plans: mods_kernel
+// writes a processed copy of the row first); the raw values of the few modified tokens are
+// read back from global memory where they are needed (rank).
 //
-// Float operations that the CPU reference also performs (bias add, penalties, temperature) use
-// explicitly rounded intrinsics so that nvcc cannot contract them into FMAs.
+// Selection without a sort of the row. top_k, top_p and top-N are thresholds on a composite
+// order of the elements: first a 16-bit bucket of the distance to the row's maximum (1/2048
+// wide, so the first 8 bits already split the 32 units below the maximum into 1/8-wide bins),
+// then the sortable bit pattern ("key") of the value, then the token id. A radix search walks
+// that order 8 bits a level: each CTA histograms its slice, the histograms are summed over the
+// cluster, and the bin holding the threshold is picked (by count for top_k / top-N; by
+// probability mass in 2^-40 fixed point for top_p). As soon as the elements at or before that
+// bin number at most kCap (normally after the first level), every CTA gathers them from all
+// slices, sorts them and finishes locally: top_k, top_p and the race then touch only those
+// candidates. Rows with more candidates than that (many near-equal logits, top_k > kCap) keep
+// refining to an exact key and race over the whole slice.
+//
+// Determinism: every decision is an integer count or sum, a max, or an argmax with ties to the
+// lower id, so the result does not depend on how the row is split: a row draws the same token,
+// with the same logprob bits, in any batch and under any plan. The raw log-softmax normaliser
+// is a 2^-40 fixed-point sum for the same reason. Float operations that the CPU reference also
+// performs (bias add, penalties, temperature) use explicitly rounded intrinsics so that nvcc
+// cannot contract them into FMAs.
+#include <atomic>
 #include <climits>
+#include <mutex>
+#include <vector>
 
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
+#include "cuda/sampling_cluster.cuh"
 #include "runtime/sampling/philox.hpp"
 
 namespace troupe::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;
-constexpr double kMassScale = 1099511627776.0;  // 2^40
-constexpr int kNoTokenLeft = kSampleNoTokenLeft;
+constexpr int kMaxSlice = 40960;       // logits a CTA caches in shared memory (160 KB)
+constexpr int kTargetSlice = 16384;    // slice size aimed at when rows fill the GPU
+constexpr int kMinSpreadSlice = 2048;  // no smaller slices just to spread few rows wider
 
-struct Shared {
-  float red_f[32];
-  int red_i[32];
-  unsigned long long red_u[32];
-  unsigned hist_count[256];
-  unsigned long long hist_mass[256];
-  int sel_bin;
-  long long sel_rest;           // top-k: elements still to skip
-  unsigned long long sel_mass;  // top-p: admitted mass above the selected bin
-  int n_cand;
-  int warp_off[kWarps + 1];
-  float cand_v[kMaxTopLogprobs];
-  int cand_i[kMaxTopLogprobs];
-};
+// ---- per-row phases ----
 
-__device__ __forceinline__ float sane(float v) {
-  return v != v ? -INFINITY : v;
-}
-
-/// Monotone map of a float to uint32 (-0 folded into +0).
-__device__ __forceinline__ uint32_t key_of(float f) {
-  const uint32_t b = __float_as_uint(f + 0.0f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-__device__ __forceinline__ uint64_t mass_of(float e) {
-  return uint64_t(__double2ull_rn(double(e) * kMassScale));
-}
-
-// ---- block reductions for 1024 threads (sh.red_* as scratch) ----
-
-__device__ int block_sum_int(int v, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) sh.red_i[warp] = v;
-  __syncthreads();
-  v = sh.red_i[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ unsigned long long block_sum_u64(unsigned long long v, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) sh.red_u[warp] = v;
-  __syncthreads();
-  v = sh.red_u[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-/// (value, index) with the largest value, lower index on ties; every thread gets the winner.
-__device__ void block_argmax(float& v, int& idx, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
+/// vLLM's order for one modified token: logit bias, then repetition, frequency and presence
+/// penalties; `v` is its raw logit.
+__device__ float modified_logit(float v, const SampleMod& mod, const SampleRowParams& p,
+                                const float* biases) {
+  for (int b = 0; b < mod.bias_count; ++b) v = __fadd_rn(v, biases[mod.bias_begin + b]);
+  if (mod.in_history && p.repetition_penalty != 1.0f)
+    v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
+  if (mod.output_count > 0) {
+    v = __fsub_rn(v, __fmul_rn(p.frequency_penalty, float(mod.output_count)));
+    v = __fsub_rn(v, p.presence_penalty);
   }
-  __syncthreads();
-  if (lane == 0) {
-    sh.red_f[warp] = v;
-    sh.red_i[warp] = idx;
-  }
-  __syncthreads();
-  v = sh.red_f[lane];
-  idx = sh.red_i[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
-  }
+  return sane(v);
 }
 
-/// Greedy: the first index of the largest processed logit; -1 when every logit is -inf/NaN.
-__device__ int row_argmax(const float* x, int vocab, Shared& sh) {
+/// The exponential race over sh.sorted[0, n); every CTA computes the same winner.
+__device__ int race_sorted(int n, float y_max, const SampleRowParams& p, Shared& sh) {
   float best = -INFINITY;
   int idx = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = sane(x[i]);
-    if (v > best || (v == best && i < idx)) {
-      best = v;
-      idx = i;
-    }
-  }
-  block_argmax(best, idx, sh);
-  return best == -INFINITY || idx == INT_MAX ? kNoTokenLeft : idx;
-}
-
-// What the filters see of token i: its tempered logit y, key and unnormalised probability e.
-struct Tempered {
-  const float* x;
-  float temperature;
-  float y_max;
-  float min_p;
-  __device__ __forceinline__ float y(int i) const { return __fdiv_rn(sane(x[i]), temperature); }
-  __device__ __forceinline__ float e(float yv) const { return expf(__fsub_rn(yv, y_max)); }
-  /// Not banned (-inf) and, for min_p: p_i >= min_p * p_max  <=>  exp(y_i - y_max) >= min_p.
-  __device__ __forceinline__ bool alive(float yv, float ev) const {
-    return yv > -INFINITY && (min_p <= 0.0f || ev >= min_p);
-  }
-};
-
-/// Key of the k-th largest value among the elements `keep` admits (its key and value in
-/// `key_fn`), or 0 (admit everything) when fewer than k are admitted.
-template <class KeyFn, class KeepFn>
-__device__ uint32_t radix_kth_largest(int vocab, int k, KeyFn key_fn, KeepFn keep, Shared& sh) {
-  uint32_t prefix = 0, mask = 0;
-  long long rest = k;  // how many of the elements matching `prefix` are still above the target
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist_count[b] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      if (!keep(i)) continue;
-      const uint32_t key = key_fn(i);
-      if ((key & mask) == prefix) atomicAdd(&sh.hist_count[(key >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      long long above = 0;
-      int sel = -1;
-      for (int b = 255; b >= 0; --b) {
-        if (above + sh.hist_count[b] >= rest) {
-          sel = b;
-          break;
-        }
-        above += sh.hist_count[b];
-      }
-      sh.sel_bin = sel;
-      sh.sel_rest = sel < 0 ? 0 : rest - above;
-    }
-    __syncthreads();
-    const int sel = sh.sel_bin;
-    rest = sh.sel_rest;
-    if (sel < 0) return 0;  // fewer than k admitted (only possible at the first level)
-    prefix |= uint32_t(sel) << shift;
-    mask |= 255u << shift;
-  }
-  return prefix;
-}
-
-/// top_p threshold: the smallest key whose elements have strictly-more-likely mass below
-/// top_p * total, among the elements `keep` admits. Never excludes the most likely token.
-template <class KeepFn>
-__device__ uint32_t radix_top_p(int vocab, const Tempered& tp, float top_p, KeepFn keep,
-                                Shared& sh) {
-  unsigned long long total = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float y = tp.y(i);
-    const float e = tp.e(y);
-    if (keep(i, y, e)) total += mass_of(e);
-  }
-  total = block_sum_u64(total, sh);
-  const double target = double(top_p) * double(total);
-  uint32_t prefix = 0, mask = 0;
-  unsigned long long above = 0;  // mass of admitted elements with keys above the prefix range
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kThreads) {
-      sh.hist_count[b] = 0;
-      sh.hist_mass[b] = 0;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float y = tp.y(i);
-      const uint32_t key = key_of(y);
-      if ((key & mask) != prefix) continue;
-      const float e = tp.e(y);
-      if (!keep(i, y, e)) continue;
-      const unsigned b = (key >> shift) & 255u;
-      atomicAdd(&sh.hist_count[b], 1u);
-      atomicAdd(&sh.hist_mass[b], (unsigned long long)mass_of(e));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      // Bin b holds a kept element iff the mass above it is < target; take the lowest such
-      // non-empty bin (the mass above only grows as b falls).
-      unsigned long long run = above;
-      int sel = -1;
-      unsigned long long sel_above = above;
-      for (int b = 255; b >= 0; --b) {
-        if (sh.hist_count[b] == 0) continue;
-        if (double(run) < target) {
-          sel = b;
-          sel_above = run;
-        } else {
-          break;
-        }
-        run += sh.hist_mass[b];
-      }
-      sh.sel_bin = sel;
-      sh.sel_mass = sel_above;
-    }
-    __syncthreads();
-    const int sel = sh.sel_bin;
-    if (sel < 0) return 0;  // no admitted element at all (cannot happen: the max is admitted)
-    above = sh.sel_mass;
-    prefix |= uint32_t(sel) << shift;
-    mask |= 255u << shift;
-  }
-  return prefix;
-}
-
-__device__ int choose_token(const float* x, int vocab, const SampleRowParams& p, Shared& sh) {
-  if (p.greedy) return row_argmax(x, vocab, sh);
-  float x_max = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) x_max = fmaxf(x_max, sane(x[i]));
-  x_max = block_max(x_max, sh.red_f);
-  if (x_max == -INFINITY) return kNoTokenLeft;  // every token banned
-  Tempered tp{x, p.temperature, __fdiv_rn(x_max, p.temperature), p.min_p};
-
-  uint32_t threshold = 0;
-  if (p.top_k > 0 && p.top_k < vocab) {
-    threshold = radix_kth_largest(
-        vocab, p.top_k, [&](int i) { return key_of(tp.y(i)); },
-        [&](int i) {
-          const float y = tp.y(i);
-          return tp.alive(y, tp.e(y));
-        },
-        sh);
-  }
-  if (p.top_p < 1.0f) {
-    const uint32_t k_thr = threshold;
-    threshold = radix_top_p(
-        vocab, tp, p.top_p,
-        [&](int, float y, float e) { return tp.alive(y, e) && key_of(y) >= k_thr; }, sh);
-  }
-
-  float best = -1.0f;
-  int idx = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float y = tp.y(i);
-    const float e = tp.e(y);
-    if (!tp.alive(y, e) || key_of(y) < threshold) continue;
+  for (int t = threadIdx.x; t < n; t += kThreads) {
+    const u64 s = sh.sorted[t];
+    const int i = entry_id(s);
+    const float e = expf(__fsub_rn(value_of_key(entry_key(s)), y_max));
     const float q = -logf(philox::uniform(p.seed, p.offset, uint32_t(i)));
     const float score = e / q;
-    if (score > best || (score == best && i < idx)) {
+    if (score == score && before(score, i, best, idx)) {
       best = score;
       idx = i;
     }
@@ -286,133 +82,258 @@ __device__ int choose_token(const float* x, int vocab, const SampleRowParams& p,
   return idx == INT_MAX ? kNoTokenLeft : idx;
 }
 
-/// Exclusive position of this thread's flag among the block's flags, in thread order; the
-/// total goes to `total`.
-__device__ int block_rank(bool flag, int& total, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
-  __syncthreads();
-  if (lane == 0) sh.warp_off[warp] = __popc(ballot);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int run = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      const int c = sh.warp_off[w];
-      sh.warp_off[w] = run;
-      run += c;
+/// The exponential race over the whole slice (groups of 4 tokens share one Philox block).
+template <bool kCached>
+__device__ int race_slice(const TemperedSource<kCached>& src, const SampleRowParams& p, Ctx& cx) {
+  float best = -INFINITY;
+  int idx = INT_MAX;
+  const int groups = (src.n() + 3) / 4;
+  for (int g = threadIdx.x; g < groups; g += kThreads) {
+    float xv[4], e[4];
+    bool ok[4];
+    bool any = false;
+    src.x.at4(g, xv);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float y;
+      ok[c] = src.eval_value(xv[c], y, e[c]);
+      any = any || ok[c];
     }
-    sh.warp_off[kWarps] = run;
+    if (!any) continue;
+    const uint32_t first = uint32_t(src.lo() + 4 * g);  // a multiple of 4: lane c is entry c
+    const philox::U4 r = philox::philox4x32_10(
+        philox::U4{first >> 2, 0u, uint32_t(p.offset), uint32_t(p.offset >> 32)}, uint32_t(p.seed),
+        uint32_t(p.seed >> 32));
+    const uint32_t bits[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (!ok[c]) continue;
+      const float q = -logf(philox::to_open_unit(bits[c]));
+      const float score = e[c] / q;
+      const int i = int(first) + c;
+      if (score == score && before(score, i, best, idx)) {
+        best = score;
+        idx = i;
+      }
+    }
   }
-  __syncthreads();
-  total = sh.warp_off[kWarps];
-  return sh.warp_off[warp] + __popc(ballot & ((1u << lane) - 1u));
+  all_argmax(best, idx, cx);
+  return idx == INT_MAX ? kNoTokenLeft : idx;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* __restrict__ logits, int vocab,
-                  const SampleRowParams* __restrict__ rows, const float* __restrict__ scratch,
+/// Greedy or sampled token from the processed logits `x`; kNoTokenLeft when none is left.
+template <bool kCached>
+__device__ int choose_token(const Slice<kCached>& x, int vocab, const SampleRowParams& p,
+                            float raw_max, int raw_argmax, Ctx& cx) {
+  const bool modified = p.mod_count > 0;
+  if (p.greedy) {
+    if (!modified) return raw_argmax;
+    float best = -INFINITY;
+    int idx = INT_MAX;
+    for (int j = threadIdx.x; j < x.n; j += kThreads) {
+      const float v = x.at(j);
+      if (before(v, x.lo + j, best, idx)) {
+        best = v;
+        idx = x.lo + j;
+      }
+    }
+    all_argmax(best, idx, cx);
+    return best == -INFINITY || idx == INT_MAX ? kNoTokenLeft : idx;
+  }
+  float x_max = raw_max;
+  if (modified) {
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < x.n; j += kThreads) m = fmaxf(m, x.at(j));
+    int unused = 0;
+    all_argmax(m, unused, cx);
+    x_max = m;
+  }
+  if (x_max == -INFINITY) return kNoTokenLeft;  // every token banned
+  const float y_max = __fdiv_rn(x_max, p.temperature);
+  const bool fine_ok = isfinite(y_max);
+  TemperedSource<kCached> src{x,  p.temperature, p.temperature == 1.0f, y_max, p.min_p,
+                              0u, p.min_p > 0.0f};
+  uint32_t thr = 0;
+  int n_sorted = -1;  // >= 0: sh.sorted[0, n_sorted) holds every survivor
+  if (p.top_k > 0 && p.top_k < vocab) {
+    const Selection s =
+        cluster_select(src, SelectSpec{false, u64(p.top_k), 0.0f, false, y_max, fine_ok}, cx);
+    if (!s.all) {
+      thr = s.thr;
+      n_sorted = s.n;
+    }
+  }
+  if (p.top_p < 1.0f) {
+    if (n_sorted >= 0) {
+      n_sorted = mass_cut(n_sorted, -1.0, p.top_p, y_max, cx.sh, thr);
+    } else {
+      TemperedSource<kCached> admitted = src;
+      admitted.k_thr = thr;
+      admitted.need_e = true;
+      const Selection s =
+          cluster_select(admitted, SelectSpec{true, 0, p.top_p, false, y_max, fine_ok}, cx);
+      if (!s.all) {
+        thr = s.thr;
+        n_sorted = s.n;
+      }
+    }
+  }
+  if (n_sorted >= 0) return race_sorted(n_sorted, y_max, p, cx.sh);
+  TemperedSource<kCached> survivors = src;
+  survivors.k_thr = thr;
+  survivors.need_e = true;
+  return race_slice(survivors, p, cx);
+}
+
+/// One row per cluster; see the file comment. `slice` logits per CTA (a multiple of 4).
+template <bool kCached>
+__global__ void __launch_bounds__(kThreads, 2)
+    sample_kernel(const float* __restrict__ logits, int vocab, int slice,
+                  const SampleRowParams* __restrict__ rows, const SampleMod* __restrict__ mods,
+                  const float* __restrict__ biases, const float* __restrict__ scratch,
                   int32_t* __restrict__ results) {
-  __shared__ Shared sh;
-  const int r = blockIdx.x;
-  const SampleRowParams p = rows[r];
-  const float* raw = logits + int64_t(r) * vocab;
-  const float* x = p.scratch_row >= 0 ? scratch + int64_t(p.scratch_row) * vocab : raw;
-
-  // Raw log-softmax normaliser.
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, sane(raw[i]));
-  mx = block_max(mx, sh.red_f);
+  extern __shared__ __align__(16) unsigned char smem[];
+  Shared& sh = *reinterpret_cast<Shared*>(smem);
+  float* cache = reinterpret_cast<float*>(smem + kSharedBytes);  // [slice] when kCached
+  Ctx cx{sh, int(cg::this_cluster().num_blocks()), int(cg::this_cluster().block_rank()), 0};
+  const int tid = threadIdx.x;
+  const int row = int(blockIdx.x) / cx.csize;
+  const SampleRowParams p = rows[row];
+  const int lo = min(cx.rank * slice, vocab);
+  const int n = min(slice, vocab - lo);
+  const float* raw = logits + int64_t(row) * vocab;
+  const float* x_row =
+      !kCached && p.scratch_row >= 0 ? scratch + int64_t(p.scratch_row) * vocab : raw;
+  const Slice<kCached> raw_slice{cache, raw + lo, lo, n};
+  const Slice<kCached> x_slice{cache, x_row + lo, lo, n};
   int32_t* res = results + p.out_offset;
+  int32_t* top = res + kSampleResultHeader;
+
+  // Raw maximum and its first index (cached plans: load the slice on the way).
+  float mx = -INFINITY;
+  int ai = INT_MAX;
+  const auto consider = [&](float v, int i) {
+    if (before(v, i, mx, ai)) {
+      mx = v;
+      ai = i;
+    }
+  };
+  if ((vocab & 3) == 0 && aligned_to(logits, 16)) {  // then every slice starts 16-byte aligned
+    const float4* src4 = reinterpret_cast<const float4*>(raw + lo);
+    for (int q = tid; q < n / 4; q += kThreads) {
+      const float4 t = __ldg(src4 + q);
+      const float v[4] = {sane(t.x), sane(t.y), sane(t.z), sane(t.w)};
+      if constexpr (kCached)
+        reinterpret_cast<float4*>(cache)[q] = make_float4(v[0], v[1], v[2], v[3]);
+      for (int c = 0; c < 4; ++c) consider(v[c], lo + 4 * q + c);
+    }
+  } else {
+    for (int j = tid; j < n; j += kThreads) {
+      const float v = sane(__ldg(raw + lo + j));
+      if constexpr (kCached) cache[j] = v;
+      consider(v, lo + j);
+    }
+  }
+  all_argmax(mx, ai, cx);  // also makes the cache visible to the whole CTA
+
+  int code = 0;  // < 0: an error code instead of a token
+  int token = kNoTokenLeft;
+  int before_token = 0;
+  u64 exp_sum = 0;
+  const int n_top = max(p.num_logprobs, 0);
   if (mx == -INFINITY || mx == INFINITY) {  // as the CPU reference: no usable distribution
-    if (threadIdx.x == 0) {
-      res[0] = mx == INFINITY ? kSampleRawInf : kSampleRawAllNegInf;
+    code = mx == INFINITY ? kSampleRawInf : kSampleRawAllNegInf;
+  } else {
+    // Raw log-softmax normaliser: sum of exp(raw - max) in 2^-40 fixed point (exact integer
+    // sums, so the same bits whatever the split); summed over the cluster at the end.
+    for (int j = tid; j < n; j += kThreads)
+      exp_sum += mass_of(expf(__fsub_rn(raw_slice.at(j), mx)));
+    exp_sum = block_sum_u64(exp_sum, sh);
+
+    // Top-N raw logprobs, before the cache is modified: rank 0 writes (token, raw value,
+    // rank) now and turns the values into logprobs once the normaliser is known.
+    if (n_top > 0) {
+      const RawSource<kCached> src{raw_slice};
+      const Selection s =
+          cluster_select(src, SelectSpec{false, u64(n_top), 0.0f, true, mx, true}, cx);
+      if (cx.rank == 0)
+        for (int c = tid; c < n_top; c += kThreads) {
+          const u64 e = c < s.n ? sh.sorted[c] : ~0ull;
+          top[3 * c] = entry_id(e);
+          top[3 * c + 1] = __float_as_int(value_of_key(entry_key(e)));
+          top[3 * c + 2] = c + 1;
+        }
+    }
+
+    if constexpr (kCached) {
+      if (p.mod_count > 0) {
+        __syncthreads();  // the raw cache is no longer read
+        for (int m = tid; m < p.mod_count; m += kThreads) {
+          const SampleMod mod = mods[p.mod_begin + m];
+          if (mod.token >= lo && mod.token < lo + n)
+            cache[mod.token - lo] = modified_logit(cache[mod.token - lo], mod, p, biases);
+        }
+        __syncthreads();
+      }
+    }
+
+    token = choose_token(x_slice, vocab, p, mx, ai, cx);
+    if (token < 0) {
+      code = token;
+    } else if (p.greedy == 0 || p.mod_count > 0) {
+      // Rank of the token under the raw logits. The slice holds processed values, which equal
+      // the raw ones except at modified tokens: count over the slice, then swap in the raw
+      // value of each modified token. (Greedy, unmodified: the token is the first maximum.)
+      const float raw_t = sane(__ldg(raw + token));
+      const auto ahead = [&](float v, int i) {
+        return v > raw_t || (v == raw_t && i < token) ? 1 : 0;
+      };
+      int count = 0;
+      for (int j = tid; j < n; j += kThreads) count += ahead(x_slice.at(j), lo + j);
+      for (int m = tid; m < p.mod_count; m += kThreads) {
+        const int t = mods[p.mod_begin + m].token;
+        if (t >= lo && t < lo + n)
+          count += ahead(sane(__ldg(raw + t)), t) - ahead(x_slice.at(t - lo), t);
+      }
+      before_token = int(block_sum_u32(unsigned(count), sh));
+    }
+  }
+
+  // Every CTA hands its partial rank and sum to rank 0; after this barrier no CTA touches
+  // another's shared memory, so the others may exit.
+  if (tid == 0) {
+    *cx.remote(&sh.part_rank[cx.rank], 0) = before_token;
+    *cx.remote(&sh.part_sum[cx.rank], 0) = exp_sum;
+  }
+  cx.sync();
+  if (cx.rank != 0) return;
+  if (code < 0) {
+    if (tid == 0) {
+      res[0] = code;
       res[3] = 0;
     }
     return;
   }
-  const float shift = mx;
-  float se = 0.0f;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) se += expf(sane(raw[i]) - shift);
-  se = block_sum(se, sh.red_f);
-  const float lse = shift + logf(se);
-
-  const int token = choose_token(x, vocab, p, sh);
-  if (token < 0) {
-    if (threadIdx.x == 0) {
-      res[0] = token;
-      res[3] = 0;
-    }
-    return;
+  u64 sum = 0;
+  int ahead_total = 0;
+  for (int r = 0; r < cx.csize; ++r) {
+    sum += sh.part_sum[r];
+    ahead_total += sh.part_rank[r];
   }
-
-  // Logprob and rank of the sampled token under the raw distribution.
-  const float raw_t = sane(raw[token]);
-  int better = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = sane(raw[i]);
-    better += (v > raw_t || (v == raw_t && i < token)) ? 1 : 0;
-  }
-  better = block_sum_int(better, sh);
-  const int n_top = p.num_logprobs > 0 ? p.num_logprobs : 0;
-  if (threadIdx.x == 0) {
+  // sum >= 2^40: the maximum itself contributes exp(0) = 1.
+  const double lse = double(mx) + log(double(sum) * (1.0 / kMassScale));
+  if (tid == 0) {
     res[0] = token;
-    res[1] = __float_as_int(raw_t - lse);
-    res[2] = better + 1;
+    res[1] = __float_as_int(float(double(sane(__ldg(raw + token))) - lse));
+    res[2] = ahead_total + 1;
     res[3] = n_top;
   }
-  if (n_top == 0) return;
-
-  // Top-N raw logprobs: the N-th largest key, then the larger elements (fewer than N, any
-  // order, ranked below) and the ties at that key in id order until N are taken.
-  const uint32_t kn = radix_kth_largest(
-      vocab, n_top, [&](int i) { return key_of(sane(raw[i])); }, [](int) { return true; }, sh);
-  if (threadIdx.x == 0) sh.n_cand = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = sane(raw[i]);
-    if (key_of(v) > kn) {
-      const int slot = atomicAdd(&sh.n_cand, 1);
-      if (slot < kMaxTopLogprobs) {
-        sh.cand_v[slot] = v;
-        sh.cand_i[slot] = i;
-      }
-    }
-  }
-  __syncthreads();
-  const int n_gt = min(sh.n_cand, n_top);
-  int filled = n_gt;
-  for (int c0 = 0; c0 < vocab && filled < n_top; c0 += kThreads) {
-    const int i = c0 + threadIdx.x;
-    const float v = i < vocab ? sane(raw[i]) : -INFINITY;
-    const bool tie = i < vocab && key_of(v) == kn;
-    int total = 0;
-    const int pos = block_rank(tie, total, sh);
-    if (tie && filled + pos < n_top) {
-      sh.cand_v[filled + pos] = v;
-      sh.cand_i[filled + pos] = i;
-    }
-    filled += total;  // the same on every thread
-  }
-  __syncthreads();
-  int32_t* top = res + kSampleResultHeader;
-  for (int c = threadIdx.x; c < n_top; c += kThreads) {
-    const float v = sh.cand_v[c];
-    const int i = sh.cand_i[c];
-    int pos = c;
-    if (c < n_gt) {  // rank among the strictly larger ones
-      pos = 0;
-      for (int o = 0; o < n_gt; ++o) {
-        const float ov = sh.cand_v[o];
-        pos += (ov > v || (ov == v && sh.cand_i[o] < i)) ? 1 : 0;
-      }
-    }
-    top[3 * pos] = i;
-    top[3 * pos + 1] = __float_as_int(v - lse);
-    top[3 * pos + 2] = pos + 1;
-  }
+  for (int c = tid; c < n_top; c += kThreads)  // the same thread wrote entry c above
+    top[3 * c + 1] = __float_as_int(float(double(__int_as_float(top[3 * c + 1])) - lse));
 }
 
-// Rows with a bias or penalties: scratch row = raw row, then each modified token rewritten.
+// Uncached plans: rows with a bias or penalties get a processed copy (scratch row = raw row,
+// then each modified token rewritten).
 __global__ void __launch_bounds__(kThreads)
     mods_kernel(const float* __restrict__ logits, int vocab,
                 const SampleRowParams* __restrict__ rows, const SampleMod* __restrict__ mods,
@@ -425,31 +346,148 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int m = threadIdx.x; m < p.mod_count; m += kThreads) {
     const SampleMod mod = mods[p.mod_begin + m];
-    // Order as vLLM: logit bias, then repetition, frequency and presence penalties.
-    float v = sane(raw[mod.token]);
-    for (int b = 0; b < mod.bias_count; ++b) v = __fadd_rn(v, biases[mod.bias_begin + b]);
-    if (mod.in_history && p.repetition_penalty != 1.0f)
-      v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
-    if (mod.output_count > 0) {
-      v = __fsub_rn(v, __fmul_rn(p.frequency_penalty, float(mod.output_count)));
-      v = __fsub_rn(v, p.presence_penalty);
-    }
-    x[mod.token] = v;
+    x[mod.token] = modified_logit(sane(raw[mod.token]), mod, p, biases);
   }
+}
+
+// ---- planning (host) ----
+
+struct FitEntry {
+  int device, cluster, cached;
+  size_t smem;
+  bool fits;
+};
+
+struct DeviceState {
+  bool ready = false;
+  int sms = 0;
+};
+
+std::mutex g_plan_mutex;
+std::vector<DeviceState> g_devices;  // by device index
+std::vector<FitEntry> g_fits;
+std::atomic<int> g_force_cluster{0};
+std::atomic<int> g_force_cached{-1};
+
+int round_up4(int64_t v) {
+  return int((v + 3) / 4 * 4);
+}
+
+cudaLaunchConfig_t sample_config(int rows, int cluster, size_t smem, cudaStream_t stream,
+                                 cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(rows) * unsigned(cluster), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = unsigned(cluster);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Under g_plan_mutex: kernel attributes set once per device, and its SM count.
+cudaError_t device_state(int device, DeviceState** out) {
+  if (g_devices.size() <= size_t(device)) g_devices.resize(size_t(device) + 1);
+  DeviceState& d = g_devices[size_t(device)];
+  if (!d.ready) {
+    cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+    for (bool cached : {true, false}) {
+      auto* k = cached ? sample_kernel<true> : sample_kernel<false>;
+      const size_t smem = kSharedBytes + (cached ? size_t(kMaxSlice) * sizeof(float) : 0);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    if (e != cudaSuccess) return e;
+    d.ready = true;
+  }
+  *out = &d;
+  return cudaSuccess;
+}
+
+// Under g_plan_mutex: whether a cluster of `cluster` CTAs with `smem` bytes each can run.
+bool cluster_fits(int device, int cluster, bool cached, size_t smem) {
+  for (const FitEntry& f : g_fits)
+    if (f.device == device && f.cluster == cluster && f.cached == int(cached) && f.smem == smem)
+      return f.fits;
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg = sample_config(1, cluster, smem, nullptr, &attr);
+  int count = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(
+      &count, cached ? sample_kernel<true> : sample_kernel<false>, &cfg);
+  if (e != cudaSuccess) cudaGetLastError();  // an unsupported size: not sticky, just "no"
+  const bool fits = e == cudaSuccess && count > 0;
+  g_fits.push_back(FitEntry{device, cluster, int(cached), smem, fits});
+  return fits;
 }
 
 }  // namespace
 
-void launch_sample(const float* logits, int64_t vocab, int32_t num_rows,
-                   const SampleRowParams* rows, const SampleMod* mods, const float* biases,
-                   float* scratch, int32_t num_scratch_rows, int32_t* results,
-                   cudaStream_t stream) {
-  if (num_rows <= 0 || vocab <= 0) return;
-  if (num_scratch_rows > 0)
+void override_sample_plan(int32_t cluster, int32_t cached) {
+  g_force_cluster.store(cluster);
+  g_force_cached.store(cached);
+}
+
+cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan) {
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const std::lock_guard<std::mutex> lock(g_plan_mutex);
+  DeviceState* d = nullptr;
+  e = device_state(device, &d);
+  if (e != cudaSuccess) return e;
+  const int force_cluster = g_force_cluster.load(), force_cached = g_force_cached.load();
+  const auto slice_of = [&](int c) { return round_up4((vocab + c - 1) / c); };
+  int cluster = 1;
+  if (force_cluster > 0) {
+    cluster = force_cluster < kMaxCluster ? force_cluster : kMaxCluster;
+  } else {
+    // Slices of about kTargetSlice when rows fill the GPU; wider clusters when they do not.
+    while (cluster < kMaxCluster && slice_of(cluster) > kTargetSlice) cluster *= 2;
+    while (cluster < kMaxCluster && int64_t(num_rows) * cluster < 2 * int64_t(d->sms) &&
+           slice_of(2 * cluster) >= kMinSpreadSlice)
+      cluster *= 2;
+    if (slice_of(cluster) > kMaxSlice) cluster = kMaxCluster;  // uncached: spread widest
+  }
+  for (;;) {
+    const int slice = slice_of(cluster);
+    const bool cached = force_cached != 0 && slice <= kMaxSlice;
+    const size_t smem = kSharedBytes + (cached ? size_t(slice) * sizeof(float) : 0);
+    if (cluster == 1 || cluster_fits(device, cluster, cached, smem)) {
+      plan->cluster = cluster;
+      plan->slice = slice;
+      plan->cached = cached ? 1 : 0;
+      plan->smem_bytes = int32_t(smem);
+      return cudaSuccess;
+    }
+    cluster /= 2;  // the device cannot co-schedule that many CTAs: narrower, longer slices
+  }
+}
+
+cudaError_t launch_sample(const SamplePlan& plan, const float* logits, int64_t vocab,
+                          int32_t num_rows, const SampleRowParams* rows, const SampleMod* mods,
+                          const float* biases, float* scratch, int32_t num_scratch_rows,
+                          int32_t* results, cudaStream_t stream) {
+  if (num_rows <= 0 || vocab <= 0) return cudaSuccess;
+  if (!plan.cached && num_scratch_rows > 0) {
     mods_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, mods, biases,
                                                              scratch);
-  sample_kernel<<<unsigned(num_rows), kThreads, 0, stream>>>(logits, int(vocab), rows, scratch,
-                                                             results);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg =
+      sample_config(num_rows, plan.cluster, size_t(plan.smem_bytes), stream, &attr);
+  if (plan.cached)
+    return cudaLaunchKernelEx(&cfg, sample_kernel<true>, logits, int(vocab), plan.slice, rows, mods,
+                              biases, static_cast<const float*>(scratch), results);
+  return cudaLaunchKernelEx(&cfg, sample_kernel<false>, logits, int(vocab), plan.slice, rows, mods,
+                            biases, static_cast<const float*>(scratch), results);
 }
 
 }  // namespace troupe::cuda

@@ -3,7 +3,8 @@
 // Not a test: run it on the GPU machine (tools/device/run_cuda_tests.sh does).
 //
 // Each op is run 3 times to warm up, then `iters` times between two CUDA events on the
-// backend's stream, so the time includes launch gaps but no host synchronisation.
+// backend's stream, so the time includes launch gaps but no host synchronisation. The sampler
+// synchronises, so its lines give the host time per call (and the GPU time inside it).
 // Usage: troupe_cuda_opbench [iters = 20]
 #include <cuda_runtime_api.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/kernels.hpp"
 #include "runtime/backend/dtype.hpp"
 #include "runtime/error.hpp"
 
@@ -67,6 +69,16 @@ class Bench {
   void release() {
     backend_->synchronize();
     buffers_.clear();
+  }
+
+  /// GPU time around host-synchronised calls: record_start(), the call, elapsed_since_start().
+  void record_start() { cudaEventRecord(start_, static_cast<cudaStream_t>(cuda_->stream())); }
+  double elapsed_since_start() {
+    cudaEventRecord(stop_, static_cast<cudaStream_t>(cuda_->stream()));
+    cudaEventSynchronize(stop_);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start_, stop_);
+    return double(ms) / 1e3;
   }
 
   /// Times `op`; prints one line.
@@ -214,26 +226,77 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
   bench.release();
 }
 
-void bench_sample(Bench& bench, int32_t rows) {
+// Sampler row kinds: each line of the bench uses one kind for every row.
+enum class SampleKind { greedy, plain, top_k_top_p, penalties };
+
+const char* sample_kind_name(SampleKind k) {
+  switch (k) {
+    case SampleKind::greedy:
+      return "greedy";
+    case SampleKind::plain:
+      return "plain T=0.8";
+    case SampleKind::top_k_top_p:
+      return "T=0.8 top_k=50 top_p=0.95";
+    case SampleKind::penalties:
+      return "T=0.8 top_p=0.9 penalties+logprobs=5";
+  }
+  return "?";
+}
+
+// Host time per sample() call (what a decode step pays: upload, kernels, download, sync) and
+// the GPU time between two events around it on the backend's stream.
+void bench_sample(Bench& bench, int32_t rows, SampleKind kind) {
   const Tensor logits = bench.floats(DType::f32, {rows, kVocab}, 8.0f);
   std::vector<SamplingRow> params(static_cast<size_t>(rows));
+  std::vector<int32_t> history(64);
+  for (size_t i = 0; i < history.size(); ++i) history[i] = int32_t((i * 7919) % kVocab);
   for (int32_t r = 0; r < rows; ++r) {
-    params[size_t(r)].temperature = 0.8f;
-    params[size_t(r)].top_p = 0.95f;
-    params[size_t(r)].top_k = 50;
-    params[size_t(r)].seed = uint64_t(r);
-    params[size_t(r)].num_logprobs = r % 4 == 0 ? 5 : -1;
+    SamplingRow& p = params[size_t(r)];
+    p.seed = uint64_t(r);
+    switch (kind) {
+      case SampleKind::greedy:
+        p.temperature = 0.0f;
+        break;
+      case SampleKind::plain:
+        p.temperature = 0.8f;
+        break;
+      case SampleKind::top_k_top_p:
+        p.temperature = 0.8f;
+        p.top_p = 0.95f;
+        p.top_k = 50;
+        p.num_logprobs = r % 4 == 0 ? 5 : -1;
+        break;
+      case SampleKind::penalties:
+        p.temperature = 0.8f;
+        p.top_p = 0.9f;
+        p.repetition_penalty = 1.1f;
+        p.frequency_penalty = 0.2f;
+        p.output_ids = history;
+        p.num_logprobs = 5;
+        break;
+    }
   }
-  // sample() synchronises, so time it on the host.
   for (int i = 0; i < 3; ++i) (void)bench.b().sample(logits, params);
-  const auto t0 = std::chrono::steady_clock::now();
-  const int iters = 10;
-  for (int i = 0; i < iters; ++i) (void)bench.b().sample(logits, params);
-  const double sec =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-  std::printf("%-58s %10.1f us %9.1f GB/s (logits read once)\n",
-              ("sample V=128256 top_k=50 top_p=0.95 rows=" + std::to_string(rows)).c_str(),
-              sec * 1e6, 4.0 * double(rows) * kVocab / sec / 1e9);
+  const int iters = 20;
+  double host = 0.0, gpu = 0.0;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bench.record_start();
+    (void)bench.b().sample(logits, params);
+    gpu += bench.elapsed_since_start();
+    host += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  host /= iters;
+  gpu /= iters;
+  cuda::SamplePlan plan{};
+  const bool planned = cuda::plan_sample(kVocab, rows, &plan) == cudaSuccess;
+  std::printf(
+      "%-58s %10.1f us %9.1f GB/s  gpu %7.1f us  cluster %d%s\n",
+      ("sample V=128256 " + std::string(sample_kind_name(kind)) + " rows=" + std::to_string(rows))
+          .c_str(),
+      host * 1e6, 4.0 * double(rows) * kVocab / host / 1e9, gpu * 1e6, planned ? plan.cluster : 0,
+      planned && plan.cached == 0 ? " uncached" : "");
+  std::fflush(stdout);
   bench.release();
 }
 
@@ -256,9 +319,9 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 4 x 1024 (causal)", 4, 1024, 1024);
     bench_attention(bench, "attention prefill 1 x 8192 (causal)", 1, 8192, 8192);
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
-    bench_sample(bench, 1);
-    bench_sample(bench, 64);
-    bench_sample(bench, 256);
+    for (SampleKind kind :
+         {SampleKind::greedy, SampleKind::plain, SampleKind::top_k_top_p, SampleKind::penalties})
+      for (int32_t rows : {1, 64, 256}) bench_sample(bench, rows, kind);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe_cuda_opbench: %s\n", e.what());
     return 1;
