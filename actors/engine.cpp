@@ -145,6 +145,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   init.gpu_memory_utilization = args.gpu_memory_utilization;
   init.num_gpu_blocks_override = args.num_gpu_blocks_override.value_or(0);
   init.enforce_eager = args.enforce_eager;
+  init.max_seq_len_to_capture = int32_t(args.max_seq_len_to_capture);
 
   int32_t num_blocks = INT32_MAX;
   {
