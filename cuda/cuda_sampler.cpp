@@ -138,7 +138,7 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
       if (p[0] == kSampleRawAllNegInf) fail("sampling row {}: every raw logit is -inf or NaN", r);
       fail(
           "sampling row {}: no token left to sample (every logit is -inf or NaN after "
-          "logit_bias and penalties)",
+          "logit_bias and penalties, or +inf after temperature)",
           r);
     }
     SampledToken& t = out[r];

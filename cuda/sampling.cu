@@ -150,6 +150,9 @@ __device__ int choose_token(const Slice<kCached>& x, int vocab, const SampleRowP
   }
   if (x_max == -INFINITY) return kNoTokenLeft;  // every token banned
   const float y_max = __fdiv_rn(x_max, p.temperature);
+  // A tempered logit overflowed to +inf: no distribution is left (as the CPU reference, whose
+  // race then scores every token NaN), whatever the plan.
+  if (y_max == INFINITY) return kNoTokenLeft;
   const bool fine_ok = isfinite(y_max);
   TemperedSource<kCached> src{x,  p.temperature, p.temperature == 1.0f, y_max, p.min_p,
                               0u, p.min_p > 0.0f};

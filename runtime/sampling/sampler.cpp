@@ -197,7 +197,7 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
   if (token < 0)
     fail(
         "sampling: no token left to sample (every logit is -inf or NaN after logit_bias and "
-        "penalties)");
+        "penalties, or +inf after temperature)");
 
   SampledToken result;
   result.token = token;

@@ -13,6 +13,9 @@ common="--model $M --load-format dummy --dtype bfloat16 --max-model-len 4096"
 echo "=== bench latency: batch 1, 128 in, 128 out ==="
 timeout 240 $T bench latency $common --batch-size 1 --input-len 128 --output-len 128 \
   --num-iters-warmup 1 --num-iters 3 --output-json "$out/latency_b1.json"
+echo "=== bench latency: batch 1, 128 in, 128 out, --enforce-eager (no CUDA graphs) ==="
+timeout 240 $T bench latency $common --enforce-eager --batch-size 1 --input-len 128 \
+  --output-len 128 --num-iters-warmup 1 --num-iters 3 --output-json "$out/latency_b1_eager.json"
 echo "=== bench throughput: 64 prompts, 128 in, 128 out (the HF comparison's shape) ==="
 timeout 240 $T bench throughput $common --num-prompts 64 --input-len 128 --output-len 128 \
   --output-json "$out/throughput_64.json"
