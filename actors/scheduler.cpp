@@ -28,8 +28,28 @@ struct scheduler_state {
   // Stats since the last log line.
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   Clock::time_point last_log = Clock::now();
+  // Where a step's wall time goes (all steps since start): planning (propose, the cache
+  // manager's grant, apply), the executor round trip and the executor's own time inside it,
+  // and applying the result. Logged at exit: the host-side overhead per step that the GPU
+  // waits through.
+  struct Timings {
+    uint64_t steps = 0;
+    double plan = 0, round_trip = 0, inside = 0, finish = 0;
+    Clock::time_point step_start, plan_sent;
+    ~Timings() {
+      if (steps == 0) return;
+      const double ms = 1000.0 / double(steps);
+      spdlog::info("scheduler: {} steps; per step {:.3f} ms planning, {:.3f} ms executor round "
+                   "trip ({:.3f} ms inside the executor), {:.3f} ms applying results",
+                   steps, plan * ms, round_trip * ms, inside * ms, finish * ms);
+    }
+  } timings;
   static inline const char* name = "troupe.scheduler";
 };
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
@@ -51,10 +71,15 @@ void finish_step(self_ptr self) {
     spdlog::error("scheduler: step failed: {}", st.step_error);
     fail_everything(self, st.step_error, false);
   } else {
+    const auto t0 = Clock::now();
+    st.timings.round_trip += std::chrono::duration<double>(t0 - st.timings.plan_sent).count();
     const StepResult& r = st.results.front();
+    st.timings.inside += r.execute_seconds;
     SeqUpdates ups{st.sched->on_result(r)};
     for (const auto& u : ups.items) st.generated_tokens += u.new_token_ids.size();
     if (!ups.items.empty()) self->send(st.engine, updates_atom::value, std::move(ups));
+    st.timings.finish += since(t0);
+    ++st.timings.steps;
   }
   step(self);
 }
@@ -67,6 +92,8 @@ void run_plan(self_ptr self, StepPlan plan) {
   st.results.assign(st.executors.size(), StepResult{});
   st.replies = 0;
   st.step_failed = false;
+  st.timings.plan_sent = Clock::now();
+  st.timings.plan += std::chrono::duration<double>(st.timings.plan_sent - st.timings.step_start).count();
   for (size_t i = 0; i < st.executors.size(); ++i) {
     self->request(st.executors[i], caf::infinite, execute_atom::value, plan)
         .then(
@@ -91,6 +118,7 @@ void step(self_ptr self) {
   if (st.busy || st.executors_lost) return;
   if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
   st.busy = true;
+  st.timings.step_start = Clock::now();
   KVAsk ask = st.sched->propose();
   self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
       .then(

@@ -367,8 +367,8 @@ class CpuBackend final : public Backend {
     cpu::paged_attention(pool_, q, k_cache, v_cache, batch, shape, out);
   }
 
-  void silu_mul(const Tensor& gate_up, const Tensor& out) override {
-    const OpCheck check("silu_mul");
+  void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
+    const OpCheck check("act_mul");
     check.tensor("gate_up", gate_up, DType::f32, 2);
     check.tensor("out", out, DType::f32, 2);
     if (gate_up.dim(1) % 2 != 0)
@@ -384,7 +384,22 @@ class CpuBackend final : public Backend {
         const float* g = gu + t * 2 * inter;
         const float* u = g + inter;
         float* ot = o + t * inter;
-        for (int64_t i = 0; i < inter; ++i) ot[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        switch (act) {
+          case GatedActivation::silu:
+            for (int64_t i = 0; i < inter; ++i) ot[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+            break;
+          case GatedActivation::gelu:
+            for (int64_t i = 0; i < inter; ++i)
+              ot[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * float(M_SQRT1_2))) * u[i];
+            break;
+          case GatedActivation::gelu_tanh:
+            for (int64_t i = 0; i < inter; ++i) {
+              const float x = g[i];
+              const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+              ot[i] = 0.5f * x * (1.0f + std::tanh(inner)) * u[i];
+            }
+            break;
+        }
       }
     });
   }

@@ -1,5 +1,6 @@
-// silu_mul: out = silu(gate) * up for gate_up = [gate | up]. As in transformers and vLLM, silu
-// is computed in f32 and rounded to the compute dtype before the multiply by up.
+// act_mul: out = act(gate) * up for gate_up = [gate | up] (SwiGLU, GeGLU). As in transformers
+// and vLLM, act is computed in f32 and rounded to the compute dtype before the multiply by up.
+// act: silu, gelu (exact, erf) or gelu with the tanh approximation (gelu_pytorch_tanh).
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
 
@@ -7,15 +8,24 @@ namespace troupe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+enum Act : int { kSilu = 0, kGelu = 1, kGeluTanh = 2 };
 
-__device__ __forceinline__ float silu(float g) {
-  return g / (1.0f + expf(-g));
+template <int A>
+__device__ __forceinline__ float activate(float g) {
+  if constexpr (A == kSilu) {
+    return g / (1.0f + expf(-g));
+  } else if constexpr (A == kGelu) {
+    return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+  } else {
+    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + tanhf(inner));
+  }
 }
 
-template <class T, bool kVec>
+template <class T, int A, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    silu_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
-                    int64_t inter) {
+    act_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
+                   int64_t inter) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const T* g = gate_up + t * 2 * inter;
     const T* u = g + inter;
@@ -27,17 +37,17 @@ __global__ void __launch_bounds__(kThreads)
         load16(g + i, gv);
         load16(u + i, uv);
 #pragma unroll
-        for (int e = 0; e < N; ++e) gv[e] = round_to<T>(silu(gv[e])) * uv[e];
+        for (int e = 0; e < N; ++e) gv[e] = round_to<T>(activate<A>(gv[e])) * uv[e];
         store16(o + i, gv);
       }
     } else {
       for (int64_t i = threadIdx.x; i < inter; i += kThreads)
-        o[i] = from_f32<T>(round_to<T>(silu(to_f32(g[i]))) * to_f32(u[i]));
+        o[i] = from_f32<T>(round_to<T>(activate<A>(to_f32(g[i]))) * to_f32(u[i]));
     }
   }
 }
 
-template <class T>
+template <class T, int A>
 void launch_typed(const void* gate_up, void* out, int64_t rows, int64_t inter,
                   cudaStream_t stream) {
   const bool vec = inter % kVec16<T> == 0 && aligned_to(gate_up, 16) && aligned_to(out, 16);
@@ -45,25 +55,43 @@ void launch_typed(const void* gate_up, void* out, int64_t rows, int64_t inter,
   const auto* in = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(out);
   if (vec)
-    silu_mul_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
+    act_mul_kernel<T, A, true><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
   else
-    silu_mul_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
+    act_mul_kernel<T, A, false><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
+}
+
+template <class T>
+void launch_act(int act, const void* gate_up, void* out, int64_t rows, int64_t inter,
+                cudaStream_t stream) {
+  switch (act) {
+    case kSilu:
+      launch_typed<T, kSilu>(gate_up, out, rows, inter, stream);
+      break;
+    case kGelu:
+      launch_typed<T, kGelu>(gate_up, out, rows, inter, stream);
+      break;
+    case kGeluTanh:
+      launch_typed<T, kGeluTanh>(gate_up, out, rows, inter, stream);
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace
 
-void launch_silu_mul(DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
-                     cudaStream_t stream) {
+void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows,
+                    int64_t inter, cudaStream_t stream) {
   if (rows <= 0 || inter <= 0) return;
   switch (dt) {
     case DType::f32:
-      launch_typed<float>(gate_up, out, rows, inter, stream);
+      launch_act<float>(act, gate_up, out, rows, inter, stream);
       break;
     case DType::f16:
-      launch_typed<__half>(gate_up, out, rows, inter, stream);
+      launch_act<__half>(act, gate_up, out, rows, inter, stream);
       break;
     case DType::bf16:
-      launch_typed<__nv_bfloat16>(gate_up, out, rows, inter, stream);
+      launch_act<__nv_bfloat16>(act, gate_up, out, rows, inter, stream);
       break;
     default:
       break;

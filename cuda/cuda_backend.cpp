@@ -487,8 +487,8 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("attention");
   }
 
-  void silu_mul(const Tensor& gate_up, const Tensor& out) override {
-    const OpCheck check("silu_mul", device_);
+  void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
+    const OpCheck check("act_mul", device_);
     check.tensor("gate_up", gate_up, 2);
     check.float_dtype("gate_up", gate_up);
     check.tensor("out", out, gate_up.dtype, 2);
@@ -499,8 +499,8 @@ class CudaBackendImpl final : public CudaBackend {
     check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
     check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
     check.disjoint("out", out, "gate_up", gate_up);
-    cuda::launch_silu_mul(out.dtype, gate_up.data, out.data, out.dim(0), inter, stream_);
-    after_launch("silu_mul");
+    cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), inter, stream_);
+    after_launch("act_mul");
   }
 
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {

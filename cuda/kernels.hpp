@@ -49,7 +49,8 @@ void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight
                      void* out, int64_t rows, int64_t h, cudaStream_t stream);
 
 /// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
-void launch_silu_mul(DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
+/// act: 0 silu, 1 gelu (erf), 2 gelu (tanh approximation), as troupe::GatedActivation.
+void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
                      cudaStream_t stream);
 
 /// Rotary embedding in place on q [T, q_heads * d] and k [T, k_heads * d].

@@ -15,6 +15,9 @@ Layout written (one folder per model):
     OUT_DIR/llama3_tied/  config.json  model.safetensors.index.json
                           model-0000K-of-0000N.safetensors (several)          reference.json
     OUT_DIR/qwen2/        config.json  model.safetensors                      reference.json
+    OUT_DIR/llama_gelu/   config.json  model.safetensors                      reference.json
+
+    python3 tools/make_fixtures.py OUT_DIR --only llama_gelu   # just the named ones
 
 reference.json:
     {
@@ -145,6 +148,32 @@ MODELS = [
             use_sliding_window=False,
         ),
         rope=dict(rope_type="default", rope_theta=1000000.0),
+    ),
+    # A gated-GELU (GeGLU) Llama: hidden_act gelu_pytorch_tanh, the tanh approximation.
+    dict(
+        name="llama_gelu",
+        model_cls=LlamaForCausalLM,
+        config_cls=LlamaConfig,
+        storage=torch.float32,
+        seed=4004,
+        shard=False,
+        old_dtype_key=False,
+        config=dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=160,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=512,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            hidden_act="gelu_pytorch_tanh",
+            attention_bias=False,
+            mlp_bias=False,
+        ),
+        rope=dict(rope_type="default", rope_theta=10000.0),
     ),
 ]
 
@@ -391,6 +420,7 @@ def reference(spec, out, device):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
+    ap.add_argument("--only", nargs="*", help="write only these fixtures (names)")
     args = ap.parse_args()
 
     torch.set_float32_matmul_precision("highest")  # references in true float32 (no TF32)
@@ -401,6 +431,8 @@ def main():
     total = 0
     ok = True
     for spec in MODELS:
+        if args.only and spec["name"] not in args.only:
+            continue
         out = os.path.join(args.out_dir, spec["name"])
         if os.path.isdir(out):
             shutil.rmtree(out)

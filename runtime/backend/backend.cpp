@@ -4,6 +4,18 @@
 
 namespace troupe {
 
+const char* gated_activation_name(GatedActivation act) {
+  switch (act) {
+    case GatedActivation::silu:
+      return "silu";
+    case GatedActivation::gelu:
+      return "gelu";
+    case GatedActivation::gelu_tanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
+
 // A default rather than a pure virtual: backends written against the older op set (test
 // doubles that never run a model) keep compiling; running a model on one is the error.
 void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions*/,

@@ -50,6 +50,15 @@ struct AttentionShape {
   float scale = 1.0f;  // usually 1/sqrt(head_dim)
 };
 
+/// The activation of a gated MLP (SwiGLU, GeGLU), as Hugging Face's hidden_act names them.
+enum class GatedActivation {
+  silu,       // x * sigmoid(x): "silu", "swish"
+  gelu,       // x * Phi(x), exact (erf): "gelu"
+  gelu_tanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): "gelu_pytorch_tanh",
+              // "gelu_new", "gelu_fast"
+};
+[[nodiscard]] const char* gated_activation_name(GatedActivation act);
+
 struct MemoryInfo {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -122,8 +131,12 @@ class Backend {
                          const AttentionBatch& batch, const AttentionShape& shape,
                          const Tensor& out) = 0;
 
-  /// out = silu(gate) * up, gate_up [T, 2I] = [gate | up], out [T, I].
-  virtual void silu_mul(const Tensor& gate_up, const Tensor& out) = 0;
+  /// out = act(gate) * up, gate_up [T, 2I] = [gate | up], out [T, I]. As transformers does,
+  /// act(gate) is computed in f32 and rounded to the compute dtype before the multiply.
+  virtual void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) = 0;
+  void silu_mul(const Tensor& gate_up, const Tensor& out) {
+    act_mul(GatedActivation::silu, gate_up, out);
+  }
 
   /// out[s, :] = x[indices[s], :]. indices [S] i32.
   virtual void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;

@@ -41,6 +41,8 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
       max_model_len_(init.max_model_len) {
   const auto t0 = Clock::now();
   if (!backend_) fail("ModelRunner: no backend");
+  backend_->synchronize();
+  const MemoryInfo at_start = backend_->memory_info();
   config_ = load_model_config(init.model_dir);
   if (init.dtype != "auto") {
     auto dt = parse_dtype(init.dtype);
@@ -63,7 +65,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
   model_->reserve(max_num_batched_tokens_, max_logits_rows_);
   ensure_input_capacity(size_t(max_num_batched_tokens_), size_t(max_num_seqs_),
                         size_t((max_model_len_ + block_size_ - 1) / block_size_));
-  size_kv_cache(init);
+  size_kv_cache(init, at_start, options.profile_on_host);
   setup_decode_graphs(init, options);
   info_.backend = backend_->name();
   info_.load_seconds = seconds_since(t0);
@@ -72,18 +74,55 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
                double(info_.kv_cache_bytes) / double(1 << 20), info_.load_seconds);
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  if (stats_.steps == 0) return;
+  const double ms = 1000.0 / double(stats_.steps);
+  spdlog::info("executor: {} steps ({} padded, {} graph replays); per step {:.3f} ms preparing "
+               "inputs, {:.3f} ms enqueueing the forward, {:.3f} ms sampling and waiting",
+               stats_.steps, stats_.padded_steps, stats_.graph_replays,
+               stats_.prepare_seconds * ms, stats_.forward_seconds * ms,
+               stats_.sample_seconds * ms);
+}
 
-void ModelRunner::size_kv_cache(const ExecutorInit& init) {
+int64_t kv_cache_budget(const MemoryInfo& at_start, const MemoryInfo& after_profile,
+                        double gpu_memory_utilization) {
+  const auto gib = [](double b) { return b / double(kGiB); };
+  const double total = double(after_profile.total_bytes);
+  const double allowed = total * gpu_memory_utilization;
+  const double own =
+      std::max(0.0, double(at_start.free_bytes) - double(after_profile.free_bytes));
+  const double kv = allowed - own;
+  if (kv <= 0)
+    fail("gpu_memory_utilization = {}: allows {:.2f} GiB of the device's {:.2f} GiB, but the "
+         "weights and a maximum-size step already take {:.2f} GiB, leaving nothing for the KV "
+         "cache; allowed: a larger fraction (<= 1), or lower max_num_batched_tokens / "
+         "max_num_seqs",
+         gpu_memory_utilization, gib(allowed), gib(total), gib(own));
+  const double free_now = double(after_profile.free_bytes);
+  if (kv > free_now)
+    fail("gpu_memory_utilization = {}: the KV cache would need {:.2f} GiB, but only {:.2f} GiB "
+         "of the device's {:.2f} GiB are free ({:.2f} GiB were in use before this engine "
+         "loaded, by other processes and this one's CUDA context); allowed: at most {:.3f} "
+         "here",
+         gpu_memory_utilization, gib(kv), gib(free_now), gib(total),
+         gib(total - double(at_start.free_bytes)), (own + free_now) / total);
+  return int64_t(kv);
+}
+
+void ModelRunner::size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_start,
+                                bool profile_on_host) {
   const KVCacheShape shape = model_->kv_cache_shape();
   const size_t per_block = shape.bytes_per_block(block_size_);
   const int64_t blocks_per_seq = (max_model_len_ + block_size_ - 1) / block_size_;
+  const bool on_host = backend_->device().kind == DeviceKind::cpu;
+  const bool by_fraction = init.num_gpu_blocks_override <= 0 && init.kv_cache_memory_bytes <= 0;
+  if (by_fraction && (!on_host || profile_on_host)) profile_max_step();
   int64_t num_blocks = 0;
   if (init.num_gpu_blocks_override > 0) {
     num_blocks = init.num_gpu_blocks_override;
   } else if (init.kv_cache_memory_bytes > 0) {
     num_blocks = init.kv_cache_memory_bytes / int64_t(per_block);
-  } else if (backend_->device().kind == DeviceKind::cpu) {
+  } else if (on_host) {
     // Host memory: a quarter of what is available, at most 4 GiB, and no more than every
     // sequence at full length (pages are only touched when used).
     const MemoryInfo mem = backend_->memory_info();
@@ -92,15 +131,9 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init) {
                                    int64_t(max_num_seqs_) * blocks_per_seq);
   } else {
     backend_->synchronize();
-    const MemoryInfo mem = backend_->memory_info();
-    const double allowed = double(mem.total_bytes) * init.gpu_memory_utilization;
-    const double used = double(mem.total_bytes - mem.free_bytes);
-    const double kv_bytes = allowed - used;
-    if (kv_bytes <= 0)
-      fail("gpu_memory_utilization = {}: the device already uses {:.2f} GiB of {:.2f} GiB, "
-           "nothing is left for the KV cache",
-           init.gpu_memory_utilization, used / double(kGiB), double(mem.total_bytes) / double(kGiB));
-    num_blocks = int64_t(kv_bytes) / int64_t(per_block);
+    const int64_t kv_bytes =
+        kv_cache_budget(at_start, backend_->memory_info(), init.gpu_memory_utilization);
+    num_blocks = kv_bytes / int64_t(per_block);
   }
   if (num_blocks * block_size_ < max_model_len_)
     fail("the KV cache holds {} tokens ({} blocks of {}), fewer than max_model_len = {}: give it "
@@ -108,7 +141,16 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init) {
          "--max-model-len",
          num_blocks * block_size_, num_blocks, block_size_, max_model_len_);
   if (num_blocks > INT32_MAX) num_blocks = INT32_MAX;
+  allocate_kv(num_blocks);
+  info_.num_blocks = int32_t(num_blocks);
+  info_.kv_cache_bytes = int64_t(kv_buffer_.bytes());
+}
 
+void ModelRunner::allocate_kv(int64_t num_blocks) {
+  const KVCacheShape shape = model_->kv_cache_shape();
+  const size_t per_block = shape.bytes_per_block(block_size_);
+  kv_ = KVCacheView{};
+  kv_buffer_ = Buffer{};
   const size_t layer_bytes = size_t(num_blocks) * per_block / size_t(2 * shape.num_layers);
   kv_buffer_ = backend_->allocate(layer_bytes * size_t(2 * shape.num_layers));
   kv_.block_size = block_size_;
@@ -121,8 +163,46 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init) {
       (kv == 0 ? kv_.k : kv_.v).push_back(t);
     }
   }
-  info_.num_blocks = int32_t(num_blocks);
-  info_.kv_cache_bytes = int64_t(kv_buffer_.bytes());
+}
+
+void ModelRunner::profile_max_step() {
+  const auto t0 = Clock::now();
+  const int32_t num_seqs = std::max(1, std::min(max_num_seqs_, max_num_batched_tokens_));
+  const int64_t tokens =
+      std::min<int64_t>(max_num_batched_tokens_, int64_t(num_seqs) * max_model_len_);
+  StepPlan plan;
+  plan.step_id = 0;
+  int32_t next_block = 0;
+  const auto vocab = int32_t(std::min<int64_t>(config_.vocab_size, INT32_MAX));
+  for (int32_t i = 0; i < num_seqs; ++i) {
+    const auto len = int32_t(tokens / num_seqs + (i < tokens % num_seqs ? 1 : 0));
+    if (len == 0) break;
+    NewSeq n;
+    n.seq_id = uint64_t(i) + 1;
+    n.token_ids.resize(size_t(len));
+    for (int32_t j = 0; j < len; ++j)
+      n.token_ids[size_t(j)] = int32_t((int64_t(i) * 7919 + int64_t(j) * 104729) % vocab);
+    n.num_prompt_tokens = len;
+    n.num_new_tokens = len;
+    n.sampling.top_k = 50;
+    n.sampling.top_p = 0.9f;
+    n.sampling.num_logprobs = 20;
+    n.sampling.seed = uint64_t(i);
+    const int32_t blocks = (len + block_size_ - 1) / block_size_;
+    for (int32_t b = 0; b < blocks; ++b) n.block_ids.push_back(next_block++);
+    plan.new_seqs.push_back(std::move(n));
+  }
+  allocate_kv(next_block);
+  (void)execute(plan);
+  backend_->synchronize();
+  seqs_.clear();
+  stats_ = RunnerStats{};
+  last_num_sampled_ = 0;
+  last_logits_ = Tensor{};
+  kv_ = KVCacheView{};
+  kv_buffer_ = Buffer{};
+  spdlog::info("executor: profiled a step of {} tokens over {} sequences in {:.2f} s", tokens,
+               plan.new_seqs.size(), seconds_since(t0));
 }
 
 void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options) {
@@ -360,12 +440,17 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   for (size_t i = 0; i < sched.size(); ++i) result.outputs[i].seq_id = sched[i].seq_id;
   ++stats_.steps;
   last_num_sampled_ = 0;
+  const auto t_forward = Clock::now();
+  stats_.prepare_seconds += std::chrono::duration<double>(t_forward - t0).count();
   // [L, vocab] f32 (padded: [padded, vocab], the rows past L unused)
   const Tensor logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
   last_logits_ = logits;
+  const auto t_sample = Clock::now();
+  stats_.forward_seconds += std::chrono::duration<double>(t_sample - t_forward).count();
   if (dummy_logits) {
     backend_->synchronize();  // the KV cache is filled; nothing to read back
     result.execute_seconds = seconds_since(t0);
+    stats_.sample_seconds += seconds_since(t_sample);
     return result;
   }
 
@@ -429,6 +514,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     }
   }
   result.execute_seconds = seconds_since(t0);
+  stats_.sample_seconds += seconds_since(t_sample);
   return result;
 }
 

@@ -41,7 +41,20 @@ struct RunnerOptions {
     never,      // every step at its exact size (and so no graphs)
   };
   PadDecode pad_decode = PadDecode::automatic;
+  /// Test aid: run the maximum-size profiling step on a host backend too (it runs on device
+  /// backends when the KV cache is sized by gpu_memory_utilization).
+  bool profile_on_host = false;
 };
+
+/// The KV cache's share of device memory under gpu_memory_utilization, vLLM V1's rule: this
+/// process may use total × utilization; what it took between `at_start` (before the weights)
+/// and `after_profile` (weights, activation buffers, workspaces and a maximum-size step done)
+/// is not available to the KV cache; the rest is, if the device has it free now (other
+/// processes' memory counts against what is free, not against the fraction, so several
+/// engines can share one GPU at fractions that add up to at most 1). Throws troupe::Error
+/// naming gpu_memory_utilization when nothing is left or the device lacks the memory.
+[[nodiscard]] int64_t kv_cache_budget(const MemoryInfo& at_start, const MemoryInfo& after_profile,
+                                      double gpu_memory_utilization);
 
 /// What the runner did so far (tests check that the path they meant to test was taken).
 struct RunnerStats {
@@ -49,6 +62,10 @@ struct RunnerStats {
   int64_t padded_steps = 0;     // of which ran on padded fixed-buffer inputs
   int64_t graph_replays = 0;    // of which replayed a recorded graph
   int32_t graphs_captured = 0;  // batch sizes recorded so far
+  // Host wall time of execute(), in three parts: reading the plan and uploading the inputs;
+  // enqueueing the forward (or replaying its graph); sampling, which waits for the GPU, and
+  // the logprobs read back.
+  double prepare_seconds = 0, forward_seconds = 0, sample_seconds = 0;
 };
 
 /// Decode batch sizes that get a graph: powers of two up to min(max_num_seqs,
@@ -105,7 +122,13 @@ class ModelRunner {
     Tensor logits;
   };
 
-  void size_kv_cache(const ExecutorInit& init);
+  void size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_start, bool profile_on_host);
+  void allocate_kv(int64_t num_blocks);
+  /// Runs one step of max_num_batched_tokens prompt tokens over up to max_num_seqs sequences,
+  /// sampled with top-k, top-p and logprobs, on a temporary KV cache, then forgets it: every
+  /// buffer a step can need is then allocated, so the memory left is what the KV cache can
+  /// take.
+  void profile_max_step();
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
   /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.

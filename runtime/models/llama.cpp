@@ -93,6 +93,7 @@ class LlamaFamily final : public CausalLM {
   ParallelRank rank_;
   Variant variant_;
   DType cdt_;  // compute dtype of weights and activations
+  GatedActivation mlp_act_ = GatedActivation::silu;  // from hidden_act
 
   // Sizes on this rank.
   int64_t H_ = 0, d_ = 0, nh_ = 0, nkv_ = 0, I_ = 0, V_ = 0, V_local_ = 0;
@@ -132,9 +133,18 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
       cdt_(backend.compute_dtype(config.dtype)) {
   const auto& c = config_;
   const std::string where = (c.dir / "config.json").string();
-  if (c.hidden_act != "silu" && c.hidden_act != "swish")
-    fail("{}: hidden_act \"{}\" is not supported by {} (only silu)", where, c.hidden_act,
-         c.architecture);
+  if (c.hidden_act == "silu" || c.hidden_act == "swish") {
+    mlp_act_ = GatedActivation::silu;
+  } else if (c.hidden_act == "gelu") {
+    mlp_act_ = GatedActivation::gelu;
+  } else if (c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_new" ||
+             c.hidden_act == "gelu_fast") {
+    mlp_act_ = GatedActivation::gelu_tanh;
+  } else {
+    fail("{}: hidden_act \"{}\" is not supported by {}; allowed: silu, swish, gelu, "
+         "gelu_pytorch_tanh, gelu_new, gelu_fast",
+         where, c.hidden_act, c.architecture);
+  }
   const int64_t tp = rank.tp_size;
   if (tp < 1 || rank.tp_rank < 0 || rank.tp_rank >= tp)
     fail("tp_rank {} is outside [0, tp_size {})", rank.tp_rank, tp);
@@ -395,7 +405,7 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
     backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);              // residual += attn out
     backend_.linear(h, Lw.gate_up_w, Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b,
                     gate_up);                                                      // [T, 2I]
-    backend_.silu_mul(gate_up, act);                                               // [T, I]
+    backend_.act_mul(mlp_act_, gate_up, act);                                      // [T, I]
     backend_.linear(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, x);  // [T, H]
   }
   backend_.add_rms_norm(residual, x, final_norm_, eps, h);  // [T, H]

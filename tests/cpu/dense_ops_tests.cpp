@@ -153,27 +153,42 @@ TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
   }
 }
 
-TEST_CASE("silu_mul matches float64", "[cpu][ops]") {
+TEST_CASE("act_mul (silu, gelu, gelu tanh) matches float64", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(4);
-  for (auto [rows, inter] : {std::pair<int64_t, int64_t>{1, 1}, {9, 37}, {64, 4864}}) {
-    const auto gu_host = random_floats(rng, size_t(rows * 2 * inter), -8.0f, 8.0f);
-    const Tensor gu = h.f32({rows, 2 * inter}, gu_host);
-    const Tensor out = h.f32_nan({rows, inter});
-    h.backend().silu_mul(gu, out);
-    std::vector<double> want;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < inter; ++i) {
-        const double g = gu_host[size_t(r * 2 * inter + i)];
-        const double u = gu_host[size_t(r * 2 * inter + inter + i)];
-        want.push_back(g / (1.0 + std::exp(-g)) * u);
-      }
-    report(fmt::format("silu_mul [{}, {}]", rows, inter), max_rel_error(h.read(out), want));
+  const auto act64 = [](GatedActivation act, double g) {
+    switch (act) {
+      case GatedActivation::silu:
+        return g / (1.0 + std::exp(-g));
+      case GatedActivation::gelu:
+        return 0.5 * g * std::erfc(-g / std::sqrt(2.0));
+      case GatedActivation::gelu_tanh:
+        return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    }
+    return 0.0;
+  };
+  for (GatedActivation act :
+       {GatedActivation::silu, GatedActivation::gelu, GatedActivation::gelu_tanh}) {
+    for (auto [rows, inter] : {std::pair<int64_t, int64_t>{1, 1}, {9, 37}, {64, 4864}}) {
+      const auto gu_host = random_floats(rng, size_t(rows * 2 * inter), -8.0f, 8.0f);
+      const Tensor gu = h.f32({rows, 2 * inter}, gu_host);
+      const Tensor out = h.f32_nan({rows, inter});
+      h.backend().act_mul(act, gu, out);
+      std::vector<double> want;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < inter; ++i) {
+          const double g = gu_host[size_t(r * 2 * inter + i)];
+          const double u = gu_host[size_t(r * 2 * inter + inter + i)];
+          want.push_back(act64(act, g) * u);
+        }
+      report(fmt::format("act_mul {} [{}, {}]", gated_activation_name(act), rows, inter),
+             max_rel_error(h.read(out), want));
+    }
   }
   SECTION("errors") {
     CHECK_THROWS_WITH(
         h.backend().silu_mul(h.f32({2, 7}, std::vector<float>(14)), h.f32_nan({2, 3})),
-        Catch::Contains("silu_mul: gate_up [2, 7]"));
+        Catch::Contains("act_mul: gate_up [2, 7]"));
     CHECK_THROWS_AS(h.backend().silu_mul(h.f32({2, 8}, std::vector<float>(16)), h.f32_nan({2, 8})),
                     Error);
   }

@@ -1,6 +1,9 @@
 // Model parity on the CUDA backend against the transformers fixtures: in float32 the logits
 // within 1e-4 and the greedy tokens identical (as on the CPU); in bfloat16 and float16 the
-// logits within 2e-2 of the float32 reference, with the share of identical greedy paths reported.
+// logits within 2e-2 of the float32 reference, or within 1.5 times the error transformers
+// itself makes in that dtype where that is larger (half_precision.json, written by
+// tools/half_precision_refs.py: the fixtures' large random weights amplify rounding), with the
+// share of identical greedy paths reported.
 #include <catch2/catch.hpp>
 
 #include "cuda/cuda_backend.hpp"
@@ -16,6 +19,7 @@ const std::pair<const char*, const char*> kFixtures[] = {
     {"llama_gqa", "LlamaForCausalLM"},
     {"llama3_tied", "LlamaForCausalLM"},
     {"qwen2", "Qwen2ForCausalLM"},
+    {"llama_gelu", "LlamaForCausalLM"},
 };
 
 }  // namespace
@@ -28,12 +32,12 @@ TEST_CASE("cuda parity: float32 logits and greedy tokens equal transformers'", "
   }
 }
 
-TEST_CASE("cuda parity: bfloat16 and float16 logits within 2e-2", "[cuda][parity]") {
+TEST_CASE("cuda parity: bfloat16 and float16 logits within 2e-2 or 1.5x transformers' own error", "[cuda][parity]") {
   TROUPE_REQUIRE_GPU();
   for (const auto& [name, arch] : kFixtures) {
     for (DType dt : {DType::bf16, DType::f16}) {
       auto backend = make_cuda_backend(0);
-      run_parity(*backend, name, arch, ParityOptions{dt, 2e-2, false});
+      run_parity(*backend, name, arch, ParityOptions{dt, 2e-2, false, 1.5});
     }
   }
 }

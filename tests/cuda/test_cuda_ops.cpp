@@ -229,22 +229,26 @@ TEST_CASE("cuda write_kv stores rows at their slots and skips negative slots", "
   }
 }
 
-TEST_CASE("cuda silu_mul matches the CPU", "[cuda][ops]") {
+TEST_CASE("cuda act_mul (silu, gelu, gelu tanh) matches the CPU", "[cuda][ops]") {
   TROUPE_REQUIRE_GPU();
   Pair p;
   std::mt19937_64 rng(6);
-  for (DType dt : kFloatTypes) {
-    for (int64_t inter : {14336, 100, 11}) {
-      for (int64_t t : {1, 7, 33}) {
-        const auto gu = rounded(random_floats(rng, size_t(t * 2 * inter), -4.0f, 4.0f), dt);
-        const Tensor g_in = p.gpu_floats(dt, {t, 2 * inter}, gu);
-        const Tensor g_out = p.gpu_nan(dt, {t, inter});
-        p.gpu().silu_mul(g_in, g_out);
-        const Tensor c_in = p.cpu_f32({t, 2 * inter}, gu);
-        const Tensor c_out = p.cpu_nan({t, inter});
-        p.cpu().silu_mul(c_in, c_out);
-        report(fmt::format("silu_mul {} T={} I={}", dname(dt), t, inter),
-               norm_error(p.read(g_out), p.read(c_out)), tolerance(dt));
+  for (GatedActivation act :
+       {GatedActivation::silu, GatedActivation::gelu, GatedActivation::gelu_tanh}) {
+    for (DType dt : kFloatTypes) {
+      for (int64_t inter : {14336, 100, 11}) {
+        for (int64_t t : {1, 7, 33}) {
+          const auto gu = rounded(random_floats(rng, size_t(t * 2 * inter), -4.0f, 4.0f), dt);
+          const Tensor g_in = p.gpu_floats(dt, {t, 2 * inter}, gu);
+          const Tensor g_out = p.gpu_nan(dt, {t, inter});
+          p.gpu().act_mul(act, g_in, g_out);
+          const Tensor c_in = p.cpu_f32({t, 2 * inter}, gu);
+          const Tensor c_out = p.cpu_nan({t, inter});
+          p.cpu().act_mul(act, c_in, c_out);
+          report(fmt::format("act_mul {} {} T={} I={}", gated_activation_name(act), dname(dt), t,
+                             inter),
+                 norm_error(p.read(g_out), p.read(c_out)), tolerance(dt));
+        }
       }
     }
   }

@@ -36,3 +36,8 @@ TEST_CASE("parity: llama3_tied (Llama 3 RoPE, tied, sharded BF16) vs transformer
 TEST_CASE("parity: qwen2 (q/k/v biases, tied, F16) vs transformers", "[models][parity]") {
   run_parity(*make_cpu_backend(0), "qwen2", "Qwen2ForCausalLM");
 }
+
+TEST_CASE("parity: llama_gelu (gated GELU, tanh approximation, MQA) vs transformers",
+          "[models][parity]") {
+  run_parity(*make_cpu_backend(0), "llama_gelu", "LlamaForCausalLM");
+}

@@ -338,7 +338,7 @@ class UnusedBackend final : public Backend {
                 const Tensor&) override {}
   void attention(const Tensor&, const Tensor&, const Tensor&, const AttentionBatch&,
                  const AttentionShape&, const Tensor&) override {}
-  void silu_mul(const Tensor&, const Tensor&) override {}
+  void act_mul(GatedActivation, const Tensor&, const Tensor&) override {}
   void gather_rows(const Tensor&, const Tensor&, const Tensor&) override {}
   std::vector<SampledToken> sample(const Tensor&, std::span<const SamplingRow>) override {
     return {};
