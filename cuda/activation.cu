@@ -1,6 +1,8 @@
 // act_mul: out = act(gate) * up for gate_up = [gate | up] (SwiGLU, GeGLU). As in transformers
 // and vLLM, act is computed in f32 and rounded to the compute dtype before the multiply by up.
 // act: silu, gelu (exact, erf) or gelu with the tanh approximation (gelu_pytorch_tanh).
+// Grid (column chunks, rows): a CTA covers kThreads x (16-byte vector) columns of a row, so a
+// decode step's few rows still spread over many SMs.
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
 
@@ -26,13 +28,15 @@ template <class T, int A, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     act_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
                    int64_t inter) {
-  for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+  constexpr int N = kVec ? kVec16<T> : 1;
+  const int64_t chunk = int64_t(kThreads) * N;
+  for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     const T* g = gate_up + t * 2 * inter;
     const T* u = g + inter;
     T* o = out + t * inter;
     if constexpr (kVec) {
-      constexpr int N = kVec16<T>;
-      for (int64_t i = int64_t(threadIdx.x) * N; i < inter; i += int64_t(kThreads) * N) {
+      for (int64_t i = int64_t(blockIdx.x) * chunk + int64_t(threadIdx.x) * N; i < inter;
+           i += int64_t(gridDim.x) * chunk) {
         float gv[N], uv[N];
         load16(g + i, gv);
         load16(u + i, uv);
@@ -41,7 +45,8 @@ __global__ void __launch_bounds__(kThreads)
         store16(o + i, gv);
       }
     } else {
-      for (int64_t i = threadIdx.x; i < inter; i += kThreads)
+      for (int64_t i = int64_t(blockIdx.x) * chunk + threadIdx.x; i < inter;
+           i += int64_t(gridDim.x) * chunk)
         o[i] = from_f32<T>(round_to<T>(activate<A>(to_f32(g[i]))) * to_f32(u[i]));
     }
   }
@@ -51,7 +56,9 @@ template <class T, int A>
 void launch_typed(const void* gate_up, void* out, int64_t rows, int64_t inter,
                   cudaStream_t stream) {
   const bool vec = inter % kVec16<T> == 0 && aligned_to(gate_up, 16) && aligned_to(out, 16);
-  const dim3 grid(unsigned(rows < (1 << 30) ? rows : (1 << 30)));
+  const int64_t chunk = int64_t(kThreads) * (vec ? kVec16<T> : 1);
+  const int64_t chunks = (inter + chunk - 1) / chunk;
+  const dim3 grid(unsigned(chunks < 1024 ? chunks : 1024), unsigned(rows < 65535 ? rows : 65535));
   const auto* in = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(out);
   if (vec)

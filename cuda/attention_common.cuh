@@ -10,6 +10,10 @@ namespace troupe::cuda {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
+/// The shortest KV range a decode split takes (the host's grid and each sequence's own split
+/// count both follow it).
+inline constexpr int kDecodeMinSplitKeys = 64;
+
 struct SeqInfo {
   int q_begin;  // first query row of the sequence in q / out
   int q_len;    // its query rows this step

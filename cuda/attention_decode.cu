@@ -3,18 +3,24 @@
 //
 // - Grid (split, KV head, sequence). A CTA handles one KV range of one sequence for all the
 //   query heads of one GQA group (up to 8 at a time), so each K/V row is read once per group.
-// - Keys are walked in sub-chunks of 128: (1) scores, one key per "key group" of LPK lanes that
-//   each hold 8 of the d features (16-byte loads) and reduce the dot product by shuffles;
-//   (2) an online-softmax update per head in f32, base 2; (3) P V, each key group accumulating
-//   its keys into registers. The key groups' partial sums meet in shared memory at the end.
+// - Keys are walked in sub-chunks of SUB = (key groups) x 8 keys: a key group is LPK lanes that
+//   each hold 8 of the d features (16-byte loads). Each sub-chunk first issues every K and V
+//   load its lanes need (8 keys' K and V per lane, kept packed in registers), so a sub-chunk
+//   costs one memory round trip rather than one per key; then (1) scores, reduced over the key
+//   group by shuffles; (2) an online-softmax update per head in f32, base 2; (3) P V from the
+//   registers. The key groups' partial sums meet in shared memory at the end.
 // - A sequence with one split has its CTA write the normalised output. With several, each
 //   writes unnormalised partial sums plus (max, sum) per (sequence, head, split) into the
 //   workspace, and decode_reduce_kernel rescales and combines them.
 // - The host's split count (from num_seqs and max_seq_len) only bounds the grid. Each sequence
-//   splits its own keys: n = min(splits, ceil(kv_len / 256)) parts of ceil(kv_len / n) keys,
-//   from its length on the device. So a CUDA graph captured with max_seq_len at its bound
-//   still gives a short sequence few, long-enough splits, and the result of a sequence depends
-//   on (splits, its kv_len) only, not on where the batch's longest sequence stands.
+//   splits its own keys: n = min(splits, ceil(kv_len / kDecodeMinSplitKeys)) parts of
+//   ceil(kv_len / n) keys, from its length on the device. So a CUDA graph captured with
+//   max_seq_len at its bound still gives a short sequence few, long-enough splits, and the
+//   result of a sequence depends on (splits, its kv_len) only, not on where the batch's longest
+//   sequence stands. Splits of 64 keys let a batch-1 step of a short sequence spread over many
+//   SMs (latency, not bandwidth, bounds such a step).
+// - Rows past the last sequence (padding of a graph's batch) are zeroed by all CTAs together,
+//   grid-stride, instead of by a kernel of their own.
 //
 // Decode is bandwidth-bound, so CUDA cores suffice here; the tensor-core kernel serves rows
 // with several queries.
@@ -25,19 +31,40 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kHeadsPerPass = 8;  // query heads of a GQA group handled together
-constexpr int kSubChunk = 128;    // keys per softmax update
+constexpr int kKeysPerGroup = 8;  // keys per key group per sub-chunk (registers: 2 x 8 x 16 B)
 
-constexpr int kMinSplitKeys = 256;  // keep in step with decode_num_splits (attention.cu)
-
-// Splits a sequence of kv_len keys uses: one per started 256 keys, at most the grid's.
+// Splits a sequence of kv_len keys uses: one per started kDecodeMinSplitKeys keys, at most the
+// grid's.
 __device__ __forceinline__ int seq_splits(int kv_len, int splits) {
-  const int by_length = (kv_len + kMinSplitKeys - 1) / kMinSplitKeys;
+  const int by_length = (kv_len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
   return max(1, min(splits, by_length));
 }
 
 template <int D>
 constexpr int lanes_per_key() {
   return D / 8 <= 8 ? 8 : D / 8 <= 16 ? 16 : 32;
+}
+
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& raw, float (&out)[8]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
+}
+
+// Rows [query_start_loc[num_seqs], num_tokens) of out belong to no sequence: zero them, spread
+// over every CTA of the grid.
+template <class T, int D>
+__device__ __forceinline__ void zero_padding(const AttentionArgs& a) {
+  int64_t used = a.query_start_loc[a.num_seqs];
+  used = used < 0 ? 0 : used > a.num_tokens ? a.num_tokens : used;
+  const int64_t row_words = int64_t(a.num_heads) * D * int64_t(sizeof(T)) / 4;
+  const int64_t total = (a.num_tokens - used) * row_words;
+  if (total <= 0) return;
+  const int64_t ctas = int64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  uint32_t* base = static_cast<uint32_t*>(a.out) + used * row_words;
+  for (int64_t i = cta * kThreads + threadIdx.x; i < total; i += ctas * kThreads) base[i] = 0u;
 }
 
 template <class T, int D>
@@ -47,12 +74,15 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
   constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
   constexpr int NG = kThreads / LPK;       // key groups per CTA
+  constexpr int KPG = kKeysPerGroup;
+  constexpr int SUB = NG * KPG;            // keys per sub-chunk
   constexpr int GM = kHeadsPerPass;
-  __shared__ float qs[GM][D];          // queries of the pass, pre-scaled by scale * log2(e)
-  __shared__ float sc[GM][kSubChunk];  // scores, then probabilities, of the sub-chunk
+  __shared__ float qs[GM][D];     // queries of the pass, pre-scaled by scale * log2(e)
+  __shared__ float sc[GM][SUB];   // scores, then probabilities, of the sub-chunk
   __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
   __shared__ float red[NG][GM][D];  // per key group partial outputs
 
+  zero_padding<T, D>(a);
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok) {
@@ -94,21 +124,29 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
     __syncthreads();
 
-    for (int c0 = start; c0 < end; c0 += kSubChunk) {
-      const int cn = min(kSubChunk, end - c0);
-      // (1) scores. Every lane runs the same number of iterations, so the shuffles below
-      // always see the whole warp.
-      const int iters = (cn + NG - 1) / NG;
-      for (int it = 0; it < iters; ++it) {
-        const int jj = it * NG + grp;
-        const bool key_on = jj < cn;
-        float kf[8];
+    for (int c0 = start; c0 < end; c0 += SUB) {
+      const int cn = min(SUB, end - c0);
+      // Every K and V load of this sub-chunk at once: key jj = it * NG + grp.
+      uint4 kraw[KPG], vraw[KPG];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
-        if (key_on && lane_on) {
+      for (int it = 0; it < KPG; ++it) {
+        const int jj = it * NG + grp;
+        kraw[it] = make_uint4(0u, 0u, 0u, 0u);
+        vraw[it] = make_uint4(0u, 0u, 0u, 0u);
+        if (jj < cn && lane_on) {
           const int64_t off = kv_offset(a, table, c0 + jj, kvh, D);
-          if (off >= 0) load16(kc + off + li * 8, kf);
+          if (off >= 0) {
+            kraw[it] = __ldg(reinterpret_cast<const uint4*>(kc + off + li * 8));
+            vraw[it] = __ldg(reinterpret_cast<const uint4*>(vc + off + li * 8));
+          }
         }
+      }
+      // (1) scores. Every lane runs every iteration, so the shuffles see the whole warp.
+#pragma unroll
+      for (int it = 0; it < KPG; ++it) {
+        const int jj = it * NG + grp;
+        float kf[8];
+        unpack16<T>(kraw[it], kf);
 #pragma unroll
         for (int gi = 0; gi < GM; ++gi) {
           if (gi < gn) {
@@ -120,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int off = LPK / 2; off > 0; off >>= 1)
               dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            if (li == 0 && key_on) sc[gi][jj] = dot;
+            if (li == 0 && jj < cn) sc[gi][jj] = dot;
           }
         }
       }
@@ -159,11 +197,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       if (lane_on) {
-        for (int jj = grp; jj < cn; jj += NG) {
-          const int64_t off = kv_offset(a, table, c0 + jj, kvh, D);
-          if (off < 0) continue;
+#pragma unroll
+        for (int it = 0; it < KPG; ++it) {
+          const int jj = it * NG + grp;
+          if (jj >= cn) continue;
           float vf[8];
-          load16(vc + off + li * 8, vf);
+          unpack16<T>(vraw[it], vf);
 #pragma unroll
           for (int gi = 0; gi < GM; ++gi) {
             if (gi < gn) {

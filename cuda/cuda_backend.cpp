@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
@@ -135,6 +136,9 @@ class CudaBackendImpl final : public CudaBackend {
                "make_cuda_backend: cudaMemset");
     lt_workspace_.ensure(kLtWorkspaceBytes, "make_cuda_backend: cuBLASLt workspace");
     decode_workspace_.ensure(kDecodeWorkspaceBytes, "make_cuda_backend: decode workspace");
+    // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
+    if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
+      use_gemv_ = false;
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
@@ -337,6 +341,11 @@ class CudaBackendImpl final : public CudaBackend {
     }
     const cuda::GemmArgs args{x.dtype,   x.data,   w.data, bias_dt, bias_p,
                               out.dtype, out.data, t,      n,       k};
+    if (use_gemv_ && cuda::launch_gemv(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype,
+                                       out.data, t, n, k, stream_)) {  // decode-sized: the skinny kernel
+      after_launch("linear");
+      return;
+    }
     switch (lt_->run(args, stream_)) {
       case cuda::LtGemm::Outcome::done:
         break;
@@ -679,6 +688,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer lt_workspace_;
   cuda::DeviceBuffer decode_workspace_;
   std::unique_ptr<cuda::LtGemm> lt_;
+  bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
   cuda::CudaSampler sampler_;
 };
 

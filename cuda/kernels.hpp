@@ -50,6 +50,16 @@ void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight
 
 /// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
 /// act: 0 silu, 1 gelu (erf), 2 gelu (tanh approximation), as troupe::GatedActivation.
+/// Rows up to which linear runs the skinny-GEMM kernel (gemv.cu) instead of cuBLASLt.
+inline constexpr int64_t kGemvMaxRows = 8;
+
+/// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
+/// out like x or f32, bias like x or f32 (or nullptr). Returns false, launching nothing, for
+/// shapes, dtypes or alignments it does not take (the caller then uses cuBLASLt).
+bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
+                 const void* bias, DType out_dtype, void* out, int64_t t, int64_t n, int64_t k,
+                 cudaStream_t stream);
+
 void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
                      cudaStream_t stream);
 
