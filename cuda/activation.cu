@@ -28,6 +28,7 @@ template <class T, int A, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     act_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
                    int64_t inter) {
+  pdl_wait();
   constexpr int N = kVec ? kVec16<T> : 1;
   const int64_t chunk = int64_t(kThreads) * N;
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
@@ -62,9 +63,9 @@ void launch_typed(const void* gate_up, void* out, int64_t rows, int64_t inter,
   const auto* in = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(out);
   if (vec)
-    act_mul_kernel<T, A, true><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
+    launch_pdl(act_mul_kernel<T, A, true>, grid, dim3(kThreads), 0, stream, in, o, rows, inter);
   else
-    act_mul_kernel<T, A, false><<<grid, kThreads, 0, stream>>>(in, o, rows, inter);
+    launch_pdl(act_mul_kernel<T, A, false>, grid, dim3(kThreads), 0, stream, in, o, rows, inter);
 }
 
 template <class T>

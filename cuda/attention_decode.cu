@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
   __shared__ float red[NG][GM][D];  // per key group partial outputs
 
+  pdl_wait();
   zero_padding<T, D>(a);
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const SeqInfo seq = load_seq(a, s);
@@ -252,6 +253,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_reduce_kernel(const AttentionArgs a, int splits, const float* __restrict__ part_o,
                          const float* __restrict__ part_ml) {
+  pdl_wait();
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;
@@ -279,11 +281,11 @@ void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
   float* part_o = ws.data;
   float* part_ml = splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * D : nullptr;
   const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-  decode_kernel<T, D><<<grid, kThreads, 0, stream>>>(a, splits, part_o, part_ml);
+  launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
   if (splits > 1) {
     const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
-    decode_reduce_kernel<T, D>
-        <<<rgrid, kThreads, 0, stream>>>(a, splits, part_o, part_ml);
+    launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,
+               static_cast<const float*>(part_o), static_cast<const float*>(part_ml));
   }
 }
 

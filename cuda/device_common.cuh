@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace troupe::cuda {
 
@@ -64,6 +65,40 @@ __device__ __forceinline__ void store16(T* p, const float (&in)[16 / sizeof(T)])
 #pragma unroll
   for (int i = 0; i < kVec16<T>; ++i) e[i] = from_f32<T>(in[i]);
   *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(e);
+}
+
+// ---- programmatic dependent launch (Hopper) ----
+//
+// Decode steps are chains of short kernels; launched with the programmatic-stream-serialization
+// attribute, a kernel's CTAs may start while its predecessor's last CTAs still run, hiding the
+// launch latency and the kernel's own prologue (gemv.cu even issues its first weight loads).
+// The rule that keeps this safe: a kernel launched by launch_pdl calls pdl_wait() before it
+// reads or writes any memory an earlier kernel of the stream may touch (pdl_wait returns once
+// every earlier kernel has finished and its writes are visible; it is a no-op for a kernel
+// launched normally). CUDA graphs record the programmatic edges. TROUPE_PDL=0 turns it off.
+
+/// Whether launch_pdl sets the attribute (TROUPE_PDL unset or not "0"; read once).
+bool pdl_enabled();
+
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  // A launch error stays the stream's last error, which the backend's after_launch reports.
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // ---- reductions ----

@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(kThreads)
                        char* __restrict__ out, int64_t n_out, int64_t row_bytes, int err_bit,
                        int* err) {
   using V = typename Word<W>::type;
+  pdl_wait();  // launched with launch_pdl
   const int64_t words = row_bytes / W;
   for (int64_t t = blockIdx.x; t < n_out; t += gridDim.x) {
     const int64_t i = idx[t];
@@ -108,24 +109,24 @@ void launch_gather_rows(const void* src, int64_t n_src, const int32_t* idx, void
   const dim3 grid(grid_for(n_out));
   switch (access_width(row_bytes, src, out)) {
     case 16:
-      gather_rows_kernel<16>
-          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
+      launch_pdl(gather_rows_kernel<16>, grid, dim3(kThreads), 0, stream, s, n_src, idx, o, n_out,
+                 row_bytes, err_bit, err);
       break;
     case 8:
-      gather_rows_kernel<8>
-          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
+      launch_pdl(gather_rows_kernel<8>, grid, dim3(kThreads), 0, stream, s, n_src, idx, o, n_out,
+                 row_bytes, err_bit, err);
       break;
     case 4:
-      gather_rows_kernel<4>
-          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
+      launch_pdl(gather_rows_kernel<4>, grid, dim3(kThreads), 0, stream, s, n_src, idx, o, n_out,
+                 row_bytes, err_bit, err);
       break;
     case 2:
-      gather_rows_kernel<2>
-          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
+      launch_pdl(gather_rows_kernel<2>, grid, dim3(kThreads), 0, stream, s, n_src, idx, o, n_out,
+                 row_bytes, err_bit, err);
       break;
     default:
-      gather_rows_kernel<1>
-          <<<grid, kThreads, 0, stream>>>(s, n_src, idx, o, n_out, row_bytes, err_bit, err);
+      launch_pdl(gather_rows_kernel<1>, grid, dim3(kThreads), 0, stream, s, n_src, idx, o, n_out,
+                 row_bytes, err_bit, err);
       break;
   }
 }

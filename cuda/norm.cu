@@ -13,6 +13,7 @@ __global__ void __launch_bounds__(1024)
     rms_norm_kernel(T* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ w,
                     float eps, T* __restrict__ out, int64_t h) {
   __shared__ float red[32];
+  pdl_wait();  // launched with launch_pdl
   const int64_t row = blockIdx.x;
   const T* xr = x + row * h;
   T* rr = kAdd ? residual + row * h : nullptr;
@@ -82,14 +83,14 @@ void launch_typed(void* residual, const void* x, const void* weight, float eps, 
   const dim3 grid{unsigned(rows)}, block{unsigned(threads)};
   if (residual != nullptr) {
     if (vec)
-      rms_norm_kernel<T, true, true><<<grid, block, 0, stream>>>(r, xs, w, eps, o, h);
+      launch_pdl(rms_norm_kernel<T, true, true>, grid, block, 0, stream, r, xs, w, eps, o, h);
     else
-      rms_norm_kernel<T, false, true><<<grid, block, 0, stream>>>(r, xs, w, eps, o, h);
+      launch_pdl(rms_norm_kernel<T, false, true>, grid, block, 0, stream, r, xs, w, eps, o, h);
   } else {
     if (vec)
-      rms_norm_kernel<T, true, false><<<grid, block, 0, stream>>>(r, xs, w, eps, o, h);
+      launch_pdl(rms_norm_kernel<T, true, false>, grid, block, 0, stream, r, xs, w, eps, o, h);
     else
-      rms_norm_kernel<T, false, false><<<grid, block, 0, stream>>>(r, xs, w, eps, o, h);
+      launch_pdl(rms_norm_kernel<T, false, false>, grid, block, 0, stream, r, xs, w, eps, o, h);
   }
 }
 

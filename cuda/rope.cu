@@ -110,6 +110,7 @@ struct RopeQkvArgs {
 // 2P adjacent elements), C elements per copy item (features past rotary_dim, and v).
 template <class T, int P, int C, bool NEOX>
 __global__ void __launch_bounds__(kThreads) rope_qkv_kernel(const RopeQkvArgs a) {
+  pdl_wait();  // launched with launch_pdl
   const int d = a.head_dim, half = a.rotary_dim / 2;
   const int rot_items = half / P;                    // per q / k head
   const int pass_items = (d - a.rotary_dim) / C;     // per q / k head: unrotated tail
@@ -198,14 +199,14 @@ void launch_rope_qkv_typed(const RopeQkvArgs& a, bool neox, bool vectorised,
   const dim3 grid(grid_for(a.tokens));
   if (vectorised) {
     if (neox)
-      rope_qkv_kernel<T, V, V, true><<<grid, kThreads, 0, stream>>>(a);
+      launch_pdl(rope_qkv_kernel<T, V, V, true>, grid, dim3(kThreads), 0, stream, a);
     else
-      rope_qkv_kernel<T, V / 2, V, false><<<grid, kThreads, 0, stream>>>(a);
+      launch_pdl(rope_qkv_kernel<T, V / 2, V, false>, grid, dim3(kThreads), 0, stream, a);
   } else {
     if (neox)
-      rope_qkv_kernel<T, 1, 1, true><<<grid, kThreads, 0, stream>>>(a);
+      launch_pdl(rope_qkv_kernel<T, 1, 1, true>, grid, dim3(kThreads), 0, stream, a);
     else
-      rope_qkv_kernel<T, 1, 1, false><<<grid, kThreads, 0, stream>>>(a);
+      launch_pdl(rope_qkv_kernel<T, 1, 1, false>, grid, dim3(kThreads), 0, stream, a);
   }
 }
 
