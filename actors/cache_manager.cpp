@@ -14,8 +14,8 @@ struct cache_manager_state {
 cache_manager_actor::behavior_type cache_manager_behavior(
     cache_manager_actor::stateful_pointer<cache_manager_state> self, int32_t num_blocks,
     int32_t block_size, bool prefix_caching, PreemptionMode mode, int32_t num_cpu_blocks) {
-  self->state.kv =
-      std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching, mode, num_cpu_blocks);
+  self->state.kv = std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching, mode,
+                                                    num_cpu_blocks);
   return {
       [=](grant_atom, const KVAsk& ask) -> caf::result<KVGrant> {
         try {

@@ -64,7 +64,9 @@ EngineStats engine_stats(caf::actor_system& sys, const engine_actor& engine) {
 SchedulerStats LLM::scheduler_stats() const {
   return engine_stats(*impl_->sys, impl_->engine->handle()).scheduler;
 }
-KVStats LLM::kv_stats() const { return engine_stats(*impl_->sys, impl_->engine->handle()).kv; }
+KVStats LLM::kv_stats() const {
+  return engine_stats(*impl_->sys, impl_->engine->handle()).kv;
+}
 
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts) {
   return generate(prompts, get_default_sampling_params());

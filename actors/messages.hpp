@@ -140,8 +140,8 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {
-  return f(caf::meta::type_name("executor_info"), x.num_blocks, x.num_cpu_blocks,
-           x.kv_block_bytes, x.kv_cache_bytes, x.weight_bytes, x.backend, x.load_seconds);
+  return f(caf::meta::type_name("executor_info"), x.num_blocks, x.num_cpu_blocks, x.kv_block_bytes,
+           x.kv_cache_bytes, x.weight_bytes, x.backend, x.load_seconds);
 }
 
 /// Registers the cross-process types (and loads the middleman). Call on every process's config.

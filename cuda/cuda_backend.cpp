@@ -255,9 +255,10 @@ class CudaBackendImpl final : public CudaBackend {
     const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      fail("allocate_host: cudaHostAlloc of {} bytes of page-locked memory failed: {} (lower "
-           "--swap-space)",
-           bytes, cudaGetErrorString(e));
+      fail(
+          "allocate_host: cudaHostAlloc of {} bytes of page-locked memory failed: {} (lower "
+          "--swap-space)",
+          bytes, cudaGetErrorString(e));
     }
     return Buffer(p, bytes, Device{DeviceKind::cpu, 0}, [](void* q) { cudaFreeHost(q); });
   }
@@ -268,9 +269,8 @@ class CudaBackendImpl final : public CudaBackend {
                    std::span<const BlockCopy> pairs) override {
     not_capturing("swap_blocks");
     const size_t block_bytes = check_swap_blocks(dst_cache, src_cache, pairs, device_);
-    const cudaMemcpyKind kind = dst_cache.device.kind == DeviceKind::cpu
-                                    ? cudaMemcpyDeviceToHost
-                                    : cudaMemcpyHostToDevice;
+    const cudaMemcpyKind kind =
+        dst_cache.device.kind == DeviceKind::cpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
     auto* dst = static_cast<char*>(dst_cache.data);
     const auto* src = static_cast<const char*>(src_cache.data);
     for (const BlockCopy& c : pairs)

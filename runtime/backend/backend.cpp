@@ -30,8 +30,7 @@ Buffer Backend::allocate_host(size_t bytes) {
 
 void Backend::swap_blocks(const Tensor& /*dst_cache*/, const Tensor& /*src_cache*/,
                           std::span<const BlockCopy> /*pairs*/) {
-  fail("swap_blocks: the {} backend does not implement this op (run with swap_space = 0)",
-       name());
+  fail("swap_blocks: the {} backend does not implement this op (run with swap_space = 0)", name());
 }
 
 size_t check_swap_blocks(const Tensor& dst, const Tensor& src, std::span<const BlockCopy> pairs,

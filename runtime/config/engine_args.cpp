@@ -285,9 +285,10 @@ void validate(const EngineArgs& a) {
          *a.max_num_batched_tokens, a.max_num_seqs);
   }
   if (a.preemption_mode == "swap" && a.swap_space <= 0) {
-    fail("preemption_mode = \"swap\": allowed only with swap_space > 0 (swap_space = {}); set "
-         "--swap-space or use preemption_mode = \"recompute\"",
-         a.swap_space);
+    fail(
+        "preemption_mode = \"swap\": allowed only with swap_space > 0 (swap_space = {}); set "
+        "--swap-space or use preemption_mode = \"recompute\"",
+        a.swap_space);
   }
   // Without chunked prefill a whole prompt must fit in one step.
   if (!a.enable_chunked_prefill && a.max_num_batched_tokens && a.max_model_len &&

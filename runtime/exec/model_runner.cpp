@@ -132,9 +132,10 @@ void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
   const int64_t n = std::min<int64_t>(init.swap_space_bytes / int64_t(per_block), INT32_MAX);
   info_.num_cpu_blocks = int32_t(n);
   if (n == 0) {
-    spdlog::warn("executor: swap_space of {} bytes holds no KV block of {} bytes: preemption "
-                 "will recompute",
-                 init.swap_space_bytes, per_block);
+    spdlog::warn(
+        "executor: swap_space of {} bytes holds no KV block of {} bytes: preemption "
+        "will recompute",
+        init.swap_space_bytes, per_block);
     return;
   }
   const KVCacheShape shape = model_->kv_cache_shape();
@@ -156,7 +157,8 @@ void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
 
 void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
   if (pairs.empty()) return;
-  if (kv_host_.num_blocks == 0) fail("step: a swap of {} blocks, but there is no swap space", pairs.size());
+  if (kv_host_.num_blocks == 0)
+    fail("step: a swap of {} blocks, but there is no swap space", pairs.size());
   swap_pairs_.clear();
   for (const BlockSwap& p : pairs)
     swap_pairs_.push_back(to_host ? BlockCopy{p.gpu_block, p.cpu_block}

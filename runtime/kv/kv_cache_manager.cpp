@@ -74,11 +74,12 @@ void KVCacheManager::free_seq(uint64_t seq_id) {
 
 void KVCacheManager::preempt(const KVRunningAsk& victim, KVGrant& out) {
   auto it = seqs_.find(victim.seq_id);
-  if (it == seqs_.end()) fail("KVCacheManager: preempting sequence {}: holds no blocks", victim.seq_id);
+  if (it == seqs_.end())
+    fail("KVCacheManager: preempting sequence {}: holds no blocks", victim.seq_id);
   const std::vector<int32_t>& blocks = it->second.blocks;
   // Only the blocks holding computed tokens carry KV worth keeping.
-  const auto n = size_t(std::min<int32_t>(blocks_for(victim.num_computed_tokens),
-                                          int32_t(blocks.size())));
+  const auto n =
+      size_t(std::min<int32_t>(blocks_for(victim.num_computed_tokens), int32_t(blocks.size())));
   bool swapped = false;
   if (mode_ == PreemptionMode::swap && n > 0) {
     if (cpu_free_.size() >= n) {
@@ -97,10 +98,11 @@ void KVCacheManager::preempt(const KVRunningAsk& victim, KVGrant& out) {
       ++swap_fallbacks_;
       if (!fallback_logged_) {
         fallback_logged_ = true;
-        spdlog::warn("cache manager: the CPU swap space ({} blocks, {} free) cannot hold the {} "
-                     "blocks of sequence {}: preempting by recompute instead (logged once; raise "
-                     "--swap-space)",
-                     num_cpu_blocks_, cpu_free_.size(), n, victim.seq_id);
+        spdlog::warn(
+            "cache manager: the CPU swap space ({} blocks, {} free) cannot hold the {} "
+            "blocks of sequence {}: preempting by recompute instead (logged once; raise "
+            "--swap-space)",
+            num_cpu_blocks_, cpu_free_.size(), n, victim.seq_id);
       }
     }
   }

@@ -303,10 +303,10 @@ TEST_CASE("preemption by swap with the executor in a second process", "[engine][
 TEST_CASE("bad preemption settings are one clear error naming the field", "[engine][swap]") {
   EngineArgs a = fixture_args("llama_gqa");
   a.preemption_mode = "bogus";
-  CHECK_THROWS_WITH(LLM(a), Catch::Contains("preemption_mode = \"bogus\"") &&
-                                Catch::Contains("recompute|swap"));
+  CHECK_THROWS_WITH(
+      LLM(a), Catch::Contains("preemption_mode = \"bogus\"") && Catch::Contains("recompute|swap"));
   a.preemption_mode = "swap";
   a.swap_space = 0;
-  CHECK_THROWS_WITH(LLM(a), Catch::Contains("preemption_mode = \"swap\"") &&
-                                Catch::Contains("swap_space = 0"));
+  CHECK_THROWS_WITH(
+      LLM(a), Catch::Contains("preemption_mode = \"swap\"") && Catch::Contains("swap_space = 0"));
 }

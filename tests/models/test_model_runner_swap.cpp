@@ -107,7 +107,8 @@ TEST_CASE("cpu runner: a swap without swap space or with bad block ids is an err
 
   ModelRunner run(make_cpu_backend(1), swap_init(int64_t(1) << 20));
   p.swap_out = {BlockSwap{0, run.info().num_cpu_blocks}};
-  CHECK_THROWS_WITH(run.execute(p), Catch::Contains("swap_blocks") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(run.execute(p),
+                    Catch::Contains("swap_blocks") && Catch::Contains("out of range"));
   p.swap_out = {BlockSwap{32, 0}};
   CHECK_THROWS_WITH(run.execute(p), Catch::Contains("out of range"));
 }

@@ -606,7 +606,8 @@ TEST_CASE("preemption_mode: None, recompute or swap; swap needs swap space", "[c
   const auto c = troupe::parse_engine_toml(
       "model = \"m\"\npreemption_mode = \"swap\"\nswap_space = 0.5\n", "engine.toml");
   CHECK(c.engine.preemption_mode == "swap");
-  CHECK_THROWS_WITH(troupe::parse_engine_toml(
-                        "model = \"m\"\npreemption_mode = \"swap\"\nswap_space = 0\n", "engine.toml"),
-                    Contains("preemption_mode = \"swap\"") && Contains("swap_space = 0"));
+  CHECK_THROWS_WITH(
+      troupe::parse_engine_toml("model = \"m\"\npreemption_mode = \"swap\"\nswap_space = 0\n",
+                                "engine.toml"),
+      Contains("preemption_mode = \"swap\"") && Contains("swap_space = 0"));
 }

@@ -220,7 +220,8 @@ KVGrant fill_then_grow(KVCacheManager& kv, std::vector<int32_t>* blocks_of_2 = n
 }
 }  // namespace
 
-TEST_CASE("swap mode: a preempted sequence's computed blocks are copied to CPU blocks", "[kv][swap]") {
+TEST_CASE("swap mode: a preempted sequence's computed blocks are copied to CPU blocks",
+          "[kv][swap]") {
   KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
   std::vector<int32_t> blocks2;
   KVGrant g = fill_then_grow(kv, &blocks2);
@@ -367,7 +368,7 @@ TEST_CASE("swapping out a sequence leaves the prefix blocks it shared intact", "
   g = kv.grant(back);
   REQUIRE(g.swapped_in.size() == 1);
   for (int32_t blk : g.swapped_in[0].block_ids) {
-    CHECK(kv.pool().ref_count(blk) == 1);  // private: shared with nobody
+    CHECK(kv.pool().ref_count(blk) == 1);   // private: shared with nobody
     CHECK_FALSE(kv.pool().is_cached(blk));  // and not registered in the prefix index
   }
 }

@@ -98,7 +98,8 @@ class FakeExecutor {
       }
       if (s.prompt_logprobs)
         for (int32_t p = run.start; p < std::min(run.start + run.n, s.num_prompt - 1); ++p)
-          o.prompt_logprobs.push_back(PositionLogprobs{LogprobEntry{s.tokens[size_t(p + 1)], -1.0f, 1}, {}});
+          o.prompt_logprobs.push_back(
+              PositionLogprobs{LogprobEntry{s.tokens[size_t(p + 1)], -1.0f, 1}, {}});
       r.outputs.push_back(std::move(o));
     }
     return r;
@@ -347,8 +348,10 @@ TEST_CASE("swap: preempted sequences are swapped out and back, nothing is recomp
   std::vector<SeqSpec> specs;
   uint64_t total_positions = 0;  // every position computed exactly once without recompute
   for (uint64_t i = 0; i < 12; ++i) {
-    specs.push_back(make_spec(i + 1, 3 + int32_t(i * 7 % 40), 5 + int32_t(i % 4) * 6, int32_t(i * 13)));
-    total_positions += specs.back().prompt_token_ids.size() + uint64_t(specs.back().stop.max_tokens) - 1;
+    specs.push_back(
+        make_spec(i + 1, 3 + int32_t(i * 7 % 40), 5 + int32_t(i % 4) * 6, int32_t(i * 13)));
+    total_positions +=
+        specs.back().prompt_token_ids.size() + uint64_t(specs.back().stop.max_tokens) - 1;
   }
   SchedulerConfig cfg{64, 8, 1024, true};
   SECTION("CPU pool large enough") {
