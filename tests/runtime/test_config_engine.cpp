@@ -581,7 +581,7 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
                                                     // executor_endpoints
 }
 
-TEST_CASE("preemption_mode: None, recompute or swap; swap needs swap space", "[config][swap]") {
+TEST_CASE("preemption_mode: None, recompute or swap, and swap needs swap space", "[config][swap]") {
   CHECK(EngineArgs{}.preemption_mode == std::nullopt);
   CHECK(validate_error([](auto& a) { a.preemption_mode = "recompute"; }).empty());
   CHECK(validate_error([](auto& a) { a.preemption_mode = "swap"; }).empty());
