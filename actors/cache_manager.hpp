@@ -8,6 +8,8 @@
 namespace troupe {
 
 cache_manager_actor spawn_cache_manager(caf::actor_system& sys, int32_t num_blocks,
-                                        int32_t block_size, bool enable_prefix_caching);
+                                        int32_t block_size, bool enable_prefix_caching,
+                                        PreemptionMode mode = PreemptionMode::recompute,
+                                        int32_t num_cpu_blocks = 0);
 
 }  // namespace troupe

@@ -146,8 +146,13 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   init.num_gpu_blocks_override = args.num_gpu_blocks_override.value_or(0);
   init.enforce_eager = args.enforce_eager;
   init.max_seq_len_to_capture = int32_t(args.max_seq_len_to_capture);
+  // Swap space only when preempting by swap (the default recomputes: n > 1 samples are
+  // independent sequences here), so a default engine pins no host memory.
+  const bool swap = args.preemption_mode == "swap";
+  init.swap_space_bytes = swap ? int64_t(args.swap_space * double(int64_t(1) << 30)) : 0;
 
   int32_t num_blocks = INT32_MAX;
+  int32_t num_cpu_blocks = INT32_MAX;
   {
     caf::scoped_actor self{sys};
     for (size_t i = 0; i < m.executors.size(); ++i) {
@@ -157,6 +162,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
           .receive(
               [&](const ExecutorInfo& info) {
                 num_blocks = std::min(num_blocks, info.num_blocks);
+                num_cpu_blocks = std::min(num_cpu_blocks, info.num_cpu_blocks);
                 m.info.backend = info.backend;
               },
               [&](caf::error& e) { err = error_text(e); });
@@ -167,6 +173,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     }
   }
   m.info.num_kv_blocks = num_blocks;
+  m.info.num_cpu_blocks = swap ? num_cpu_blocks : 0;
   m.info.block_size = int32_t(args.block_size);
 
   EngineContext ctx;
@@ -186,8 +193,9 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
                                    int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
   else
     ctx.tokenizers = TokenizerPool();
-  ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
-                                          args.enable_prefix_caching);
+  ctx.cache_manager = spawn_cache_manager(
+      sys, num_blocks, int32_t(args.block_size), args.enable_prefix_caching,
+      swap ? PreemptionMode::swap : PreemptionMode::recompute, m.info.num_cpu_blocks);
   ctx.executors = m.executors;
   ctx.scheduler.policy.max_num_batched_tokens = batched;
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
@@ -201,6 +209,11 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
                "{:.2f} s",
                dir, m.model.architecture, m.info.backend, max_len, num_blocks, args.block_size,
                m.info.load_seconds);
+  if (swap)
+    spdlog::info("engine: preemption by swap, {} CPU blocks of swap space{}", m.info.num_cpu_blocks,
+                 m.info.num_cpu_blocks == 0 ? " (too small for one block: every preemption "
+                                              "recomputes)"
+                                            : "");
 }
 
 Engine::~Engine() {

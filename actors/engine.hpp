@@ -27,6 +27,7 @@ struct EngineInfo {
   std::string device;  // "cpu" or "cuda"
   int32_t max_model_len = 0;
   int32_t num_kv_blocks = 0;
+  int32_t num_cpu_blocks = 0;  // swap space (0 unless preemption_mode = swap)
   int32_t block_size = 0;
   std::string backend;
   double load_seconds = 0.0;

@@ -49,6 +49,25 @@ std::shared_ptr<const Tokenizer> LLM::get_tokenizer() const { return impl_->engi
 int32_t LLM::max_model_len() const { return impl_->engine->info().max_model_len; }
 std::string LLM::backend() const { return impl_->engine->info().backend; }
 
+namespace {
+EngineStats engine_stats(caf::actor_system& sys, const engine_actor& engine) {
+  caf::scoped_actor self{sys};
+  EngineStats out;
+  std::string err;
+  self->request(engine, std::chrono::seconds(30), stats_atom::value)
+      .receive([&](const EngineStats& s) { out = s; }, [&](caf::error& e) { err = error_text(e); });
+  if (!err.empty()) fail("stats: {}", err);
+  return out;
+}
+}  // namespace
+
+SchedulerStats LLM::scheduler_stats() const {
+  return engine_stats(*impl_->sys, impl_->engine->handle()).scheduler;
+}
+KVStats LLM::kv_stats() const {
+  return engine_stats(*impl_->sys, impl_->engine->handle()).kv;
+}
+
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts) {
   return generate(prompts, get_default_sampling_params());
 }

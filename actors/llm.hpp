@@ -18,6 +18,8 @@
 #include "runtime/api/outputs.hpp"
 #include "runtime/config/engine_args.hpp"
 #include "runtime/config/sampling_params.hpp"
+#include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/sched/scheduler.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace troupe {
@@ -65,6 +67,11 @@ class LLM {
   [[nodiscard]] std::shared_ptr<const Tokenizer> get_tokenizer() const;
   [[nodiscard]] int32_t max_model_len() const;
   [[nodiscard]] std::string backend() const;
+  /// The scheduler's counters now (queues, preemptions, swaps). Throws troupe::Error when the
+  /// engine does not answer.
+  [[nodiscard]] SchedulerStats scheduler_stats() const;
+  /// The cache manager's counters now (GPU and CPU blocks, prefix hits, blocks swapped).
+  [[nodiscard]] KVStats kv_stats() const;
 
  private:
   struct Impl;

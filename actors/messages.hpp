@@ -105,9 +105,13 @@ typename Inspector::result_type inspect(Inspector& f, CachedSeq& x) {
            x.num_computed_tokens, x.num_new_tokens);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BlockSwap& x) {
+  return f(caf::meta::type_name("block_swap"), x.gpu_block, x.cpu_block);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.new_seqs, x.cached_seqs,
-           x.finished_seq_ids);
+           x.finished_seq_ids, x.swap_out, x.swap_in);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LogprobEntry& x) {
@@ -132,12 +136,12 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
            x.device_index, x.tp_rank, x.tp_size, x.pp_rank, x.pp_size, x.block_size,
            x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
            x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
-           x.enforce_eager, x.max_seq_len_to_capture);
+           x.enforce_eager, x.max_seq_len_to_capture, x.swap_space_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {
-  return f(caf::meta::type_name("executor_info"), x.num_blocks, x.kv_cache_bytes, x.weight_bytes,
-           x.backend, x.load_seconds);
+  return f(caf::meta::type_name("executor_info"), x.num_blocks, x.num_cpu_blocks, x.kv_block_bytes,
+           x.kv_cache_bytes, x.weight_bytes, x.backend, x.load_seconds);
 }
 
 /// Registers the cross-process types (and loads the middleman). Call on every process's config.

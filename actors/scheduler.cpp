@@ -125,7 +125,7 @@ void step(self_ptr self) {
           [=](KVGrant& grant) {
             auto& s = self->state;
             StepPlan plan = s.sched->apply(grant);
-            if (plan.empty() && plan.finished_seq_ids.empty()) {
+            if (plan.empty() && plan.finished_seq_ids.empty() && !plan.has_swaps()) {
               s.busy = false;
               if (s.sched->has_work() && s.sched->stats().num_running == 0) {
                 // Nothing runs and the head of the queue does not fit an empty cache: it never
@@ -151,7 +151,7 @@ void log_stats(self_ptr self) {
   const double secs = std::chrono::duration<double>(Clock::now() - st.last_log).count();
   const SchedulerStats ss = st.sched->stats();
   const bool active = st.prompt_tokens + st.generated_tokens > 0 || ss.num_running > 0 ||
-                      ss.num_waiting > 0;
+                      ss.num_waiting > 0 || ss.num_swapped > 0;
   if (!active || secs <= 0) return;
   const double prompt_tps = double(st.prompt_tokens) / secs;
   const double gen_tps = double(st.generated_tokens) / secs;
@@ -163,11 +163,18 @@ void log_stats(self_ptr self) {
             const double hit = kv.prefix_queries ? 100.0 * double(kv.prefix_hits) /
                                                        double(kv.prefix_queries)
                                                  : 0.0;
+            const double cpu_usage =
+                kv.num_cpu_blocks ? 100.0 * double(kv.num_cpu_blocks - kv.num_free_cpu_blocks) /
+                                        double(kv.num_cpu_blocks)
+                                  : 0.0;
             spdlog::info(
                 "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} "
-                "tokens/s, Running: {} reqs, Waiting: {} reqs, KV cache usage: {:.1f}%, Prefix "
-                "cache hit rate: {:.1f}%",
-                prompt_tps, gen_tps, ss.num_running, ss.num_waiting, 100.0 * kv.usage, hit);
+                "tokens/s, Running: {} reqs, Swapped: {} reqs, Waiting: {} reqs, KV cache "
+                "usage: {:.1f}%, CPU KV cache usage: {:.1f}%, Prefix cache hit rate: {:.1f}%, "
+                "Preemptions: {} (swapped out {}, in {})",
+                prompt_tps, gen_tps, ss.num_running, ss.num_swapped, ss.num_waiting,
+                100.0 * kv.usage, cpu_usage, hit, ss.num_preemptions, ss.num_swap_outs,
+                ss.num_swap_ins);
           },
           [](caf::error&) {});
 }

@@ -105,6 +105,17 @@ class CpuBackend final : public Backend {
     if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
   }
 
+  // Host and "device" memory are the same here: a swap is a memcpy per block.
+  void swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
+                   std::span<const BlockCopy> pairs) override {
+    const size_t block_bytes = check_swap_blocks(dst_cache, src_cache, pairs, kCpu);
+    auto* dst = static_cast<char*>(dst_cache.data);
+    const auto* src = static_cast<const char*>(src_cache.data);
+    for (const BlockCopy& c : pairs)
+      std::memcpy(dst + size_t(c.dst) * block_bytes, src + size_t(c.src) * block_bytes,
+                  block_bytes);
+  }
+
   void synchronize() override {}  // every op has finished when it returns
 
   [[nodiscard]] MemoryInfo memory_info() const override {

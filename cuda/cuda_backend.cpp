@@ -251,6 +251,39 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("copy");
   }
 
+  // Swap space: page-locked host memory, so the block copies below are DMA transfers that run
+  // in stream order without blocking the host.
+  [[nodiscard]] Buffer allocate_host(size_t bytes) override {
+    not_capturing("allocate_host");
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      fail(
+          "allocate_host: cudaHostAlloc of {} bytes of page-locked memory failed: {} (lower "
+          "--swap-space)",
+          bytes, cudaGetErrorString(e));
+    }
+    return Buffer(p, bytes, Device{DeviceKind::cpu, 0}, [](void* q) { cudaFreeHost(q); });
+  }
+
+  // One cudaMemcpyAsync per block on the stream: ordered after the step's earlier ops and
+  // before its forward, which is the order the executor needs (swap out, swap in, compute).
+  void swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
+                   std::span<const BlockCopy> pairs) override {
+    not_capturing("swap_blocks");
+    const size_t block_bytes = check_swap_blocks(dst_cache, src_cache, pairs, device_);
+    const cudaMemcpyKind kind =
+        dst_cache.device.kind == DeviceKind::cpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+    auto* dst = static_cast<char*>(dst_cache.data);
+    const auto* src = static_cast<const char*>(src_cache.data);
+    for (const BlockCopy& c : pairs)
+      check_cuda(cudaMemcpyAsync(dst + size_t(c.dst) * block_bytes,
+                                 src + size_t(c.src) * block_bytes, block_bytes, kind, stream_),
+                 "swap_blocks: cudaMemcpyAsync");
+    after_launch("swap_blocks");
+  }
+
   void synchronize() override {
     not_capturing("synchronize");
     sync_and_check("synchronize");

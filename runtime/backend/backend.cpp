@@ -1,5 +1,10 @@
 #include "runtime/backend/backend.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
 #include "runtime/error.hpp"
 
 namespace troupe {
@@ -25,6 +30,43 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
                                 const Tensor& /*k_cache*/, const Tensor& /*v_cache*/,
                                 const Tensor& /*slot_mapping*/, const Tensor& /*q_out*/) {
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
+}
+
+Buffer Backend::allocate_host(size_t bytes) {
+  constexpr size_t kAlignment = 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) fail("allocate_host: no host memory left for {} bytes", bytes);
+  return Buffer(p, bytes, Device{DeviceKind::cpu, 0}, [](void* q) { std::free(q); });
+}
+
+void Backend::swap_blocks(const Tensor& /*dst_cache*/, const Tensor& /*src_cache*/,
+                          std::span<const BlockCopy> /*pairs*/) {
+  fail("swap_blocks: the {} backend does not implement this op (run with swap_space = 0)", name());
+}
+
+size_t check_swap_blocks(const Tensor& dst, const Tensor& src, std::span<const BlockCopy> pairs,
+                         const Device& device) {
+  auto bad = [&](std::string_view what) {
+    fail("swap_blocks: dst {}, src {}: {}", describe(dst), describe(src), what);
+  };
+  if (dst.ndim != 4 || src.ndim != 4) bad("expected [blocks, block_size, num_kv_heads, d] caches");
+  if (dst.dtype != src.dtype) bad("dtypes differ");
+  for (int i = 1; i < 4; ++i)
+    if (dst.shape[size_t(i)] != src.shape[size_t(i)]) bad("block shapes differ");
+  const bool dst_dev = dst.device == device, src_dev = src.device == device;
+  const bool dst_host = dst.device.kind == DeviceKind::cpu;
+  const bool src_host = src.device.kind == DeviceKind::cpu;
+  if (!((dst_dev && src_host) || (dst_host && src_dev)))
+    bad(fmt::format("one cache must be on {} and the other on the host", to_string(device)));
+  if (!pairs.empty() && (dst.data == nullptr || src.data == nullptr)) bad("a cache has no memory");
+  for (const BlockCopy& c : pairs) {
+    if (c.src < 0 || c.src >= src.shape[0])
+      bad(fmt::format("source block {} out of range [0, {})", c.src, src.shape[0]));
+    if (c.dst < 0 || c.dst >= dst.shape[0])
+      bad(fmt::format("destination block {} out of range [0, {})", c.dst, dst.shape[0]));
+  }
+  return size_t(src.row_elems()) * dtype_size(src.dtype);
 }
 
 }  // namespace troupe

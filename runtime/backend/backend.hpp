@@ -59,6 +59,12 @@ enum class GatedActivation {
 };
 [[nodiscard]] const char* gated_activation_name(GatedActivation act);
 
+/// One block copy of a swap: block `src` of the source cache to block `dst` of the destination.
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 struct MemoryInfo {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -73,6 +79,11 @@ class CapturedGraph {
   /// Asynchronous like an op: ordered after earlier ops, before later ones.
   virtual void replay() = 0;
 };
+
+/// The checks every swap_blocks implementation makes (shapes, dtypes, devices, block ids):
+/// throws troupe::Error naming what is wrong. Returns the bytes of one block.
+size_t check_swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
+                         std::span<const BlockCopy> pairs, const Device& device);
 
 class Backend {
  public:
@@ -93,6 +104,23 @@ class Backend {
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;
   [[nodiscard]] virtual MemoryInfo memory_info() const = 0;
+
+  // ---- swap space ----
+  /// Host memory for swapped-out KV blocks, as a Buffer whose device is the CPU: page-locked
+  /// on CUDA (so swaps are DMA copies, asynchronous to the host). The default is plain
+  /// 64-byte aligned host memory. Never touched by the host while swaps are in flight.
+  [[nodiscard]] virtual Buffer allocate_host(size_t bytes);
+  /// Copies whole blocks between a device KV cache and a host one, for each pair block
+  /// `src` of `src_cache` to block `dst` of `dst_cache`. One side is a device cache
+  /// [num_blocks, block_size, num_kv_heads, d] from allocate(), the other a host tensor of the
+  /// same block shape and dtype (any number of blocks) cut from allocate_host(); which one
+  /// says the direction (swap out: device -> host, swap in: host -> device). Asynchronous like
+  /// an op: ordered after earlier ops and before later ones on the backend's stream, so a
+  /// swap out, a swap in into the blocks it vacated and a forward writing them may be issued
+  /// back to back. Not capturable. Block ids are checked (troupe::Error when out of range).
+  /// The default throws (a backend without swap space runs with swap_space = 0).
+  virtual void swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
+                           std::span<const BlockCopy> pairs);
 
   // ---- ops ----
   /// out[t, :] = table[ids[t], :]. ids [T] i32, table [V, H], out [T, H].

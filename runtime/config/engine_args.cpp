@@ -118,7 +118,8 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::prefix_caching_hash_algo, {.name = "prefix_caching_hash_algo", .help = "Hash of prefix-cache blocks.", .choices = {"sha256", "sha256_cbor"}, .status = kNotYet, .note = "troupe's prefix cache chooses its own block hash"}));
   add(member(a, &E::disable_sliding_window, {.name = "disable_sliding_window", .help = "Ignore the model's sliding window (caps the context at the window).", .status = kNotYet, .note = "no sliding-window models yet"}));
   add(member(a, &E::disable_cascade_attn, {.name = "disable_cascade_attn", .help = "Turn off cascade attention.", .status = kNotYet, .note = "troupe has no cascade attention"}));
-  add(member(a, &E::swap_space, {.name = "swap_space", .help = "GiB of CPU memory per GPU for the KV blocks of preempted (swapped-out) sequences.", .allowed = ">= 0", .valid = at_least(0), .status = Status::legacy, .note = "vLLM V1 dropped it; troupe keeps it"}));
+  add(member(a, &E::swap_space, {.name = "swap_space", .help = "GiB of CPU memory per GPU for the KV blocks of sequences preempted by swapping (preemption_mode = swap); 0: no swap space. vLLM V1 dropped it; troupe keeps it.", .allowed = ">= 0", .valid = at_least(0)}));
+  add(member(a, &E::preemption_mode, {.name = "preemption_mode", .help = "How a running sequence is preempted when the KV cache is full: recompute (drop its KV, prefill it again later) or swap (copy its KV blocks to the swap space and back). None: recompute (n > 1 samples are independent sequences here, so vLLM V0's swap-for-groups rule never applies).", .choices = {"recompute", "swap"}}));
   add(member(a, &E::cpu_offload_gb, {.name = "cpu_offload_gb", .help = "GiB of weights to keep in CPU memory.", .status = kNotYet, .note = "weights stay on the device"}));
   add(member(a, &E::gpu_memory_utilization, {.name = "gpu_memory_utilization", .help = "Fraction of GPU memory the engine may use (weights, activations, KV cache).", .allowed = "(0, 1]", .valid = in_half_open(0, 1)}));
   add(member(a, &E::kv_cache_memory_bytes, {.name = "kv_cache_memory_bytes", .help = "Bytes of KV cache per GPU; overrides gpu_memory_utilization. Takes 4G = 4 GiB.", .allowed = "None or >= 1", .valid = at_least(1)}));
@@ -268,11 +269,6 @@ void notice_for(const FieldInfo& f, const EngineArgs& a, std::vector<std::string
     notices->push_back(
         "trust_remote_code: accepted, but no Python code runs in troupe; only architectures "
         "built into troupe load");
-  } else if (f.name == "swap_space") {
-    notices->push_back(fmt::format(
-        "swap_space = {} GiB of CPU swap space per GPU for preempted sequences (vLLM V1 "
-        "dropped swapping; troupe keeps it)",
-        a.swap_space));
   }
 }
 
@@ -287,6 +283,12 @@ void validate(const EngineArgs& a) {
   if (a.max_num_batched_tokens && *a.max_num_batched_tokens < a.max_num_seqs) {
     fail("max_num_batched_tokens = {}: allowed: >= max_num_seqs (max_num_seqs = {})",
          *a.max_num_batched_tokens, a.max_num_seqs);
+  }
+  if (a.preemption_mode == "swap" && a.swap_space <= 0) {
+    fail(
+        "preemption_mode = \"swap\": allowed only with swap_space > 0 (swap_space = {}); set "
+        "--swap-space or use preemption_mode = \"recompute\"",
+        a.swap_space);
   }
   // Without chunked prefill a whole prompt must fit in one step.
   if (!a.enable_chunked_prefill && a.max_num_batched_tokens && a.max_model_len &&

@@ -17,6 +17,7 @@
 //   AsyncEngineArgs) and max_log_len (vLLM's server flag) live here too, as do the legacy
 //   flags listed in the table (worker_use_ray, max_paddings, disable_log_requests, ...), which
 //   have no member of their own.
+// - preemption_mode is vLLM V0's (SchedulerConfig), kept with swap_space, which it enables.
 // - executor_endpoints is troupe's own: `troupe worker` processes to use as executors.
 // - vLLM's private fields (_api_process_count, _api_process_rank) are left out.
 // - vLLM's dict-valued fields (compilation_config, hf_overrides, speculative_config, ...) are
@@ -98,7 +99,8 @@ struct EngineArgs {
   std::string prefix_caching_hash_algo = "sha256";
   bool disable_sliding_window = false;
   bool disable_cascade_attn = false;
-  double swap_space = 4.0;  // GiB of CPU swap space per GPU
+  double swap_space = 4.0;  // GiB of CPU swap space per GPU (used when preempting by swap)
+  std::optional<std::string> preemption_mode;  // None | "recompute" | "swap" (vLLM V0's)
   double cpu_offload_gb = 0.0;
   double gpu_memory_utilization = 0.9;           // (0, 1]
   std::optional<int64_t> kv_cache_memory_bytes;  // overrides gpu_memory_utilization

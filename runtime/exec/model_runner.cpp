@@ -144,6 +144,8 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_s
   allocate_kv(num_blocks);
   info_.num_blocks = int32_t(num_blocks);
   info_.kv_cache_bytes = int64_t(kv_buffer_.bytes());
+  info_.kv_block_bytes = int64_t(per_block);
+  size_swap_space(init, per_block);
 }
 
 void ModelRunner::allocate_kv(int64_t num_blocks) {
@@ -203,6 +205,54 @@ void ModelRunner::profile_max_step() {
   kv_buffer_ = Buffer{};
   spdlog::info("executor: profiled a step of {} tokens over {} sequences in {:.2f} s", tokens,
                plan.new_seqs.size(), seconds_since(t0));
+}
+
+void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
+  if (init.swap_space_bytes <= 0) return;
+  const int64_t n = std::min<int64_t>(init.swap_space_bytes / int64_t(per_block), INT32_MAX);
+  info_.num_cpu_blocks = int32_t(n);
+  if (n == 0) {
+    spdlog::warn(
+        "executor: swap_space of {} bytes holds no KV block of {} bytes: preemption "
+        "will recompute",
+        init.swap_space_bytes, per_block);
+    return;
+  }
+  const KVCacheShape shape = model_->kv_cache_shape();
+  const size_t layer_bytes = size_t(n) * per_block / size_t(2 * shape.num_layers);
+  kv_host_buffer_ = backend_->allocate_host(layer_bytes * size_t(2 * shape.num_layers));
+  kv_host_.block_size = block_size_;
+  kv_host_.num_blocks = int32_t(n);
+  auto* base = static_cast<char*>(kv_host_buffer_.data());
+  for (int32_t l = 0; l < shape.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor t(base + size_t(2 * l + kv) * layer_bytes, shape.dtype, kv_host_buffer_.device(),
+               {n, block_size_, shape.num_kv_heads, shape.head_dim});
+      (kv == 0 ? kv_host_.k : kv_host_.v).push_back(t);
+    }
+  }
+  spdlog::info("executor: swap space of {} KV blocks ({:.1f} MiB of host memory)", n,
+               double(kv_host_buffer_.bytes()) / double(1 << 20));
+}
+
+void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
+  if (pairs.empty()) return;
+  if (kv_host_.num_blocks == 0)
+    fail("step: a swap of {} blocks, but there is no swap space", pairs.size());
+  swap_pairs_.clear();
+  for (const BlockSwap& p : pairs)
+    swap_pairs_.push_back(to_host ? BlockCopy{p.gpu_block, p.cpu_block}
+                                  : BlockCopy{p.cpu_block, p.gpu_block});
+  for (size_t l = 0; l < kv_.k.size(); ++l) {
+    if (to_host) {
+      backend_->swap_blocks(kv_host_.k[l], kv_.k[l], swap_pairs_);
+      backend_->swap_blocks(kv_host_.v[l], kv_.v[l], swap_pairs_);
+    } else {
+      backend_->swap_blocks(kv_.k[l], kv_host_.k[l], swap_pairs_);
+      backend_->swap_blocks(kv_.v[l], kv_host_.v[l], swap_pairs_);
+    }
+  }
+  (to_host ? stats_.blocks_swapped_out : stats_.blocks_swapped_in) += int64_t(pairs.size());
 }
 
 void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options) {
@@ -325,6 +375,10 @@ PositionLogprobs ModelRunner::prompt_logprobs_row(const float* row, int32_t next
 StepResult ModelRunner::execute(const StepPlan& plan) {
   const auto t0 = Clock::now();
   for (uint64_t id : plan.finished_seq_ids) seqs_.erase(id);
+  // Swap out before swap in before the forward: a block a swap-out vacates may be filled by a
+  // swap-in or written by this step's forward, and the stream runs them in this order.
+  swap(plan.swap_out, true);
+  swap(plan.swap_in, false);
 
   std::vector<Scheduled> sched;
   sched.reserve(plan.new_seqs.size() + plan.cached_seqs.size());

@@ -17,6 +17,13 @@
 // Under enforce_eager the padded steps are padded all the same, only never recorded: the
 // GEMMs' algorithms and the decode attention's split depend on the batch shape, so padding in
 // both modes is what makes a graph step compute the same bits as an eager one.
+//
+// Swap space: with ExecutorInit::swap_space_bytes > 0 the runner also holds a host KV cache
+// of num_cpu_blocks blocks (allocate_host: page-locked on CUDA), laid out like the device one
+// (per layer K and V, [num_cpu_blocks, block_size, num_kv_heads, d]). A plan's swap_out and
+// swap_in pairs are copied, every layer's K and V, in that order before the step's forward,
+// all on the backend's stream. A swapped-out sequence is forgotten (it is in
+// finished_seq_ids) and comes back as a NewSeq with its new block table.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +73,8 @@ struct RunnerStats {
   // enqueueing the forward (or replaying its graph); sampling, which waits for the GPU, and
   // the logprobs read back.
   double prepare_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  int64_t blocks_swapped_out = 0;
+  int64_t blocks_swapped_in = 0;
 };
 
 /// Decode batch sizes that get a graph: powers of two up to min(max_num_seqs,
@@ -129,6 +138,10 @@ class ModelRunner {
   /// buffer a step can need is then allocated, so the memory left is what the KV cache can
   /// take.
   void profile_max_step();
+  void size_kv_cache(const ExecutorInit& init);
+  void size_swap_space(const ExecutorInit& init, size_t per_block);
+  /// Copies the pairs' blocks of every layer's K and V (to_host: device -> host).
+  void swap(const std::vector<BlockSwap>& pairs, bool to_host);
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
   /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.
@@ -152,6 +165,9 @@ class ModelRunner {
 
   Buffer kv_buffer_;
   KVCacheView kv_;
+  Buffer kv_host_buffer_;  // swap space (empty without one)
+  KVCacheView kv_host_;
+  std::vector<BlockCopy> swap_pairs_;  // staging
 
   // Device-side step inputs, grown when a step needs more.
   Buffer input_buffer_;

@@ -63,12 +63,26 @@ struct CachedSeq {
   int32_t num_new_tokens = 0;
 };
 
+/// One KV block moved between the GPU pool and the CPU swap space (swap out: gpu -> cpu;
+/// swap in: cpu -> gpu). Every layer's K and V slices of the block move together.
+struct BlockSwap {
+  int32_t gpu_block = 0;
+  int32_t cpu_block = 0;
+};
+
 struct StepPlan {
   uint64_t step_id = 0;
   std::vector<NewSeq> new_seqs;
   std::vector<CachedSeq> cached_seqs;
   std::vector<uint64_t> finished_seq_ids;  // forget these (finished, aborted or preempted)
+  // Block copies the executor makes before the step's forward, in this order: swap_out, then
+  // swap_in, then compute. A swapped-out sequence is also in finished_seq_ids (the executor
+  // forgets it); a swapped-in one comes back as a NewSeq whose num_computed_tokens are the
+  // tokens whose KV the swap-in restores.
+  std::vector<BlockSwap> swap_out;
+  std::vector<BlockSwap> swap_in;
   [[nodiscard]] bool empty() const { return new_seqs.empty() && cached_seqs.empty(); }
+  [[nodiscard]] bool has_swaps() const { return !swap_out.empty() || !swap_in.empty(); }
 };
 
 struct LogprobEntry {
@@ -117,11 +131,14 @@ struct ExecutorInit {
   int64_t num_gpu_blocks_override = 0;
   bool enforce_eager = false;
   int32_t max_seq_len_to_capture = 8192;  // longest sequence a decode step replays a graph for
+  int64_t swap_space_bytes = 0;  // host memory for swapped-out KV blocks (0: no swap space)
 };
 
 /// What it reports once loaded: the cache it can hold.
 struct ExecutorInfo {
   int32_t num_blocks = 0;
+  int32_t num_cpu_blocks = 0;  // swap-space blocks: swap_space_bytes / kv_block_bytes
+  int64_t kv_block_bytes = 0;  // one block across all layers, K and V
   int64_t kv_cache_bytes = 0;
   int64_t weight_bytes = 0;
   std::string backend;  // "cpu", "cuda:0"

@@ -1,13 +1,25 @@
 #include "runtime/kv/kv_cache_manager.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "runtime/error.hpp"
 
 namespace troupe {
 
-KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching)
-    : block_size_(block_size), prefix_caching_(enable_prefix_caching), pool_(num_blocks, block_size) {}
+KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
+                               PreemptionMode mode, int32_t num_cpu_blocks)
+    : block_size_(block_size),
+      prefix_caching_(enable_prefix_caching),
+      pool_(num_blocks, block_size),
+      mode_(mode),
+      num_cpu_blocks_(std::max(num_cpu_blocks, 0)) {
+  if (num_cpu_blocks < 0) fail("KVCacheManager: num_cpu_blocks = {}: must be >= 0", num_cpu_blocks);
+  // Highest id on top, so blocks are handed out 0, 1, 2, ... (easier to read in tests).
+  cpu_free_.reserve(size_t(num_cpu_blocks_));
+  for (int32_t b = num_cpu_blocks_ - 1; b >= 0; --b) cpu_free_.push_back(b);
+}
 
 const std::vector<int32_t>& KVCacheManager::block_table(uint64_t seq_id) const {
   auto it = seqs_.find(seq_id);
@@ -16,8 +28,18 @@ const std::vector<int32_t>& KVCacheManager::block_table(uint64_t seq_id) const {
 }
 
 KVStats KVCacheManager::stats() const {
-  return KVStats{pool_.num_blocks(), pool_.num_free(), pool_.usage(), prefix_queries_,
-                 prefix_hits_};
+  KVStats st;
+  st.num_blocks = pool_.num_blocks();
+  st.num_free_blocks = pool_.num_free();
+  st.usage = pool_.usage();
+  st.prefix_queries = prefix_queries_;
+  st.prefix_hits = prefix_hits_;
+  st.num_cpu_blocks = num_cpu_blocks_;
+  st.num_free_cpu_blocks = int32_t(cpu_free_.size());
+  st.blocks_swapped_out = blocks_swapped_out_;
+  st.blocks_swapped_in = blocks_swapped_in_;
+  st.swap_fallbacks = swap_fallbacks_;
+  return st;
 }
 
 void KVCacheManager::register_full_blocks(SeqState& s, int32_t num_tokens) {
@@ -50,7 +72,50 @@ void KVCacheManager::free_seq(uint64_t seq_id) {
   seqs_.erase(it);
 }
 
+void KVCacheManager::preempt(const KVRunningAsk& victim, KVGrant& out) {
+  auto it = seqs_.find(victim.seq_id);
+  if (it == seqs_.end())
+    fail("KVCacheManager: preempting sequence {}: holds no blocks", victim.seq_id);
+  const std::vector<int32_t>& blocks = it->second.blocks;
+  // Only the blocks holding computed tokens carry KV worth keeping.
+  const auto n =
+      size_t(std::min<int32_t>(blocks_for(victim.num_computed_tokens), int32_t(blocks.size())));
+  bool swapped = false;
+  if (mode_ == PreemptionMode::swap && n > 0) {
+    if (cpu_free_.size() >= n) {
+      SwappedState sw;
+      sw.salt = it->second.salt;
+      for (size_t b = 0; b < n; ++b) {
+        sw.cpu_blocks.push_back(cpu_free_.back());
+        cpu_free_.pop_back();
+        out.swap_out.push_back(BlockSwap{blocks[b], sw.cpu_blocks.back()});
+      }
+      blocks_swapped_out_ += n;
+      swapped_.emplace(victim.seq_id, std::move(sw));
+      out.swapped_out.push_back(victim.seq_id);
+      swapped = true;
+    } else {
+      ++swap_fallbacks_;
+      if (!fallback_logged_) {
+        fallback_logged_ = true;
+        spdlog::warn(
+            "cache manager: the CPU swap space ({} blocks, {} free) cannot hold the {} "
+            "blocks of sequence {}: preempting by recompute instead (logged once; raise "
+            "--swap-space)",
+            num_cpu_blocks_, cpu_free_.size(), n, victim.seq_id);
+      }
+    }
+  }
+  if (!swapped) out.preempted.push_back(victim.seq_id);
+  free_seq(victim.seq_id);
+}
+
 void KVCacheManager::release(uint64_t seq_id, std::vector<int32_t> appended, int32_t num_computed) {
+  if (auto sw = swapped_.find(seq_id); sw != swapped_.end()) {  // aborted while swapped out
+    cpu_free_.insert(cpu_free_.end(), sw->second.cpu_blocks.rbegin(), sw->second.cpu_blocks.rend());
+    swapped_.erase(sw);
+    return;
+  }
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;  // already preempted: nothing held
   SeqState& s = it->second;
@@ -78,27 +143,52 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
            s.tokens.size());
     KVRunningGrant g{r.seq_id, {}};
     bool self_preempted = false;
+    // grow() takes all the blocks it needs or none, so a victim's table is what it held.
     while (!grow(s, total, &g.new_block_ids)) {
-      const uint64_t victim = ask.running[end - 1].seq_id;
-      out.preempted.push_back(victim);
+      const KVRunningAsk& victim = ask.running[end - 1];
       --end;
-      if (victim == r.seq_id) {
-        self_preempted = true;
-        break;
-      }
-      free_seq(victim);
+      self_preempted = victim.seq_id == r.seq_id;
+      preempt(victim, out);
+      if (self_preempted) break;
     }
-    if (self_preempted) {
-      // Give back what this attempt took, then everything it held.
-      free_seq(r.seq_id);
-      break;
-    }
+    if (self_preempted) break;
     register_full_blocks(s, total);
     out.running.push_back(std::move(g));
   }
-  if (!out.preempted.empty()) return out;  // no admissions while memory is short
+  // No swap-ins or admissions while memory is short (this also keeps a step from both
+  // swapping out and swapping in, so their CPU blocks never overlap).
+  if (!out.preempted.empty() || !out.swapped_out.empty()) return out;
 
   int32_t running_count = int32_t(out.running.size());
+  // Swapped-out sequences come back first, oldest first, each when all its blocks fit.
+  for (const KVSwappedAsk& w : ask.swapped) {
+    if (ask.max_running_seqs > 0 && running_count >= ask.max_running_seqs) break;
+    auto sw = swapped_.find(w.seq_id);
+    if (sw == swapped_.end()) fail("KVCacheManager: sequence {} is not swapped out", w.seq_id);
+    const std::vector<int32_t>& cpu = sw->second.cpu_blocks;
+    if (blocks_for(w.num_computed_tokens) != int32_t(cpu.size()))
+      fail("KVCacheManager: sequence {} comes back with {} computed tokens but {} swapped blocks",
+           w.seq_id, w.num_computed_tokens, cpu.size());
+    const int32_t total = w.num_computed_tokens + w.num_new_tokens;
+    if (w.num_new_tokens <= 0 || total > int32_t(w.token_ids.size()))
+      fail("KVCacheManager: swapped sequence {} asks for {} tokens but {} are known", w.seq_id,
+           total, w.token_ids.size());
+    auto got = pool_.allocate(std::max(blocks_for(total), int32_t(cpu.size())));
+    if (!got) break;
+    for (size_t b = 0; b < cpu.size(); ++b) out.swap_in.push_back(BlockSwap{(*got)[b], cpu[b]});
+    blocks_swapped_in_ += cpu.size();
+    cpu_free_.insert(cpu_free_.end(), cpu.rbegin(), cpu.rend());
+    SeqState s;
+    s.tokens = w.token_ids;
+    s.blocks = *got;
+    s.salt = sw->second.salt;
+    s.cacheable = false;  // private copies: see the header comment
+    swapped_.erase(sw);
+    out.swapped_in.push_back(KVSwappedIn{w.seq_id, s.blocks});
+    seqs_.emplace(w.seq_id, std::move(s));
+    ++running_count;
+  }
+  if (!swapped_.empty()) return out;  // waiting sequences wait for the swapped-out ones
   for (const KVWaitingAsk& w : ask.waiting) {
     if (ask.max_running_seqs > 0 && running_count >= ask.max_running_seqs) break;
     if (seqs_.contains(w.seq_id)) fail("KVCacheManager: sequence {} admitted twice", w.seq_id);

@@ -7,6 +7,19 @@
 // running sequences that cannot grow preempt the lowest-priority running ones; waiting
 // sequences are admitted in order until one does not fit, after their prefix-cache hits are
 // counted. Everything here is plain data, unit-tested with no actors.
+//
+// Swap space (vLLM V0's preemption by swapping). With PreemptionMode::swap and a CPU pool of
+// num_cpu_blocks blocks, a preempted running sequence has the blocks holding its computed
+// tokens copied to free CPU blocks (the grant lists the (gpu, cpu) pairs in swap_out) and
+// then drops its GPU references exactly as a recompute victim does, so blocks it shares
+// through the prefix cache are only read, never changed. When the CPU pool cannot take the
+// whole sequence it is preempted by recompute instead (logged once). Swapped-out sequences
+// come back in the order the scheduler asks (FIFO), before any waiting sequence is admitted,
+// when the GPU pool has room for all their blocks plus this step's growth: fresh private
+// blocks, filled from the CPU blocks (swap_in pairs), never registered in the prefix index
+// (nor are that sequence's later blocks: their parents would not be in the index). A step
+// that swaps out swaps nothing in and admits nothing, so a CPU block freed by a swap-in is
+// never overwritten by a swap-out of the same step.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/exec/step.hpp"
 #include "runtime/kv/block_pool.hpp"
 
 namespace troupe {
@@ -36,6 +50,14 @@ struct KVWaitingAsk {
   uint64_t cache_salt = 0;
 };
 
+/// A swapped-out sequence asking to come back with room for `num_new_tokens` more tokens.
+struct KVSwappedAsk {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> token_ids;   // every token known
+  int32_t num_computed_tokens = 0;  // tokens whose KV sits in its CPU blocks
+  int32_t num_new_tokens = 0;
+};
+
 /// A sequence finishing (or being aborted): its blocks are released after its computed full
 /// blocks are registered for reuse.
 struct KVRelease {
@@ -47,7 +69,8 @@ struct KVRelease {
 struct KVAsk {
   std::vector<KVRelease> released;
   std::vector<KVRunningAsk> running;  // highest priority first
-  std::vector<KVWaitingAsk> waiting;  // in admission order
+  std::vector<KVSwappedAsk> swapped;  // swapped-out sequences, oldest first
+  std::vector<KVWaitingAsk> waiting;  // in admission order (only when every swapped one asks)
   int32_t max_running_seqs = 0;       // cap on running.size() after admission
 };
 
@@ -63,11 +86,23 @@ struct KVAdmission {
   std::vector<int32_t> block_ids;  // its whole block table so far
 };
 
+/// A swapped-out sequence back on the GPU: its whole new block table (private blocks).
+struct KVSwappedIn {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> block_ids;
+};
+
 struct KVGrant {
   std::vector<KVRunningGrant> running;  // in ask order, preempted ones left out
   std::vector<uint64_t> preempted;      // their blocks are released; recompute from scratch
+  std::vector<uint64_t> swapped_out;    // preempted by swapping: their KV is in CPU blocks
+  std::vector<KVSwappedIn> swapped_in;  // a prefix of the swapped asks
   std::vector<KVAdmission> admitted;    // a prefix of the waiting asks
+  std::vector<BlockSwap> swap_out;      // copies for swapped_out, made before this step
+  std::vector<BlockSwap> swap_in;       // copies for swapped_in, made after swap_out
 };
+
+enum class PreemptionMode : uint8_t { recompute, swap };
 
 struct KVStats {
   int32_t num_blocks = 0;
@@ -75,14 +110,21 @@ struct KVStats {
   double usage = 0.0;
   uint64_t prefix_queries = 0;  // tokens looked up
   uint64_t prefix_hits = 0;     // tokens found
+  int32_t num_cpu_blocks = 0;
+  int32_t num_free_cpu_blocks = 0;
+  uint64_t blocks_swapped_out = 0;
+  uint64_t blocks_swapped_in = 0;
+  uint64_t swap_fallbacks = 0;  // swap victims preempted by recompute (CPU pool full)
 };
 
 class KVCacheManager {
  public:
-  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching);
+  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
+                 PreemptionMode mode = PreemptionMode::recompute, int32_t num_cpu_blocks = 0);
 
   /// Applies one step's ask: releases, then running growth (preempting from the back of
-  /// `running` when blocks run out), then admissions (only when nothing was preempted).
+  /// `running` when blocks run out, by swap or recompute), then swap-ins and then admissions
+  /// (both only when nothing was preempted; admissions only when nothing is left swapped out).
   [[nodiscard]] KVGrant grant(const KVAsk& ask);
 
   /// Number of blocks a sequence of `num_tokens` tokens needs.
@@ -92,6 +134,10 @@ class KVCacheManager {
   [[nodiscard]] int32_t block_size() const { return block_size_; }
   [[nodiscard]] int32_t num_blocks() const { return pool_.num_blocks(); }
   [[nodiscard]] bool holds(uint64_t seq_id) const { return seqs_.contains(seq_id); }
+  [[nodiscard]] bool is_swapped(uint64_t seq_id) const { return swapped_.contains(seq_id); }
+  [[nodiscard]] int32_t num_swapped() const { return int32_t(swapped_.size()); }
+  [[nodiscard]] int32_t num_cpu_blocks() const { return num_cpu_blocks_; }
+  [[nodiscard]] int32_t num_free_cpu_blocks() const { return int32_t(cpu_free_.size()); }
   [[nodiscard]] const std::vector<int32_t>& block_table(uint64_t seq_id) const;
   [[nodiscard]] KVStats stats() const;
   [[nodiscard]] const BlockPool& pool() const { return pool_; }
@@ -107,7 +153,15 @@ class KVCacheManager {
     bool cacheable = true;
   };
 
+  /// A sequence swapped out: its CPU blocks, one per GPU block that held computed tokens.
+  struct SwappedState {
+    std::vector<int32_t> cpu_blocks;
+    uint64_t salt = 0;
+  };
+
   void release(uint64_t seq_id, std::vector<int32_t> appended, int32_t num_computed);
+  /// Preempts running sequence `victim` (swap when possible) and releases its GPU blocks.
+  void preempt(const KVRunningAsk& victim, KVGrant& out);
   void free_seq(uint64_t seq_id);
   /// Registers the full blocks among the first `num_tokens` tokens.
   void register_full_blocks(SeqState& s, int32_t num_tokens);
@@ -118,6 +172,13 @@ class KVCacheManager {
   BlockPool pool_;
   std::unordered_map<uint64_t, SeqState> seqs_;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+
+  PreemptionMode mode_;
+  int32_t num_cpu_blocks_;
+  std::vector<int32_t> cpu_free_;  // free CPU blocks (a stack: which one is reused is moot)
+  std::unordered_map<uint64_t, SwappedState> swapped_;
+  uint64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0, swap_fallbacks_ = 0;
+  bool fallback_logged_ = false;
 };
 
 }  // namespace troupe

@@ -32,6 +32,7 @@ void Scheduler::add(SeqSpec spec) {
   Seq s;
   s.tokens = spec.prompt_token_ids;
   s.num_prompt = len;
+  s.arrival = next_arrival_++;
   s.spec = std::move(spec);
   const uint64_t id = s.spec.seq_id;
   seqs_.emplace(id, std::move(s));
@@ -45,6 +46,9 @@ void Scheduler::retire(uint64_t seq_id) {
   if (s.running) {
     running_.erase(std::find(running_.begin(), running_.end(), seq_id));
     releases_.push_back(KVRelease{seq_id, std::move(s.pending), s.num_computed});
+  } else if (s.swapped) {
+    swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq_id));
+    releases_.push_back(KVRelease{seq_id, {}, 0});  // frees its CPU blocks
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq_id));
   }
@@ -88,6 +92,25 @@ KVAsk Scheduler::propose() {
     ask.running.push_back(KVRunningAsk{id, s.pending, s.num_computed, n});
   }
   int32_t count = int32_t(running_.size());
+  // Swapped-out sequences, oldest first, continue from where they were.
+  bool every_swapped_asks = true;
+  for (uint64_t id : swapped_) {
+    Seq& s = seqs_.at(id);
+    s.num_scheduled = 0;
+    const int32_t remaining = int32_t(s.tokens.size()) - s.num_computed;
+    const int32_t n = budget <= 0 || count >= config_.max_num_seqs
+                          ? 0
+                          : cap_for_prompt_logprobs(s, s.num_computed, std::min(remaining, budget));
+    if (n <= 0) {
+      every_swapped_asks = false;
+      break;
+    }
+    s.num_scheduled = n;
+    budget -= n;
+    ++count;
+    ask.swapped.push_back(KVSwappedAsk{id, s.tokens, s.num_computed, n});
+  }
+  if (!every_swapped_asks) return ask;
   for (uint64_t id : waiting_) {
     if (budget <= 0 || count >= config_.max_num_seqs) break;
     Seq& s = seqs_.at(id);
@@ -126,6 +149,23 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.known_to_executors = false;
     ++preemptions_;
   }
+  for (uint64_t id : grant.swapped_out) {
+    Seq& s = seqs_.at(id);
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+    auto pos = std::find_if(swapped_.begin(), swapped_.end(),
+                            [&](uint64_t o) { return seqs_.at(o).arrival > s.arrival; });
+    swapped_.insert(pos, id);
+    s.running = false;
+    s.swapped = true;
+    s.num_scheduled = 0;  // num_computed stays: the KV is kept in CPU blocks
+    s.pending.clear();    // the swap-in re-sends every token
+    if (s.known_to_executors) plan.finished_seq_ids.push_back(id);
+    s.known_to_executors = false;
+    ++preemptions_;
+    ++swap_outs_;
+  }
+  plan.swap_out = grant.swap_out;
+  plan.swap_in = grant.swap_in;
   for (const KVRunningGrant& g : grant.running) {
     Seq& s = seqs_.at(g.seq_id);
     plan.cached_seqs.push_back(CachedSeq{g.seq_id, std::move(s.pending), g.new_block_ids,
@@ -133,6 +173,22 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.pending.clear();
     in_flight_.push_back(g.seq_id);
   }
+  for (const KVSwappedIn& g : grant.swapped_in) {
+    if (swapped_.empty() || swapped_.front() != g.seq_id)
+      fail("scheduler: swap-in of sequence {} out of queue order", g.seq_id);
+    swapped_.pop_front();
+    Seq& s = seqs_.at(g.seq_id);
+    s.swapped = false;
+    s.running = true;
+    running_.push_back(g.seq_id);
+    s.pending.clear();
+    s.known_to_executors = true;
+    plan.new_seqs.push_back(NewSeq{g.seq_id, s.tokens, s.num_prompt, s.spec.sampling, g.block_ids,
+                                   s.num_computed, s.num_scheduled});
+    in_flight_.push_back(g.seq_id);
+    ++swap_ins_;
+  }
+  for (uint64_t id : swapped_) seqs_.at(id).num_scheduled = 0;
   for (const KVAdmission& a : grant.admitted) {
     if (waiting_.empty() || waiting_.front() != a.seq_id)
       fail("scheduler: admission of sequence {} out of queue order", a.seq_id);
@@ -217,6 +273,7 @@ std::vector<SeqUpdate> Scheduler::fail_all() {
   seqs_.clear();
   running_.clear();
   waiting_.clear();
+  swapped_.clear();
   releases_.clear();
   forget_.clear();
   in_flight_.clear();
@@ -224,8 +281,15 @@ std::vector<SeqUpdate> Scheduler::fail_all() {
 }
 
 SchedulerStats Scheduler::stats() const {
-  return SchedulerStats{int32_t(running_.size()), int32_t(waiting_.size()), preemptions_,
-                        next_step_ - 1};
+  SchedulerStats st;
+  st.num_running = int32_t(running_.size());
+  st.num_waiting = int32_t(waiting_.size());
+  st.num_preemptions = preemptions_;
+  st.steps = next_step_ - 1;
+  st.num_swapped = int32_t(swapped_.size());
+  st.num_swap_outs = swap_outs_;
+  st.num_swap_ins = swap_ins_;
+  return st;
 }
 
 }  // namespace troupe

@@ -6,11 +6,17 @@
 //                         under max_num_batched_tokens / max_num_seqs (running ones first,
 //                         then waiting ones in arrival order; chunked prefill splits prompts).
 //   2. apply(grant)    -> the StepPlan for the executors, after the cache manager granted or
-//                         trimmed the ask (preempted sequences go back to the front of the
-//                         waiting queue and will be recomputed).
+//                         trimmed the ask (sequences preempted by recompute go back to the
+//                         front of the waiting queue; swapped-out ones join the swapped queue,
+//                         ordered by arrival, keeping num_computed_tokens).
 //   3. on_result(res)  -> per-sequence updates: tokens appended, logprobs, finished or not.
 // Finished and aborted sequences are released in the next ask and forgotten by the executors
 // in the next plan.
+//
+// Swapped-out sequences ask to come back after the running ones and before any waiting one
+// (waiting sequences are only proposed when every swapped one is). The executors forget a
+// swapped-out sequence and learn it again as a NewSeq on swap-in, with its tokens so far and
+// num_computed_tokens unchanged: the swap-in restores that KV, nothing is recomputed.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +71,11 @@ struct SeqUpdate {
 struct SchedulerStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
-  uint64_t num_preemptions = 0;
+  uint64_t num_preemptions = 0;  // by recompute and by swap
   uint64_t steps = 0;
+  int32_t num_swapped = 0;     // sequences swapped out now
+  uint64_t num_swap_outs = 0;  // sequences swapped out so far
+  uint64_t num_swap_ins = 0;   // sequences swapped back in so far
 };
 
 class Scheduler {
@@ -80,7 +89,9 @@ class Scheduler {
   /// Returns false if it is unknown (already finished).
   bool abort(uint64_t seq_id);
 
-  [[nodiscard]] bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  [[nodiscard]] bool has_work() const {
+    return !running_.empty() || !waiting_.empty() || !swapped_.empty();
+  }
   [[nodiscard]] bool has_pending_releases() const {
     return !releases_.empty() || !forget_.empty();
   }
@@ -106,6 +117,8 @@ class Scheduler {
     std::vector<int32_t> pending;   // tokens appended since executors / KV last heard
     bool known_to_executors = false;
     bool running = false;
+    bool swapped = false;  // in swapped_: its KV is in CPU blocks
+    uint64_t arrival = 0;  // order of add(): the swapped queue's order
     [[nodiscard]] int32_t num_outputs() const { return int32_t(tokens.size()) - num_prompt; }
   };
 
@@ -116,11 +129,14 @@ class Scheduler {
   std::unordered_map<uint64_t, Seq> seqs_;
   std::vector<uint64_t> running_;  // priority order: admission order
   std::deque<uint64_t> waiting_;
+  std::deque<uint64_t> swapped_;  // by arrival
   std::vector<KVRelease> releases_;
   std::vector<uint64_t> forget_;
   std::vector<uint64_t> in_flight_;  // sequences scheduled in the step in flight
   uint64_t next_step_ = 1;
   uint64_t preemptions_ = 0;
+  uint64_t next_arrival_ = 0;
+  uint64_t swap_outs_ = 0, swap_ins_ = 0;
 };
 
 }  // namespace troupe

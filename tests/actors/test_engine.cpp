@@ -214,3 +214,99 @@ TEST_CASE("logprobs: the sampled token's logprob, top-N, and prompt logprobs", "
     CHECK(pos.size() <= 3);  // the prompt token and the top 2
   }
 }
+
+namespace {
+/// A cache that forces preemption: 16 blocks of 8 = 128 tokens (max_model_len, the least
+/// allowed), while the first four prompts (1, 2, 7, 33 tokens, + 24 outputs each) run together
+/// and need 20 blocks. (The 20 blocks of the test above turn out to be just enough for them.)
+EngineArgs tiny_cache_args(const std::string& name) {
+  EngineArgs a = fixture_args(name);
+  a.block_size = 8;
+  a.max_num_batched_tokens = 16;
+  a.max_num_seqs = 4;
+  a.num_gpu_blocks_override = 16;
+  a.max_model_len = 128;
+  return a;
+}
+}  // namespace
+
+TEST_CASE("preemption by swap gives the same greedy tokens, and falls back to recompute",
+          "[engine][swap]") {
+  for (const std::string name : {"llama_gqa", "qwen2"}) {
+    if (!fs::exists(kFixtures / name / "reference.json")) {
+      WARN("fixture " << name << " missing: run tools/make_fixtures.py");
+      continue;
+    }
+    const Reference ref = load_reference(name);
+    DYNAMIC_SECTION(name << ", swap space for every sequence") {
+      EngineArgs a = tiny_cache_args(name);
+      a.preemption_mode = "swap";
+      a.swap_space = 0.01;  // 10 MiB: hundreds of blocks of these small models
+      LLM llm(a);
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      const SchedulerStats ss = llm.scheduler_stats();
+      const KVStats kv = llm.kv_stats();
+      CHECK(ss.num_swap_outs > 0);
+      CHECK(ss.num_swap_ins == ss.num_swap_outs);
+      CHECK(ss.num_preemptions == ss.num_swap_outs);  // none by recompute
+      CHECK(ss.num_swapped == 0);
+      CHECK(kv.num_cpu_blocks > 20);
+      CHECK(kv.blocks_swapped_out > 0);
+      CHECK(kv.blocks_swapped_in == kv.blocks_swapped_out);
+      CHECK(kv.swap_fallbacks == 0);
+      CHECK(kv.num_free_cpu_blocks == kv.num_cpu_blocks);
+      CHECK(kv.num_free_blocks == kv.num_blocks);
+    }
+    DYNAMIC_SECTION(name << ", swap space too small for one block: recompute") {
+      EngineArgs a = tiny_cache_args(name);
+      a.preemption_mode = "swap";
+      a.swap_space = 1e-9;  // about one byte
+      LLM llm(a);
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      const SchedulerStats ss = llm.scheduler_stats();
+      const KVStats kv = llm.kv_stats();
+      CHECK(kv.num_cpu_blocks == 0);
+      CHECK(ss.num_preemptions > 0);
+      CHECK(ss.num_swap_outs == 0);
+      CHECK(kv.swap_fallbacks == ss.num_preemptions);
+    }
+    DYNAMIC_SECTION(name << ", default mode recomputes and pins no swap space") {
+      LLM llm(tiny_cache_args(name));  // swap_space = 4 GiB, preemption_mode = None
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      CHECK(llm.scheduler_stats().num_preemptions > 0);
+      CHECK(llm.scheduler_stats().num_swap_outs == 0);
+      CHECK(llm.kv_stats().num_cpu_blocks == 0);
+    }
+  }
+}
+
+TEST_CASE("preemption by swap with the executor in a second process", "[engine][remote][swap]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
+    WARN("fixture llama_gqa missing");
+    return;
+  }
+  const Reference ref = load_reference("llama_gqa");
+  WorkerProcess worker;
+  EngineArgs a = tiny_cache_args("llama_gqa");
+  a.executor_endpoints = {worker.endpoint()};
+  a.preemption_mode = "swap";
+  a.swap_space = 0.01;
+  {
+    LLM llm(a);
+    check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+    CHECK(llm.scheduler_stats().num_swap_outs > 0);
+    CHECK(llm.kv_stats().blocks_swapped_in > 0);
+  }
+  CHECK(worker.wait_exit(10.0));
+}
+
+TEST_CASE("bad preemption settings are one clear error naming the field", "[engine][swap]") {
+  EngineArgs a = fixture_args("llama_gqa");
+  a.preemption_mode = "bogus";
+  CHECK_THROWS_WITH(
+      LLM(a), Catch::Contains("preemption_mode = \"bogus\"") && Catch::Contains("recompute|swap"));
+  a.preemption_mode = "swap";
+  a.swap_space = 0;
+  CHECK_THROWS_WITH(
+      LLM(a), Catch::Contains("preemption_mode = \"swap\"") && Catch::Contains("swap_space = 0"));
+}

@@ -74,6 +74,7 @@ const std::vector<std::string> kVllmEngineFields = {"model",
                                                     "disable_sliding_window",
                                                     "disable_cascade_attn",
                                                     "swap_space",
+                                                    "preemption_mode",
                                                     "cpu_offload_gb",
                                                     "gpu_memory_utilization",
                                                     "kv_cache_memory_bytes",
@@ -265,7 +266,7 @@ TEST_CASE("every EngineArgs row is complete and its default text reads back", "[
     if (f.status != FieldInfo::Status::supported) CHECK_FALSE(f.note.empty());
     CHECK(bool(f.set));
     CHECK(bool(f.parse_text));
-    if (f.status == FieldInfo::Status::legacy && f.name != "swap_space") {
+    if (f.status == FieldInfo::Status::legacy) {
       CHECK_FALSE(f.get);
       continue;
     }
@@ -534,8 +535,7 @@ TEST_CASE("legacy flags are accepted and mapped with a notice", "[config]") {
   notices.clear();
   troupe::set_engine_arg(a, "swap-space", "8", &notices);
   CHECK(a.swap_space == 8.0);
-  REQUIRE(notices.size() == 1);
-  CHECK_THAT(notices[0], Contains("swap_space = 8 GiB of CPU swap space"));
+  CHECK(notices.empty());  // a supported field now: no notice
 
   notices.clear();
   troupe::set_engine_arg(a, "trust-remote-code", "", &notices);
@@ -579,4 +579,35 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   CHECK(j.size() == kVllmEngineFields.size() + 5);  // + device, max_seq_len_to_capture,
                                                     // enable_log_requests, max_log_len,
                                                     // executor_endpoints
+}
+
+TEST_CASE("preemption_mode: None, recompute or swap, and swap needs swap space", "[config][swap]") {
+  CHECK(EngineArgs{}.preemption_mode == std::nullopt);
+  CHECK(validate_error([](auto& a) { a.preemption_mode = "recompute"; }).empty());
+  CHECK(validate_error([](auto& a) { a.preemption_mode = "swap"; }).empty());
+  const std::string bogus = validate_error([](auto& a) { a.preemption_mode = "bogus"; });
+  CHECK_THAT(bogus, Contains("preemption_mode = \"bogus\": allowed: recompute|swap"));
+  const std::string no_space = validate_error([](auto& a) {
+    a.preemption_mode = "swap";
+    a.swap_space = 0;
+  });
+  CHECK_THAT(no_space, Contains("preemption_mode = \"swap\"") && Contains("swap_space = 0"));
+  // Recompute needs no swap space.
+  CHECK(validate_error([](auto& a) {
+          a.preemption_mode = "recompute";
+          a.swap_space = 0;
+        }).empty());
+  // The command line and TOML take it too.
+  EngineArgs a = with_model();
+  troupe::set_engine_arg(a, "preemption-mode", "swap", nullptr);
+  CHECK(a.preemption_mode == "swap");
+  CHECK_THROWS_WITH(troupe::set_engine_arg(a, "preemption-mode", "bogus", nullptr),
+                    Contains("--preemption-mode = \"bogus\"") && Contains("recompute|swap"));
+  const auto c = troupe::parse_engine_toml(
+      "model = \"m\"\npreemption_mode = \"swap\"\nswap_space = 0.5\n", "engine.toml");
+  CHECK(c.engine.preemption_mode == "swap");
+  CHECK_THROWS_WITH(
+      troupe::parse_engine_toml("model = \"m\"\npreemption_mode = \"swap\"\nswap_space = 0\n",
+                                "engine.toml"),
+      Contains("preemption_mode = \"swap\"") && Contains("swap_space = 0"));
 }

@@ -200,3 +200,175 @@ TEST_CASE("finished sequences leave their computed blocks cached for later reque
   KVGrant g = kv.grant(b);
   CHECK(g.admitted[0].num_cached_tokens == 4);  // block 2 held token 107 uncomputed
 }
+
+// ---- swap space ----
+
+namespace {
+/// Two sequences of 8 tokens filling a pool of 4 blocks of 4; sequence 1 then needs a third
+/// block, so sequence 2 (lower priority) is preempted.
+KVGrant fill_then_grow(KVCacheManager& kv, std::vector<int32_t>* blocks_of_2 = nullptr) {
+  KVAsk admit;
+  admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(8), 8, true, true, 0});
+  admit.waiting.push_back(KVWaitingAsk{2, iota_tokens(8, 500), 8, true, true, 0});
+  KVGrant g = kv.grant(admit);
+  REQUIRE(g.admitted.size() == 2);
+  if (blocks_of_2) *blocks_of_2 = g.admitted[1].block_ids;
+  KVAsk grow;
+  grow.running.push_back(KVRunningAsk{1, {7}, 8, 1});
+  grow.running.push_back(KVRunningAsk{2, {9}, 8, 1});
+  return kv.grant(grow);
+}
+}  // namespace
+
+TEST_CASE("swap mode: a preempted sequence's computed blocks are copied to CPU blocks",
+          "[kv][swap]") {
+  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  std::vector<int32_t> blocks2;
+  KVGrant g = fill_then_grow(kv, &blocks2);
+  REQUIRE(g.running.size() == 1);
+  CHECK(g.running[0].seq_id == 1);
+  CHECK(g.preempted.empty());
+  CHECK(g.swapped_out == std::vector<uint64_t>{2});
+  REQUIRE(g.swap_out.size() == 2);  // 8 computed tokens = 2 blocks
+  CHECK(g.swap_out[0].gpu_block == blocks2[0]);
+  CHECK(g.swap_out[1].gpu_block == blocks2[1]);
+  CHECK(g.swap_out[0].cpu_block != g.swap_out[1].cpu_block);
+  CHECK(g.swap_in.empty());
+  CHECK(kv.is_swapped(2));
+  CHECK_FALSE(kv.holds(2));
+  CHECK(kv.num_free_cpu_blocks() == 6);
+  CHECK(kv.stats().blocks_swapped_out == 2);
+  // The one GPU block sequence 1 took was one of sequence 2's (all others are in use).
+  CHECK(kv.stats().num_free_blocks == 1);
+}
+
+TEST_CASE("recompute mode and a full CPU pool both preempt by recompute", "[kv][swap]") {
+  SECTION("recompute mode") {
+    KVCacheManager kv(4, 4, false, PreemptionMode::recompute, 8);
+    KVGrant g = fill_then_grow(kv);
+    CHECK(g.preempted == std::vector<uint64_t>{2});
+    CHECK(g.swapped_out.empty());
+    CHECK(g.swap_out.empty());
+    CHECK(kv.stats().swap_fallbacks == 0);
+  }
+  SECTION("swap mode, one CPU block for a two-block sequence") {
+    KVCacheManager kv(4, 4, false, PreemptionMode::swap, 1);
+    KVGrant g = fill_then_grow(kv);
+    CHECK(g.preempted == std::vector<uint64_t>{2});
+    CHECK(g.swapped_out.empty());
+    CHECK(g.swap_out.empty());
+    CHECK_FALSE(kv.is_swapped(2));
+    CHECK(kv.num_free_cpu_blocks() == 1);
+    CHECK(kv.stats().swap_fallbacks == 1);
+  }
+  SECTION("swap mode, no CPU blocks at all") {
+    KVCacheManager kv(4, 4, false, PreemptionMode::swap, 0);
+    KVGrant g = fill_then_grow(kv);
+    CHECK(g.preempted == std::vector<uint64_t>{2});
+    CHECK(kv.stats().swap_fallbacks == 1);
+  }
+}
+
+TEST_CASE("swapped sequences come back before any waiting one is admitted", "[kv][swap]") {
+  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  REQUIRE(fill_then_grow(kv).swapped_out == std::vector<uint64_t>{2});
+  std::vector<int32_t> tokens2 = iota_tokens(8, 500);
+  tokens2.push_back(9);
+
+  // Sequence 1 holds 3 blocks; sequence 2 needs 3 (8 computed + 1 new): no room. A waiting
+  // one-block sequence would fit, but must not jump the swapped queue.
+  KVAsk ask;
+  ask.running.push_back(KVRunningAsk{1, {}, 9, 0});
+  ask.swapped.push_back(KVSwappedAsk{2, tokens2, 8, 1});
+  ask.waiting.push_back(KVWaitingAsk{3, iota_tokens(2, 900), 2, true, true, 0});
+  KVGrant g = kv.grant(ask);
+  CHECK(g.swapped_in.empty());
+  CHECK(g.swap_in.empty());
+  CHECK(g.admitted.empty());
+  CHECK(kv.is_swapped(2));
+
+  // Sequence 1 finishes: sequence 2 comes back into fresh blocks, then 3 is admitted.
+  KVAsk next;
+  next.released.push_back(KVRelease{1, {}, 9});
+  next.swapped.push_back(KVSwappedAsk{2, tokens2, 8, 1});
+  next.waiting.push_back(KVWaitingAsk{3, iota_tokens(2, 900), 2, true, true, 0});
+  g = kv.grant(next);
+  REQUIRE(g.swapped_in.size() == 1);
+  CHECK(g.swapped_in[0].seq_id == 2);
+  const std::vector<int32_t> table = g.swapped_in[0].block_ids;
+  REQUIRE(table.size() == 3);
+  REQUIRE(g.swap_in.size() == 2);  // the two swapped blocks; the third is new
+  CHECK(g.swap_in[0].gpu_block == table[0]);
+  CHECK(g.swap_in[1].gpu_block == table[1]);
+  CHECK(g.swap_out.empty());
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].seq_id == 3);
+  CHECK(kv.holds(2));
+  CHECK_FALSE(kv.is_swapped(2));
+  CHECK(kv.block_table(2) == table);
+  CHECK(kv.num_free_cpu_blocks() == 8);
+  CHECK(kv.stats().blocks_swapped_in == 2);
+
+  // Everything released: all GPU and CPU blocks are free again.
+  KVAsk done;
+  done.released.push_back(KVRelease{2, {}, 9});
+  done.released.push_back(KVRelease{3, {}, 2});
+  (void)kv.grant(done);
+  CHECK(kv.stats().num_free_blocks == 4);
+  CHECK(kv.num_free_cpu_blocks() == 8);
+  CHECK(kv.num_swapped() == 0);
+}
+
+TEST_CASE("a sequence aborted while swapped out gives its CPU blocks back", "[kv][swap]") {
+  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  REQUIRE(fill_then_grow(kv).swapped_out.size() == 1);
+  KVAsk abort;
+  abort.released.push_back(KVRelease{2, {}, 0});
+  abort.released.push_back(KVRelease{1, {}, 9});
+  (void)kv.grant(abort);
+  CHECK_FALSE(kv.is_swapped(2));
+  CHECK(kv.num_free_cpu_blocks() == 8);
+  CHECK(kv.stats().num_free_blocks == 4);
+}
+
+TEST_CASE("swapping out a sequence leaves the prefix blocks it shared intact", "[kv][swap]") {
+  // Two sequences with the same first block (prefix hit); the second is swapped out.
+  KVCacheManager kv(4, 4, true, PreemptionMode::swap, 8);
+  std::vector<int32_t> a = iota_tokens(8), b = iota_tokens(4);
+  for (int32_t t : iota_tokens(4, 700)) b.push_back(t);
+  KVAsk first;
+  first.waiting.push_back(KVWaitingAsk{1, a, 8, true, true, 0});
+  REQUIRE(kv.grant(first).admitted.size() == 1);
+  const int32_t shared = kv.block_table(1)[0];
+  KVAsk second;
+  second.running.push_back(KVRunningAsk{1, {}, 8, 0});
+  second.waiting.push_back(KVWaitingAsk{2, b, 8, true, true, 0});
+  KVGrant g = kv.grant(second);
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].num_cached_tokens == 4);
+  CHECK(kv.block_table(2)[0] == shared);
+  CHECK(kv.pool().ref_count(shared) == 2);
+  // 1 + 1 + the shared one = 3 of 4 blocks used. Both grow past 8 tokens: 1 takes the last.
+  KVAsk grow;
+  grow.running.push_back(KVRunningAsk{1, {1}, 8, 1});
+  grow.running.push_back(KVRunningAsk{2, {2}, 8, 1});
+  g = kv.grant(grow);
+  CHECK(g.swapped_out == std::vector<uint64_t>{2});
+  REQUIRE(g.swap_out.size() == 2);
+  CHECK(g.swap_out[0].gpu_block == shared);  // read, not freed: sequence 1 still holds it
+  CHECK(kv.pool().ref_count(shared) == 1);
+  CHECK(kv.pool().is_cached(shared));
+  CHECK(kv.block_table(1)[0] == shared);
+  // Back in: private blocks, none of them the shared one.
+  std::vector<int32_t> b2 = b;
+  b2.push_back(2);
+  KVAsk back;
+  back.released.push_back(KVRelease{1, {}, 9});
+  back.swapped.push_back(KVSwappedAsk{2, b2, 8, 1});
+  g = kv.grant(back);
+  REQUIRE(g.swapped_in.size() == 1);
+  for (int32_t blk : g.swapped_in[0].block_ids) {
+    CHECK(kv.pool().ref_count(blk) == 1);   // private: shared with nobody
+    CHECK_FALSE(kv.pool().is_cached(blk));  // and not registered in the prefix index
+  }
+}

@@ -22,50 +22,92 @@ int32_t fake_next(const std::vector<int32_t>& tokens) {
   return int32_t(h % kVocab);
 }
 
-/// Mirrors the executor's persistent batch and checks every plan against the KV grants.
+/// Mirrors the executor's persistent batch and checks every plan against the KV grants. It
+/// also keeps a fake KV cache (GPU and CPU pools): each slot holds the token whose "KV" was
+/// written there, swaps copy whole blocks, and before a step reads positions [0, start) of a
+/// sequence they must hold that sequence's tokens (so a lost or misplaced swap shows).
 class FakeExecutor {
  public:
-  explicit FakeExecutor(int32_t block_size) : block_size_(block_size) {}
+  explicit FakeExecutor(int32_t block_size, int32_t num_blocks = 1024, int32_t num_cpu_blocks = 0)
+      : block_size_(block_size),
+        gpu_(size_t(num_blocks) * size_t(block_size), -1),
+        cpu_(size_t(num_cpu_blocks) * size_t(block_size), -1) {}
 
   StepResult execute(const StepPlan& plan) {
     for (uint64_t id : plan.finished_seq_ids) seqs_.erase(id);
+    auto copy_block = [&](std::vector<int32_t>& dst, int32_t d, const std::vector<int32_t>& src,
+                          int32_t sblk) {
+      REQUIRE(size_t(d + 1) * size_t(block_size_) <= dst.size());
+      REQUIRE(size_t(sblk + 1) * size_t(block_size_) <= src.size());
+      std::copy_n(src.begin() + ptrdiff_t(sblk) * block_size_, block_size_,
+                  dst.begin() + ptrdiff_t(d) * block_size_);
+    };
+    for (const BlockSwap& b : plan.swap_out) copy_block(cpu_, b.cpu_block, gpu_, b.gpu_block);
+    for (const BlockSwap& b : plan.swap_in) copy_block(gpu_, b.gpu_block, cpu_, b.cpu_block);
+    blocks_swapped += plan.swap_out.size() + plan.swap_in.size();
     StepResult r;
     r.step_id = plan.step_id;
-    auto run = [&](uint64_t id, int32_t start, int32_t n) {
+    struct Run {
+      uint64_t id;
+      int32_t start, n;
+    };
+    std::vector<Run> runs;
+    auto schedule = [&](uint64_t id, int32_t start, int32_t n) {
       Seq& s = seqs_.at(id);
       REQUIRE(start == s.computed);  // no gaps, no recomputation without a reset
       REQUIRE(start + n <= int32_t(s.tokens.size()));
       REQUIRE(int32_t(s.blocks.size()) * block_size_ >= start + n);
-      s.computed = start + n;
-      ++tokens_computed;
+      runs.push_back(Run{id, start, n});
+    };
+    for (const NewSeq& n : plan.new_seqs) {
+      REQUIRE_FALSE(seqs_.contains(n.seq_id));
+      seqs_[n.seq_id] = Seq{n.token_ids, n.block_ids, n.num_computed_tokens, n.num_prompt_tokens,
+                            n.sampling.num_prompt_logprobs >= 0};
+      if (n.num_computed_tokens > 0) resumed.push_back({n.seq_id, n.num_computed_tokens});
+      schedule(n.seq_id, n.num_computed_tokens, n.num_new_tokens);
+    }
+    for (const CachedSeq& c : plan.cached_seqs) {
+      Seq& s = seqs_.at(c.seq_id);
+      s.tokens.insert(s.tokens.end(), c.appended_token_ids.begin(), c.appended_token_ids.end());
+      s.blocks.insert(s.blocks.end(), c.new_block_ids.begin(), c.new_block_ids.end());
+      schedule(c.seq_id, c.num_computed_tokens, c.num_new_tokens);
+    }
+    auto slot = [&](const Seq& s, int32_t p) -> int32_t& {
+      return gpu_[size_t(s.blocks[size_t(p / block_size_)]) * size_t(block_size_) +
+                  size_t(p % block_size_)];
+    };
+    // Like a forward: every KV write of the step lands before any attention reads.
+    for (const Run& run : runs) {
+      Seq& s = seqs_.at(run.id);
+      for (int32_t p = run.start; p < run.start + run.n; ++p) slot(s, p) = s.tokens[size_t(p)];
+    }
+    for (const Run& run : runs) {
+      Seq& s = seqs_.at(run.id);
+      for (int32_t p = 0; p < run.start + run.n; ++p) {
+        INFO("sequence " << run.id << " position " << p);
+        REQUIRE(slot(s, p) == s.tokens[size_t(p)]);
+      }
+      s.computed = run.start + run.n;
+      tokens_computed += uint64_t(run.n);
       SeqStepOutput o;
-      o.seq_id = id;
+      o.seq_id = run.id;
       if (s.computed == int32_t(s.tokens.size())) {
         o.sampled = true;
         o.token = fake_next(s.tokens);
         o.logprobs.chosen = LogprobEntry{o.token, -0.5f, 1};
       }
       if (s.prompt_logprobs)
-        for (int32_t p = start; p < std::min(start + n, s.num_prompt - 1); ++p)
-          o.prompt_logprobs.push_back(PositionLogprobs{LogprobEntry{s.tokens[size_t(p + 1)], -1.0f, 1}, {}});
+        for (int32_t p = run.start; p < std::min(run.start + run.n, s.num_prompt - 1); ++p)
+          o.prompt_logprobs.push_back(
+              PositionLogprobs{LogprobEntry{s.tokens[size_t(p + 1)], -1.0f, 1}, {}});
       r.outputs.push_back(std::move(o));
-    };
-    for (const NewSeq& n : plan.new_seqs) {
-      REQUIRE_FALSE(seqs_.contains(n.seq_id));
-      seqs_[n.seq_id] = Seq{n.token_ids, n.block_ids, n.num_computed_tokens, n.num_prompt_tokens,
-                            n.sampling.num_prompt_logprobs >= 0};
-      run(n.seq_id, n.num_computed_tokens, n.num_new_tokens);
-    }
-    for (const CachedSeq& c : plan.cached_seqs) {
-      Seq& s = seqs_.at(c.seq_id);
-      s.tokens.insert(s.tokens.end(), c.appended_token_ids.begin(), c.appended_token_ids.end());
-      s.blocks.insert(s.blocks.end(), c.new_block_ids.begin(), c.new_block_ids.end());
-      run(c.seq_id, c.num_computed_tokens, c.num_new_tokens);
     }
     return r;
   }
   size_t live() const { return seqs_.size(); }
   uint64_t tokens_computed = 0;
+  uint64_t blocks_swapped = 0;
+  std::vector<std::pair<uint64_t, int32_t>> resumed;  // (seq, num_computed) of NewSeqs with KV
 
  private:
   struct Seq {
@@ -76,6 +118,7 @@ class FakeExecutor {
     bool prompt_logprobs = false;
   };
   int32_t block_size_;
+  std::vector<int32_t> gpu_, cpu_;
   std::map<uint64_t, Seq> seqs_;
 };
 
@@ -87,12 +130,25 @@ struct Outcome {
 };
 
 /// Runs the scheduler to completion and returns every sequence's outputs.
+/// Swap settings of a run_all, and what it reports about them.
+struct SwapRun {
+  PreemptionMode mode = PreemptionMode::recompute;
+  int32_t cpu_blocks = 0;
+  SchedulerStats stats;  // at the end
+  KVStats kv;            // at the end
+  uint64_t tokens_computed = 0;
+  std::vector<std::pair<uint64_t, int32_t>> resumed;
+};
+
 std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int32_t block_size,
                                     bool prefix, std::vector<SeqSpec> specs,
-                                    uint64_t* preemptions = nullptr, int* steps = nullptr) {
+                                    uint64_t* preemptions = nullptr, int* steps = nullptr,
+                                    SwapRun* swap = nullptr) {
   Scheduler sched(cfg);
-  KVCacheManager kv(num_blocks, block_size, prefix);
-  FakeExecutor exec(block_size);
+  const PreemptionMode mode = swap ? swap->mode : PreemptionMode::recompute;
+  const int32_t cpu_blocks = swap ? swap->cpu_blocks : 0;
+  KVCacheManager kv(num_blocks, block_size, prefix, mode, cpu_blocks);
+  FakeExecutor exec(block_size, num_blocks, cpu_blocks);
   for (auto& s : specs) sched.add(s);
   std::map<uint64_t, Outcome> out;
   int n = 0;
@@ -106,7 +162,7 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
     REQUIRE(tokens <= cfg.max_num_batched_tokens);
     REQUIRE(plan.new_seqs.size() + plan.cached_seqs.size() <= size_t(cfg.max_num_seqs));
     if (plan.empty()) {
-      (void)exec.execute(plan);  // lets the executor forget finished sequences
+      (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
       continue;
     }
     for (auto& u : sched.on_result(exec.execute(plan))) {
@@ -120,8 +176,15 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
     }
   }
   CHECK(kv.stats().num_free_blocks == num_blocks);  // nothing leaked
+  CHECK(kv.stats().num_free_cpu_blocks == cpu_blocks);
   if (preemptions) *preemptions = sched.stats().num_preemptions;
   if (steps) *steps = n;
+  if (swap) {
+    swap->stats = sched.stats();
+    swap->kv = kv.stats();
+    swap->tokens_computed = exec.tokens_computed;
+    swap->resumed = exec.resumed;
+  }
   return out;
 }
 
@@ -278,4 +341,115 @@ TEST_CASE("the scheduler refuses impossible sequences", "[sched]") {
   sched.add(make_spec(1, 4, 1));
   CHECK_THROWS_WITH(sched.add(make_spec(1, 4, 1)), Catch::Contains("already in use"));
   CHECK_THROWS_AS(Scheduler({0, 8, 16, true}), Error);
+}
+
+TEST_CASE("swap: preempted sequences are swapped out and back, nothing is recomputed",
+          "[sched][swap]") {
+  std::vector<SeqSpec> specs;
+  uint64_t total_positions = 0;  // every position computed exactly once without recompute
+  for (uint64_t i = 0; i < 12; ++i) {
+    specs.push_back(
+        make_spec(i + 1, 3 + int32_t(i * 7 % 40), 5 + int32_t(i % 4) * 6, int32_t(i * 13)));
+    total_positions +=
+        specs.back().prompt_token_ids.size() + uint64_t(specs.back().stop.max_tokens) - 1;
+  }
+  SchedulerConfig cfg{64, 8, 1024, true};
+  SECTION("CPU pool large enough") {
+    SwapRun swap{PreemptionMode::swap, 64};
+    auto out = run_all(cfg, 20, 4, false, specs, nullptr, nullptr, &swap);
+    for (const auto& s : specs) {
+      CHECK(out.at(s.seq_id).finish == FinishReason::length);
+      CHECK(out.at(s.seq_id).tokens == alone(s.prompt_token_ids, s.stop.max_tokens));
+    }
+    CHECK(swap.stats.num_swap_outs > 0);
+    CHECK(swap.stats.num_swap_ins == swap.stats.num_swap_outs);
+    CHECK(swap.stats.num_preemptions == swap.stats.num_swap_outs);  // no recompute
+    CHECK(swap.stats.num_swapped == 0);
+    CHECK(swap.kv.blocks_swapped_out > 0);
+    CHECK(swap.kv.blocks_swapped_in == swap.kv.blocks_swapped_out);
+    CHECK(swap.kv.swap_fallbacks == 0);
+    CHECK(swap.tokens_computed == total_positions);
+    // Swapped-in sequences resumed where they were (the fake executor checked their KV).
+    CHECK(swap.resumed.size() == swap.stats.num_swap_ins);
+    for (const auto& [id, computed] : swap.resumed) CHECK(computed > 0);
+  }
+  SECTION("CPU pool too small for any sequence: recompute") {
+    SwapRun swap{PreemptionMode::swap, 1};
+    auto out = run_all(cfg, 20, 4, false, specs, nullptr, nullptr, &swap);
+    for (const auto& s : specs)
+      CHECK(out.at(s.seq_id).tokens == alone(s.prompt_token_ids, s.stop.max_tokens));
+    CHECK(swap.stats.num_preemptions > 0);
+    CHECK(swap.stats.num_swap_outs == 0);
+    CHECK(swap.kv.swap_fallbacks == swap.stats.num_preemptions);
+    CHECK(swap.tokens_computed > total_positions);  // recomputed
+  }
+  SECTION("CPU pool for some: a mix of both, with prefix caching and chunked prompts") {
+    SwapRun swap{PreemptionMode::swap, 6};
+    auto out = run_all({16, 8, 1024, true}, 20, 4, true, specs, nullptr, nullptr, &swap);
+    for (const auto& s : specs)
+      CHECK(out.at(s.seq_id).tokens == alone(s.prompt_token_ids, s.stop.max_tokens));
+    CHECK(swap.stats.num_swap_outs > 0);
+    CHECK(swap.stats.num_swap_ins == swap.stats.num_swap_outs);
+  }
+}
+
+TEST_CASE("swap: the scheduler keeps num_computed_tokens across a swap", "[sched][swap]") {
+  // Two sequences in a cache of 4 blocks of 4: both prompts take 2 blocks; the first to grow
+  // past 8 tokens swaps the other out.
+  Scheduler sched({64, 8, 1024, true});
+  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  FakeExecutor exec(4, 4, 8);
+  sched.add(make_spec(1, 7, 9));  // 16 tokens: the whole cache, alone
+  sched.add(make_spec(2, 7, 3, 50));
+  StepPlan plan;
+  int32_t computed_at_swap = -1;
+  for (int step = 0; step < 50 && computed_at_swap < 0; ++step) {
+    plan = sched.apply(kv.grant(sched.propose()));
+    if (!plan.swap_out.empty()) {
+      CHECK(sched.stats().num_swapped == 1);
+      CHECK(sched.stats().num_swap_outs == 1);
+      computed_at_swap = 8;  // 7 prompt tokens + 1 output computed: 2 blocks' worth
+      CHECK(plan.swap_out.size() == 2);
+      CHECK(plan.finished_seq_ids == std::vector<uint64_t>{2});
+    }
+    (void)sched.on_result(exec.execute(plan));
+  }
+  REQUIRE(computed_at_swap == 8);
+  // Sequence 1 runs to the end; then 2 comes back with its 8 computed tokens and one new one.
+  bool back = false;
+  while (sched.has_work() || sched.has_pending_releases()) {
+    plan = sched.apply(kv.grant(sched.propose()));
+    for (const NewSeq& n : plan.new_seqs) {
+      if (n.seq_id != 2) continue;
+      back = true;
+      CHECK(n.num_computed_tokens == 8);
+      CHECK(n.num_new_tokens == 1);
+      CHECK(n.token_ids.size() == 9);
+      CHECK(plan.swap_in.size() == 2);
+    }
+    (void)sched.on_result(exec.execute(plan));
+  }
+  CHECK(back);
+  CHECK(sched.stats().num_swap_ins == 1);
+  CHECK(kv.stats().num_free_blocks == 4);
+  CHECK(kv.num_free_cpu_blocks() == 8);
+}
+
+TEST_CASE("swap: aborting a swapped-out sequence frees its CPU blocks", "[sched][swap]") {
+  Scheduler sched({64, 8, 1024, true});
+  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  FakeExecutor exec(4, 4, 8);
+  sched.add(make_spec(1, 7, 20));
+  sched.add(make_spec(2, 7, 20, 50));
+  for (int step = 0; step < 50 && sched.stats().num_swapped == 0; ++step)
+    (void)sched.on_result(exec.execute(sched.apply(kv.grant(sched.propose()))));
+  REQUIRE(sched.stats().num_swapped == 1);
+  CHECK(kv.num_free_cpu_blocks() == 6);
+  CHECK(sched.abort(2));
+  CHECK(sched.stats().num_swapped == 0);
+  CHECK(sched.abort(1));
+  (void)exec.execute(sched.apply(kv.grant(sched.propose())));
+  CHECK(kv.num_free_cpu_blocks() == 8);
+  CHECK(kv.stats().num_free_blocks == 4);
+  CHECK_FALSE(sched.has_work());
 }
