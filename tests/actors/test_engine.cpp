@@ -99,10 +99,13 @@ TEST_CASE("greedy tokens through the actors equal transformers', however the bat
       a.block_size = 8;  // the smallest the CUDA kernels take
       a.max_num_batched_tokens = 16;
       a.max_num_seqs = 4;
-      a.num_gpu_blocks_override = 20;  // 160 tokens: the 5 prompts (167 tokens + 120) cannot all fit
+      // 128 tokens: the 5 prompts (167 tokens + 120) cannot all fit, and the running ones
+      // outgrow the cache (20 blocks happened to fit the first four without a preemption).
+      a.num_gpu_blocks_override = 16;
       a.max_model_len = 128;
       LLM llm(a);
       check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      CHECK(llm.scheduler_stats().num_preemptions > 0);
     }
   }
 }
