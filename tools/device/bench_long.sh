@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The offline-throughput benchmark on the GPU machine (after gpu_check.sh unpacked the
+# bundle into /tmp/troupe_cuda): Llama-3-8B shape, bf16, dummy weights, 1000 prompts of 1000
+# tokens in and 1000 out. JSON into $OUT/throughput_1000.json.
+#   BENCH_MAX_NUM_SEQS=N to change max_num_seqs (default: troupe's, 256).
+set -uo pipefail
+out=${OUT:-/tmp/troupe_cuda_out}
+root=/tmp/troupe_cuda
+cublas=$(dirname "$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
+export LD_LIBRARY_PATH="$root/lib:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+extra=""
+[[ -n ${BENCH_MAX_NUM_SEQS:-} ]] && extra="--max-num-seqs $BENCH_MAX_NUM_SEQS"
+echo "=== bench throughput: 1000 prompts, 1000 in, 1000 out ${extra} ==="
+timeout 420 "$root/bin/troupe" --log-level info bench throughput \
+  --model configs/models/llama-3-8b --load-format dummy --dtype bfloat16 --max-model-len 4096 \
+  --num-prompts 1000 --input-len 1000 --output-len 1000 $extra \
+  --output-json "$out/throughput_1000.json" 2>&1 | grep -vE "it/s|^\s*$" | tail -n 20
