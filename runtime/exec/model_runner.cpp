@@ -148,23 +148,39 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_s
   size_swap_space(init, per_block);
 }
 
-void ModelRunner::allocate_kv(int64_t num_blocks) {
-  const KVCacheShape shape = model_->kv_cache_shape();
-  const size_t per_block = shape.bytes_per_block(block_size_);
-  kv_ = KVCacheView{};
-  kv_buffer_ = Buffer{};
-  const size_t layer_bytes = size_t(num_blocks) * per_block / size_t(2 * shape.num_layers);
-  kv_buffer_ = backend_->allocate(layer_bytes * size_t(2 * shape.num_layers));
-  kv_.block_size = block_size_;
-  kv_.num_blocks = int32_t(num_blocks);
-  auto* base = static_cast<char*>(kv_buffer_.data());
+namespace {
+/// Bytes of one layer's K (or V) for num_blocks blocks.
+size_t kv_layer_bytes(const KVCacheShape& shape, int32_t block_size, int64_t num_blocks) {
+  return size_t(num_blocks) * shape.bytes_per_block(block_size) / size_t(2 * shape.num_layers);
+}
+
+/// The per-layer K and V tensors [num_blocks, block_size, num_kv_heads, d] laid out in `buf`
+/// (layer 0 K, layer 0 V, layer 1 K, ...), on the buffer's device.
+KVCacheView kv_view(const Buffer& buf, const KVCacheShape& shape, int32_t block_size,
+                    int64_t num_blocks) {
+  KVCacheView view;
+  view.block_size = block_size;
+  view.num_blocks = int32_t(num_blocks);
+  const size_t layer_bytes = kv_layer_bytes(shape, block_size, num_blocks);
+  auto* base = static_cast<char*>(buf.data());
   for (int32_t l = 0; l < shape.num_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
-      Tensor t(base + size_t(2 * l + kv) * layer_bytes, shape.dtype, backend_->device(),
-               {num_blocks, block_size_, shape.num_kv_heads, shape.head_dim});
-      (kv == 0 ? kv_.k : kv_.v).push_back(t);
+      Tensor t(base + size_t(2 * l + kv) * layer_bytes, shape.dtype, buf.device(),
+               {num_blocks, block_size, shape.num_kv_heads, shape.head_dim});
+      (kv == 0 ? view.k : view.v).push_back(t);
     }
   }
+  return view;
+}
+}  // namespace
+
+void ModelRunner::allocate_kv(int64_t num_blocks) {
+  const KVCacheShape shape = model_->kv_cache_shape();
+  kv_ = KVCacheView{};
+  kv_buffer_ = Buffer{};
+  kv_buffer_ = backend_->allocate(kv_layer_bytes(shape, block_size_, num_blocks) *
+                                  size_t(2 * shape.num_layers));
+  kv_ = kv_view(kv_buffer_, shape, block_size_, num_blocks);
 }
 
 void ModelRunner::profile_max_step() {
@@ -219,18 +235,9 @@ void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
     return;
   }
   const KVCacheShape shape = model_->kv_cache_shape();
-  const size_t layer_bytes = size_t(n) * per_block / size_t(2 * shape.num_layers);
-  kv_host_buffer_ = backend_->allocate_host(layer_bytes * size_t(2 * shape.num_layers));
-  kv_host_.block_size = block_size_;
-  kv_host_.num_blocks = int32_t(n);
-  auto* base = static_cast<char*>(kv_host_buffer_.data());
-  for (int32_t l = 0; l < shape.num_layers; ++l) {
-    for (int kv = 0; kv < 2; ++kv) {
-      Tensor t(base + size_t(2 * l + kv) * layer_bytes, shape.dtype, kv_host_buffer_.device(),
-               {n, block_size_, shape.num_kv_heads, shape.head_dim});
-      (kv == 0 ? kv_host_.k : kv_host_.v).push_back(t);
-    }
-  }
+  kv_host_buffer_ =
+      backend_->allocate_host(kv_layer_bytes(shape, block_size_, n) * size_t(2 * shape.num_layers));
+  kv_host_ = kv_view(kv_host_buffer_, shape, block_size_, n);
   spdlog::info("executor: swap space of {} KV blocks ({:.1f} MiB of host memory)", n,
                double(kv_host_buffer_.bytes()) / double(1 << 20));
 }
