@@ -31,7 +31,9 @@ void zero_padding_rows(const AttentionArgs& a, int elem_bytes, cudaStream_t stre
 }  // namespace
 
 cudaError_t attention_init() {
-  return attention_prefill_init();
+  const cudaError_t p = attention_prefill_init();
+  const cudaError_t d = attention_decode_init();
+  return p != cudaSuccess ? p : d;
 }
 
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
@@ -53,7 +55,7 @@ int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace
 }
 
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           cudaStream_t stream) {
+                           bool pipelined_decode, cudaStream_t stream) {
   if (a.num_seqs <= 0) {  // no decode grid to zero the padding rows
     zero_padding_rows(a, 2, stream);
     return;
@@ -62,7 +64,7 @@ void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const 
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
   if (a.max_query_len >= 2) launch_attention_prefill(dt, a, stream);
-  launch_attention_decode(dt, a, decode_num_splits(a, num_sms, ws), ws, stream);
+  launch_attention_decode(dt, a, decode_num_splits(a, num_sms, ws), pipelined_decode, ws, stream);
 }
 
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream) {

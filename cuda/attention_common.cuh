@@ -55,8 +55,10 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t str
 cudaError_t attention_prefill_init();
 
 /// Split-KV decode over sequences with q_len == 1 (+ the reduction when splits > 1).
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+/// `pipelined`: the cp.async two-stage variant (experimental) instead of the register one.
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, bool pipelined,
                              const DecodeWorkspace& ws, cudaStream_t stream);
+cudaError_t attention_decode_init();
 
 /// Simple f32 kernel over every query row (no padding rows).
 void launch_attention_f32_rows(const AttentionArgs& a, cudaStream_t stream);

@@ -248,6 +248,247 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- the pipelined variant (TROUPE_DECODE_ATTENTION=pipelined; experimental) ----
+//
+// Same grid, splits, partials and reduction as decode_kernel, but K and V reach the CTA through
+// shared memory with cp.async in two stages: while the CTA computes on chunk i (scores, the
+// softmax update, P V, all reading shared memory), the copies of chunk i + 1 are in flight, so
+// the KV stream never waits on the arithmetic. Registers hold only the accumulators (a GQA
+// group of up to 4 heads needs half of decode_kernel's), which lets more CTAs share an SM. The
+// key groups' partial sums meet in the (then idle) stage buffers at the end.
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+template <int D>
+constexpr int pipe_keys() {  // keys per stage
+  return D > 128 ? 32 : 64;
+}
+
+template <class T, int D, int GM>
+constexpr size_t pipe_smem_bytes() {
+  constexpr int SUB = pipe_keys<D>();
+  constexpr int NG = kThreads / lanes_per_key<D>();
+  constexpr size_t stages = size_t(2) * 2 * SUB * D * sizeof(T);  // 2 stages of K and V
+  constexpr size_t red = size_t(NG) * GM * D * sizeof(float);      // aliases the stages
+  static_assert(red <= stages, "the key groups' partial sums must fit the stage buffers");
+  return stages + sizeof(float) * (size_t(GM) * D + size_t(GM) * SUB + 3 * GM);
+}
+
+template <class T, int D, int GM>
+__global__ void __launch_bounds__(kThreads)
+    decode_pipelined_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
+                            float* __restrict__ part_ml) {
+  constexpr int CH = D / 8;
+  constexpr int LPK = lanes_per_key<D>();
+  constexpr int NG = kThreads / LPK;
+  constexpr int SUB = pipe_keys<D>();
+  constexpr int KPG = SUB / NG;  // keys per key group per stage
+  static_assert(KPG * NG == SUB, "a stage must split evenly over the key groups");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* ks = reinterpret_cast<T*>(smem_raw);  // [2][SUB][D]
+  T* vs = ks + 2 * SUB * D;                // [2][SUB][D]
+  float* qs = reinterpret_cast<float*>(vs + 2 * SUB * D);  // [GM][D]
+  float* sc = qs + GM * D;                                 // [GM][SUB]
+  float* m_s = sc + GM * SUB;
+  float* l_s = m_s + GM;
+  float* alpha_s = l_s + GM;
+  float* red = reinterpret_cast<float*>(smem_raw);  // [NG][GM][D], after the last stage
+
+  pdl_wait();
+  zero_padding<T, D>(a);
+  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  const SeqInfo seq = load_seq(a, s);
+  if (!seq.ok) {
+    if (split == 0 && kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
+    return;
+  }
+  if (seq.q_len != 1) return;
+  const int n_split = seq_splits(seq.kv_len, splits);
+  if (split >= n_split) return;
+  const int per_split = (seq.kv_len + n_split - 1) / n_split;
+  const int start = split * per_split;
+  const int end = min(seq.kv_len, start + per_split);
+  const int nchunks = (end - start + SUB - 1) / SUB;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = tid / LPK, li = tid % LPK;
+  const bool lane_on = li < CH;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t q_stride = int64_t(a.num_heads) * D;
+  const float scale_log2 = a.scale * kLog2e;
+  const T* qrow = static_cast<const T*>(a.q) + int64_t(seq.q_begin) * q_stride;
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+
+  // Copies of chunk ci into stage st: every (key, 16-byte chunk) of K and V; keys past the
+  // range (or behind a bad block-table entry) are zero-filled.
+  const auto issue = [&](int ci, int st) {
+    const int c0 = start + ci * SUB;
+    const int cn = min(SUB, end - c0);
+    for (int idx = tid; idx < SUB * CH; idx += kThreads) {
+      const int jj = idx / CH, cc = idx % CH;
+      int64_t off = -1;
+      if (jj < cn) off = kv_offset(a, table, c0 + jj, kvh, D);
+      const int64_t src = off >= 0 ? off + cc * 8 : 0;
+      const int bytes = off >= 0 ? 16 : 0;
+      cp_async16(ks + (st * SUB + jj) * D + cc * 8, kc + src, bytes);
+      cp_async16(vs + (st * SUB + jj) * D + cc * 8, vc + src, bytes);
+    }
+  };
+
+  for (int g0 = 0; g0 < group; g0 += GM) {
+    const int gn = min(GM, group - g0);
+    for (int idx = tid; idx < gn * D; idx += kThreads) {
+      const int gi = idx / D, d = idx % D;
+      qs[gi * D + d] = to_f32(qrow[int64_t(kvh * group + g0 + gi) * D + d]) * scale_log2;
+    }
+    if (tid < GM) {
+      m_s[tid] = -INFINITY;
+      l_s[tid] = 0.0f;
+    }
+    float acc[GM][8];
+#pragma unroll
+    for (int gi = 0; gi < GM; ++gi)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
+
+    issue(0, 0);
+    cp_async_commit();
+    for (int ci = 0; ci < nchunks; ++ci) {
+      const int st = ci & 1;
+      const int cn = min(SUB, end - (start + ci * SUB));
+      if (ci + 1 < nchunks) issue(ci + 1, st ^ 1);
+      cp_async_commit();  // possibly empty: keeps the group count uniform
+      cp_async_wait<1>();  // this thread's copies of chunk ci have landed
+      __syncthreads();     // everyone's have (and qs, m_s, l_s are set)
+      const T* kst = ks + st * SUB * D;
+      const T* vst = vs + st * SUB * D;
+
+      // (1) scores
+#pragma unroll
+      for (int it = 0; it < KPG; ++it) {
+        const int jj = it * NG + grp;
+        float kf[8];
+        if (lane_on) {
+          load16(kst + jj * D + li * 8, kf);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
+        }
+#pragma unroll
+        for (int gi = 0; gi < GM; ++gi) {
+          if (gi < gn) {
+            float dot = 0.0f;
+            if (lane_on) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) dot += kf[e] * qs[gi * D + li * 8 + e];
+            }
+#pragma unroll
+            for (int off = LPK / 2; off > 0; off >>= 1)
+              dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (li == 0 && jj < cn) sc[gi * SUB + jj] = dot;
+          }
+        }
+      }
+      __syncthreads();
+
+      // (2) online softmax update, one warp per head
+      for (int gi = warp; gi < gn; gi += kThreads / 32) {
+        float mx = -INFINITY;
+        for (int jj = lane; jj < cn; jj += 32) mx = fmaxf(mx, sc[gi * SUB + jj]);
+        mx = warp_max(mx);
+        const float m_old = m_s[gi];
+        const float m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        for (int jj = lane; jj < cn; jj += 32) {
+          const float p = exp2f(sc[gi * SUB + jj] - m_new);
+          sc[gi * SUB + jj] = p;
+          sum += p;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+          const float alpha = exp2f(m_old - m_new);
+          alpha_s[gi] = alpha;
+          l_s[gi] = l_s[gi] * alpha + sum;
+          m_s[gi] = m_new;
+        }
+      }
+      __syncthreads();
+
+      // (3) acc = acc * alpha + P V
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi) {
+        if (gi < gn) {
+          const float alpha = alpha_s[gi];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[gi][e] *= alpha;
+        }
+      }
+      if (lane_on) {
+#pragma unroll
+        for (int it = 0; it < KPG; ++it) {
+          const int jj = it * NG + grp;
+          if (jj >= cn) continue;
+          float vf[8];
+          load16(vst + jj * D + li * 8, vf);
+#pragma unroll
+          for (int gi = 0; gi < GM; ++gi) {
+            if (gi < gn) {
+              const float p = sc[gi * SUB + jj];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[gi][e] += p * vf[e];
+            }
+          }
+        }
+      }
+      __syncthreads();  // stage st is refilled two chunks on; sc and alpha_s next chunk
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // no copy still lands in the stages that red reuses
+
+    // Combine the key groups and write.
+    if (lane_on) {
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi)
+        if (gi < gn)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) red[(grp * GM + gi) * D + li * 8 + e] = acc[gi][e];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < gn * D; idx += kThreads) {
+      const int gi = idx / D, d = idx % D;
+      float o = 0.0f;
+#pragma unroll
+      for (int gr = 0; gr < NG; ++gr) o += red[(gr * GM + gi) * D + d];
+      const int h = kvh * group + g0 + gi;
+      if (n_split == 1) {
+        T* out = static_cast<T*>(a.out);
+        out[int64_t(seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
+      } else {
+        const int64_t part = (int64_t(s) * a.num_heads + h) * splits + split;
+        part_o[part * D + d] = o;
+        if (d == 0) {
+          part_ml[part * 2] = m_s[gi];
+          part_ml[part * 2 + 1] = l_s[gi];
+        }
+      }
+    }
+    __syncthreads();  // qs, m_s, l_s, red and the stages are reused by the next pass
+  }
+}
+
 // One CTA per (query head, sequence): out = sum_i o_i 2^(m_i - M) / sum_i l_i 2^(m_i - M).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -275,13 +516,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class T, int D, int GM>
+cudaError_t init_pipelined() {
+  return cudaFuncSetAttribute(decode_pipelined_kernel<T, D, GM>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(pipe_smem_bytes<T, D, GM>()));
+}
+
 template <class T, int D>
-void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
+cudaError_t init_dim() {
+  const cudaError_t a = init_pipelined<T, D, 4>();
+  const cudaError_t b = init_pipelined<T, D, 8>();
+  return a != cudaSuccess ? a : b;
+}
+
+template <class T>
+cudaError_t init_type() {
+  const cudaError_t r[] = {init_dim<T, 16>(), init_dim<T, 32>(), init_dim<T, 64>(),
+                           init_dim<T, 80>(), init_dim<T, 96>(), init_dim<T, 128>(),
+                           init_dim<T, 256>()};
+  for (cudaError_t e : r)
+    if (e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+
+template <class T, int D>
+void launch_typed(const AttentionArgs& a, int splits, bool pipelined, const DecodeWorkspace& ws,
                   cudaStream_t stream) {
   float* part_o = ws.data;
   float* part_ml = splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * D : nullptr;
   const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-  launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
+  const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
+  if (!pipelined)
+    launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
+  else if (group <= 4)
+    launch_pdl(decode_pipelined_kernel<T, D, 4>, grid, dim3(kThreads),
+               pipe_smem_bytes<T, D, 4>(), stream, a, splits, part_o, part_ml);
+  else
+    launch_pdl(decode_pipelined_kernel<T, D, 8>, grid, dim3(kThreads),
+               pipe_smem_bytes<T, D, 8>(), stream, a, splits, part_o, part_ml);
   if (splits > 1) {
     const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
     launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,
@@ -290,29 +563,29 @@ void launch_typed(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
 }
 
 template <class T>
-void launch_dim(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
+void launch_dim(const AttentionArgs& a, int splits, bool pipelined, const DecodeWorkspace& ws,
                 cudaStream_t stream) {
   switch (a.head_dim) {
     case 16:
-      launch_typed<T, 16>(a, splits, ws, stream);
+      launch_typed<T, 16>(a, splits, pipelined, ws, stream);
       break;
     case 32:
-      launch_typed<T, 32>(a, splits, ws, stream);
+      launch_typed<T, 32>(a, splits, pipelined, ws, stream);
       break;
     case 64:
-      launch_typed<T, 64>(a, splits, ws, stream);
+      launch_typed<T, 64>(a, splits, pipelined, ws, stream);
       break;
     case 80:
-      launch_typed<T, 80>(a, splits, ws, stream);
+      launch_typed<T, 80>(a, splits, pipelined, ws, stream);
       break;
     case 96:
-      launch_typed<T, 96>(a, splits, ws, stream);
+      launch_typed<T, 96>(a, splits, pipelined, ws, stream);
       break;
     case 128:
-      launch_typed<T, 128>(a, splits, ws, stream);
+      launch_typed<T, 128>(a, splits, pipelined, ws, stream);
       break;
     case 256:
-      launch_typed<T, 256>(a, splits, ws, stream);
+      launch_typed<T, 256>(a, splits, pipelined, ws, stream);
       break;
     default:
       break;
@@ -321,16 +594,22 @@ void launch_dim(const AttentionArgs& a, int splits, const DecodeWorkspace& ws,
 
 }  // namespace
 
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+cudaError_t attention_decode_init() {
+  const cudaError_t a = init_type<__nv_bfloat16>();
+  const cudaError_t b = init_type<__half>();
+  return a != cudaSuccess ? a : b;
+}
+
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, bool pipelined,
                              const DecodeWorkspace& ws, cudaStream_t stream) {
   // Launched even when the host maxima say there is nothing to do: every CTA checks its
   // sequence against them, so inconsistent metadata is reported rather than left unwritten.
   if (a.num_seqs <= 0 || a.num_heads <= 0) return;
   if (splits < 1) splits = 1;
   if (dt == DType::bf16)
-    launch_dim<__nv_bfloat16>(a, splits, ws, stream);
+    launch_dim<__nv_bfloat16>(a, splits, pipelined, ws, stream);
   else if (dt == DType::f16)
-    launch_dim<__half>(a, splits, ws, stream);
+    launch_dim<__half>(a, splits, pipelined, ws, stream);
 }
 
 }  // namespace troupe::cuda

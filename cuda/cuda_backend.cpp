@@ -139,6 +139,10 @@ class CudaBackendImpl final : public CudaBackend {
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
+    // TROUPE_DECODE_ATTENTION=pipelined: the experimental cp.async decode kernel.
+    if (const char* d = std::getenv("TROUPE_DECODE_ATTENTION");
+        d != nullptr && std::string_view(d) == "pipelined")
+      pipelined_decode_ = true;
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
@@ -524,7 +528,7 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
                                      decode_workspace_.bytes() / sizeof(float)};
-      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, stream_);
+      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, pipelined_decode_, stream_);
     }
     after_launch("attention");
   }
@@ -722,6 +726,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_workspace_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
+  bool pipelined_decode_ = false;  // decode attention through shared memory (cp.async)
   cuda::CudaSampler sampler_;
 };
 

@@ -142,8 +142,10 @@ int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
 /// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
+/// pipelined_decode: the decode kernel's cp.async two-stage variant (experimental, off unless
+/// TROUPE_DECODE_ATTENTION=pipelined).
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           cudaStream_t stream);
+                           bool pipelined_decode, cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);

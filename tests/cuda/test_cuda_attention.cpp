@@ -3,6 +3,7 @@
 // long decodes (split-KV with a reduction), shuffled block tables, padding rows past the last
 // sequence (which both backends zero).
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "tests/cuda/cuda_harness.hpp"
@@ -112,14 +113,10 @@ TEST_CASE("cuda attention matches the CPU for every head dim and block size", "[
       for (int bs : {8, 16, 32}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "mixed GQA"}, rng);
 }
 
-TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  Pair p;
-  std::mt19937_64 rng(12);
+std::vector<AttnCase> shape_cases() {
   std::vector<SeqSpec> many_decodes;
   for (int s = 0; s < 64; ++s) many_decodes.push_back({1, 1 + (s * 37) % 300});
-  const std::vector<AttnCase> cases = {
+  return {
       {4, 4, 128, 16, kMixed, 0, "mixed MHA"},
       {16, 1, 128, 16, kMixed, 2, "mixed MQA (16 heads per KV head)"},
       {12, 1, 64, 32, kMixed, 0, "mixed MQA (12 heads per KV head)"},
@@ -129,8 +126,36 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
       {8, 8, 128, 32, {{300, 300}}, 0, "long prefill"},
       {8, 2, 96, 8, {{2, 2}, {3, 500}, {65, 65}, {64, 128}}, 0, "short chunks and tile edges"},
   };
+}
+
+TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
+          "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(12);
   for (DType dt : kFloatTypes)
-    for (const AttnCase& c : cases) run_case(p, dt, c, rng);
+    for (const AttnCase& c : shape_cases()) run_case(p, dt, c, rng);
+}
+
+// The experimental decode kernel (cp.async, two stages; TROUPE_DECODE_ATTENTION=pipelined):
+// every case above again, with every head dim and block size.
+TEST_CASE("cuda attention: the pipelined decode kernel matches the CPU too",
+          "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  ::setenv("TROUPE_DECODE_ATTENTION", "pipelined", 1);
+  Pair p;  // its CUDA backend reads the variable once, when it is made
+  ::unsetenv("TROUPE_DECODE_ATTENTION");
+  std::mt19937_64 rng(13);
+  for (DType dt : kFloatTypes) {
+    for (int d : {16, 32, 64, 80, 96, 128, 256})
+      for (int bs : {8, 16, 32})
+        run_case(p, dt, {8, 2, d, bs, kMixed, 3, "pipelined decode, mixed GQA"}, rng);
+    for (const AttnCase& c : shape_cases()) {
+      AttnCase pc = c;
+      pc.label = "pipelined decode, " + c.label;
+      run_case(p, dt, pc, rng);
+    }
+  }
 }
 
 TEST_CASE("cuda attention with max_seq_len and max_query_len above the batch's",
