@@ -258,7 +258,7 @@ TEST_CASE("cuda act_mul (silu, gelu, gelu tanh) matches the CPU", "[cuda][ops]")
   }
 }
 
-TEST_CASE("cuda upload, download and copy round-trip; memory_info is sane", "[cuda][memory]") {
+TEST_CASE("cuda upload, download and copy round-trip, and memory_info is sane", "[cuda][memory]") {
   TROUPE_REQUIRE_GPU();
   Pair p;
   std::mt19937_64 rng(7);

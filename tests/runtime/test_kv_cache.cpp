@@ -83,7 +83,7 @@ TEST_CASE("an evicted parent invalidates its cached children", "[kv]") {
   CHECK_FALSE(pool.acquire_cached(*p, t1, 0));
 }
 
-TEST_CASE("running sequences grow; when blocks run out the lowest priority is preempted",
+TEST_CASE("running sequences grow, and when blocks run out the lowest priority is preempted",
           "[kv]") {
   KVCacheManager kv(4, 4, false);
   KVAsk admit;
