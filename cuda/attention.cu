@@ -31,9 +31,7 @@ void zero_padding_rows(const AttentionArgs& a, int elem_bytes, cudaStream_t stre
 }  // namespace
 
 cudaError_t attention_init() {
-  const cudaError_t p = attention_prefill_init();
-  const cudaError_t d = attention_decode_init();
-  return p != cudaSuccess ? p : d;
+  return attention_prefill_init();
 }
 
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {

@@ -58,7 +58,6 @@ cudaError_t attention_prefill_init();
 /// `pipelined`: the cp.async two-stage variant (experimental) instead of the register one.
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, bool pipelined,
                              const DecodeWorkspace& ws, cudaStream_t stream);
-cudaError_t attention_decode_init();
 
 /// Simple f32 kernel over every query row (no padding rows).
 void launch_attention_f32_rows(const AttentionArgs& a, cudaStream_t stream);

@@ -141,8 +141,11 @@ class CudaBackendImpl final : public CudaBackend {
       use_gemv_ = false;
     // TROUPE_DECODE_ATTENTION=pipelined: the experimental cp.async decode kernel.
     if (const char* d = std::getenv("TROUPE_DECODE_ATTENTION");
-        d != nullptr && std::string_view(d) == "pipelined")
+        d != nullptr && std::string_view(d) == "pipelined") {
+      check_cuda(cuda::attention_decode_init(),
+                 "make_cuda_backend: pipelined decode attention kernel attributes");
       pipelined_decode_ = true;
+    }
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");

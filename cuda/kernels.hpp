@@ -136,6 +136,8 @@ inline constexpr bool attention_block_size_supported(int bs) {
 
 /// Raises the dynamic shared-memory limits of the attention kernels (once per device).
 cudaError_t attention_init();
+/// The same for the experimental pipelined decode kernel (only when it is asked for).
+cudaError_t attention_decode_init();
 
 /// Split count the decode kernel will use for this batch (exposed for tests and the bench).
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
