@@ -44,12 +44,13 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
   backend_->synchronize();
   const MemoryInfo at_start = backend_->memory_info();
   config_ = load_model_config(init.model_dir);
-  if (init.dtype != "auto") {
-    auto dt = parse_dtype(init.dtype);
-    if (!dt || !is_float(*dt))
-      fail("dtype = '{}': expected auto, float32, bfloat16 or float16", init.dtype);
-    config_.dtype = *dt;
-  }
+  const DType stored = config_.dtype;
+  config_.dtype = resolve_model_dtype(init.dtype, stored, backend_->device().kind);
+  if (init.dtype == "auto" && config_.dtype != stored)
+    spdlog::info("executor: dtype auto: the {} checkpoint runs in {} on {} (vLLM's rule; "
+                 "--dtype {} keeps it)",
+                 dtype_name(stored), dtype_name(config_.dtype), backend_->name(),
+                 dtype_name(stored));
   ParallelRank rank{init.tp_rank, init.tp_size, init.pp_rank, init.pp_size};
   model_ = make_causal_lm(config_, *backend_, rank);
   if (init.load_format == "dummy") {
@@ -82,6 +83,18 @@ ModelRunner::~ModelRunner() {
                stats_.steps, stats_.padded_steps, stats_.graph_replays,
                stats_.prepare_seconds * ms, stats_.forward_seconds * ms,
                stats_.sample_seconds * ms);
+}
+
+DType resolve_model_dtype(const std::string& requested, DType checkpoint, DeviceKind device) {
+  if (requested == "auto") {
+    if (!is_float(checkpoint))
+      fail("dtype = auto: the checkpoint's dtype {} is not a float type", dtype_name(checkpoint));
+    return checkpoint == DType::f32 && device != DeviceKind::cpu ? DType::f16 : checkpoint;
+  }
+  const auto dt = parse_dtype(requested);
+  if (!dt || !is_float(*dt))
+    fail("dtype = '{}': allowed: auto, float32 (float), bfloat16, float16 (half)", requested);
+  return *dt;
 }
 
 int64_t kv_cache_budget(const MemoryInfo& at_start, const MemoryInfo& after_profile,

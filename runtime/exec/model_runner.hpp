@@ -60,6 +60,13 @@ struct RunnerOptions {
 /// processes' memory counts against what is free, not against the fraction, so several
 /// engines can share one GPU at fractions that add up to at most 1). Throws troupe::Error
 /// naming gpu_memory_utilization when nothing is left or the device lacks the memory.
+/// The dtype a model runs in, by vLLM's --dtype rules: an explicit float dtype wins; "auto"
+/// keeps a float16 or bfloat16 checkpoint's dtype and runs a float32 checkpoint in float16 on
+/// a GPU (float32 on the CPU, which computes in float32 anyway). Throws troupe::Error naming
+/// dtype for anything else.
+[[nodiscard]] DType resolve_model_dtype(const std::string& requested, DType checkpoint,
+                                        DeviceKind device);
+
 [[nodiscard]] int64_t kv_cache_budget(const MemoryInfo& at_start, const MemoryInfo& after_profile,
                                       double gpu_memory_utilization);
 

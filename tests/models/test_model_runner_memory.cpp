@@ -78,3 +78,22 @@ TEST_CASE("cpu runner: the profiling step leaves no trace", "[exec][memory]") {
   }
   CHECK(prof.stats().steps == 12);
 }
+
+TEST_CASE("dtype: vLLM's --dtype rules", "[exec][dtype]") {
+  using K = DeviceKind;
+  // auto: a half checkpoint keeps its dtype; a float32 one runs in float16 on a GPU.
+  CHECK(resolve_model_dtype("auto", DType::bf16, K::cuda) == DType::bf16);
+  CHECK(resolve_model_dtype("auto", DType::f16, K::cuda) == DType::f16);
+  CHECK(resolve_model_dtype("auto", DType::f32, K::cuda) == DType::f16);
+  CHECK(resolve_model_dtype("auto", DType::f32, K::cpu) == DType::f32);
+  CHECK(resolve_model_dtype("auto", DType::bf16, K::cpu) == DType::bf16);
+  // An explicit float dtype wins, in any spelling vLLM takes.
+  CHECK(resolve_model_dtype("float32", DType::bf16, K::cuda) == DType::f32);
+  CHECK(resolve_model_dtype("float", DType::bf16, K::cuda) == DType::f32);
+  CHECK(resolve_model_dtype("half", DType::bf16, K::cuda) == DType::f16);
+  CHECK(resolve_model_dtype("bfloat16", DType::f32, K::cuda) == DType::bf16);
+  CHECK_THROWS_WITH(resolve_model_dtype("int8", DType::bf16, K::cuda),
+                    Catch::Contains("dtype = 'int8'") && Catch::Contains("bfloat16"));
+  CHECK_THROWS_WITH(resolve_model_dtype("auto", DType::i32, K::cuda),
+                    Catch::Contains("dtype = auto"));
+}
