@@ -39,9 +39,10 @@ struct scheduler_state {
     ~Timings() {
       if (steps == 0) return;
       const double ms = 1000.0 / double(steps);
-      spdlog::info("scheduler: {} steps; per step {:.3f} ms planning, {:.3f} ms executor round "
-                   "trip ({:.3f} ms inside the executor), {:.3f} ms applying results",
-                   steps, plan * ms, round_trip * ms, inside * ms, finish * ms);
+      spdlog::info(
+          "scheduler: {} steps; per step {:.3f} ms planning, {:.3f} ms executor round "
+          "trip ({:.3f} ms inside the executor), {:.3f} ms applying results",
+          steps, plan * ms, round_trip * ms, inside * ms, finish * ms);
     }
   } timings;
   static inline const char* name = "troupe.scheduler";
@@ -93,7 +94,8 @@ void run_plan(self_ptr self, StepPlan plan) {
   st.replies = 0;
   st.step_failed = false;
   st.timings.plan_sent = Clock::now();
-  st.timings.plan += std::chrono::duration<double>(st.timings.plan_sent - st.timings.step_start).count();
+  st.timings.plan +=
+      std::chrono::duration<double>(st.timings.plan_sent - st.timings.step_start).count();
   for (size_t i = 0; i < st.executors.size(); ++i) {
     self->request(st.executors[i], caf::infinite, execute_atom::value, plan)
         .then(
@@ -130,7 +132,8 @@ void step(self_ptr self) {
               if (s.sched->has_work() && s.sched->stats().num_running == 0) {
                 // Nothing runs and the head of the queue does not fit an empty cache: it never
                 // will (the engine checks lengths, so this is a bug to surface, not hide).
-                fail_everything(self, "scheduler: a waiting request cannot fit in the KV cache", false);
+                fail_everything(self, "scheduler: a waiting request cannot fit in the KV cache",
+                                false);
               }
               return;
             }
@@ -160,9 +163,9 @@ void log_stats(self_ptr self) {
   self->request(st.cache_manager, std::chrono::seconds(5), stats_atom::value)
       .then(
           [=](const KVStats& kv) {
-            const double hit = kv.prefix_queries ? 100.0 * double(kv.prefix_hits) /
-                                                       double(kv.prefix_queries)
-                                                 : 0.0;
+            const double hit = kv.prefix_queries
+                                   ? 100.0 * double(kv.prefix_hits) / double(kv.prefix_queries)
+                                   : 0.0;
             const double cpu_usage =
                 kv.num_cpu_blocks ? 100.0 * double(kv.num_cpu_blocks - kv.num_free_cpu_blocks) /
                                         double(kv.num_cpu_blocks)

@@ -88,8 +88,8 @@ void launch_act(int act, const void* gate_up, void* out, int64_t rows, int64_t i
 
 }  // namespace
 
-void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows,
-                    int64_t inter, cudaStream_t stream) {
+void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
+                    cudaStream_t stream) {
   if (rows <= 0 || inter <= 0) return;
   switch (dt) {
     case DType::f32:

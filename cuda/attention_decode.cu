@@ -62,7 +62,8 @@ __device__ __forceinline__ void zero_padding(const AttentionArgs& a) {
   const int64_t total = (a.num_tokens - used) * row_words;
   if (total <= 0) return;
   const int64_t ctas = int64_t(gridDim.x) * gridDim.y * gridDim.z;
-  const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t cta =
+      blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
   uint32_t* base = static_cast<uint32_t*>(a.out) + used * row_words;
   for (int64_t i = cta * kThreads + threadIdx.x; i < total; i += ctas * kThreads) base[i] = 0u;
 }
@@ -75,10 +76,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
   constexpr int NG = kThreads / LPK;       // key groups per CTA
   constexpr int KPG = kKeysPerGroup;
-  constexpr int SUB = NG * KPG;            // keys per sub-chunk
+  constexpr int SUB = NG * KPG;  // keys per sub-chunk
   constexpr int GM = kHeadsPerPass;
-  __shared__ float qs[GM][D];     // queries of the pass, pre-scaled by scale * log2(e)
-  __shared__ float sc[GM][SUB];   // scores, then probabilities, of the sub-chunk
+  __shared__ float qs[GM][D];    // queries of the pass, pre-scaled by scale * log2(e)
+  __shared__ float sc[GM][SUB];  // scores, then probabilities, of the sub-chunk
   __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
   __shared__ float red[NG][GM][D];  // per key group partial outputs
 
@@ -259,8 +260,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;");
@@ -280,7 +280,7 @@ constexpr size_t pipe_smem_bytes() {
   constexpr int SUB = pipe_keys<D>();
   constexpr int NG = kThreads / lanes_per_key<D>();
   constexpr size_t stages = size_t(2) * 2 * SUB * D * sizeof(T);  // 2 stages of K and V
-  constexpr size_t red = size_t(NG) * GM * D * sizeof(float);      // aliases the stages
+  constexpr size_t red = size_t(NG) * GM * D * sizeof(float);     // aliases the stages
   static_assert(red <= stages, "the key groups' partial sums must fit the stage buffers");
   return stages + sizeof(float) * (size_t(GM) * D + size_t(GM) * SUB + 3 * GM);
 }
@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int KPG = SUB / NG;  // keys per key group per stage
   static_assert(KPG * NG == SUB, "a stage must split evenly over the key groups");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* ks = reinterpret_cast<T*>(smem_raw);  // [2][SUB][D]
-  T* vs = ks + 2 * SUB * D;                // [2][SUB][D]
+  T* ks = reinterpret_cast<T*>(smem_raw);                  // [2][SUB][D]
+  T* vs = ks + 2 * SUB * D;                                // [2][SUB][D]
   float* qs = reinterpret_cast<float*>(vs + 2 * SUB * D);  // [GM][D]
   float* sc = qs + GM * D;                                 // [GM][SUB]
   float* m_s = sc + GM * SUB;
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(kThreads)
       const int st = ci & 1;
       const int cn = min(SUB, end - (start + ci * SUB));
       if (ci + 1 < nchunks) issue(ci + 1, st ^ 1);
-      cp_async_commit();  // possibly empty: keeps the group count uniform
+      cp_async_commit();   // possibly empty: keeps the group count uniform
       cp_async_wait<1>();  // this thread's copies of chunk ci have landed
       __syncthreads();     // everyone's have (and qs, m_s, l_s are set)
       const T* kst = ks + st * SUB * D;
@@ -550,11 +550,11 @@ void launch_typed(const AttentionArgs& a, int splits, bool pipelined, const Deco
   if (!pipelined)
     launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
   else if (group <= 4)
-    launch_pdl(decode_pipelined_kernel<T, D, 4>, grid, dim3(kThreads),
-               pipe_smem_bytes<T, D, 4>(), stream, a, splits, part_o, part_ml);
+    launch_pdl(decode_pipelined_kernel<T, D, 4>, grid, dim3(kThreads), pipe_smem_bytes<T, D, 4>(),
+               stream, a, splits, part_o, part_ml);
   else
-    launch_pdl(decode_pipelined_kernel<T, D, 8>, grid, dim3(kThreads),
-               pipe_smem_bytes<T, D, 8>(), stream, a, splits, part_o, part_ml);
+    launch_pdl(decode_pipelined_kernel<T, D, 8>, grid, dim3(kThreads), pipe_smem_bytes<T, D, 8>(),
+               stream, a, splits, part_o, part_ml);
   if (splits > 1) {
     const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
     launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,

@@ -54,8 +54,8 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
 }
 
 template <class T, int R>
-__device__ __forceinline__ void fma_chunk(const uint4& wraw, const T* __restrict__ x,
-                                          int rows, int64_t k, int64_t c, float (&acc)[R]) {
+__device__ __forceinline__ void fma_chunk(const uint4& wraw, const T* __restrict__ x, int rows,
+                                          int64_t k, int64_t c, float (&acc)[R]) {
   float wf[8];
   unpack8<T>(wraw, wf);
 #pragma unroll
@@ -135,8 +135,7 @@ int64_t resident_warps() {
     int dev = 0, sms = 0, per_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) !=
-            cudaSuccess)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess)
       return int64_t(1) << 40;  // unknown: one row per warp
     cached = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
   }
@@ -151,9 +150,9 @@ void launch_r(const GemmArgs& g, bool bias_f32, cudaStream_t stream) {
   const int64_t warps = resident_warps<T, OutT, R>();
   const int64_t rpw = (g.n + warps - 1) / warps;
   const int64_t ctas = (g.n + kWarps * rpw - 1) / (kWarps * rpw);
-  launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), 0, stream,
-             static_cast<const T*>(g.x), static_cast<const T*>(g.w), g.bias, bias_f32,
-             static_cast<OutT*>(g.out), int(g.t), g.n, g.k, rpw);
+  launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), 0, stream, static_cast<const T*>(g.x),
+             static_cast<const T*>(g.w), g.bias, bias_f32, static_cast<OutT*>(g.out), int(g.t), g.n,
+             g.k, rpw);
 }
 
 template <class T, class OutT>
@@ -178,9 +177,8 @@ void launch_typed(const GemmArgs& g, bool bias_f32, cudaStream_t stream) {
 
 }  // namespace
 
-bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
-                 const void* bias, DType out_dtype, void* out, int64_t t, int64_t n, int64_t k,
-                 cudaStream_t stream) {
+bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
+                 DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
   const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k};
   if (g.t < 1 || g.t > kGemvMaxRows || g.n < 1 || g.k < 8 || g.k % 8 != 0) return false;
   if (g.in_dtype != DType::bf16 && g.in_dtype != DType::f16) return false;

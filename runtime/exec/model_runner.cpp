@@ -47,10 +47,10 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
   const DType stored = config_.dtype;
   config_.dtype = resolve_model_dtype(init.dtype, stored, backend_->device().kind);
   if (init.dtype == "auto" && config_.dtype != stored)
-    spdlog::info("executor: dtype auto: the {} checkpoint runs in {} on {} (vLLM's rule; "
-                 "--dtype {} keeps it)",
-                 dtype_name(stored), dtype_name(config_.dtype), backend_->name(),
-                 dtype_name(stored));
+    spdlog::info(
+        "executor: dtype auto: the {} checkpoint runs in {} on {} (vLLM's rule; "
+        "--dtype {} keeps it)",
+        dtype_name(stored), dtype_name(config_.dtype), backend_->name(), dtype_name(stored));
   ParallelRank rank{init.tp_rank, init.tp_size, init.pp_rank, init.pp_size};
   model_ = make_causal_lm(config_, *backend_, rank);
   if (init.load_format == "dummy") {
@@ -78,11 +78,11 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
 ModelRunner::~ModelRunner() {
   if (stats_.steps == 0) return;
   const double ms = 1000.0 / double(stats_.steps);
-  spdlog::info("executor: {} steps ({} padded, {} graph replays); per step {:.3f} ms preparing "
-               "inputs, {:.3f} ms enqueueing the forward, {:.3f} ms sampling and waiting",
-               stats_.steps, stats_.padded_steps, stats_.graph_replays,
-               stats_.prepare_seconds * ms, stats_.forward_seconds * ms,
-               stats_.sample_seconds * ms);
+  spdlog::info(
+      "executor: {} steps ({} padded, {} graph replays); per step {:.3f} ms preparing "
+      "inputs, {:.3f} ms enqueueing the forward, {:.3f} ms sampling and waiting",
+      stats_.steps, stats_.padded_steps, stats_.graph_replays, stats_.prepare_seconds * ms,
+      stats_.forward_seconds * ms, stats_.sample_seconds * ms);
 }
 
 DType resolve_model_dtype(const std::string& requested, DType checkpoint, DeviceKind device) {
@@ -102,23 +102,24 @@ int64_t kv_cache_budget(const MemoryInfo& at_start, const MemoryInfo& after_prof
   const auto gib = [](double b) { return b / double(kGiB); };
   const double total = double(after_profile.total_bytes);
   const double allowed = total * gpu_memory_utilization;
-  const double own =
-      std::max(0.0, double(at_start.free_bytes) - double(after_profile.free_bytes));
+  const double own = std::max(0.0, double(at_start.free_bytes) - double(after_profile.free_bytes));
   const double kv = allowed - own;
   if (kv <= 0)
-    fail("gpu_memory_utilization = {}: allows {:.2f} GiB of the device's {:.2f} GiB, but the "
-         "weights and a maximum-size step already take {:.2f} GiB, leaving nothing for the KV "
-         "cache; allowed: a larger fraction (<= 1), or lower max_num_batched_tokens / "
-         "max_num_seqs",
-         gpu_memory_utilization, gib(allowed), gib(total), gib(own));
+    fail(
+        "gpu_memory_utilization = {}: allows {:.2f} GiB of the device's {:.2f} GiB, but the "
+        "weights and a maximum-size step already take {:.2f} GiB, leaving nothing for the KV "
+        "cache; allowed: a larger fraction (<= 1), or lower max_num_batched_tokens / "
+        "max_num_seqs",
+        gpu_memory_utilization, gib(allowed), gib(total), gib(own));
   const double free_now = double(after_profile.free_bytes);
   if (kv > free_now)
-    fail("gpu_memory_utilization = {}: the KV cache would need {:.2f} GiB, but only {:.2f} GiB "
-         "of the device's {:.2f} GiB are free ({:.2f} GiB were in use before this engine "
-         "loaded, by other processes and this one's CUDA context); allowed: at most {:.3f} "
-         "here",
-         gpu_memory_utilization, gib(kv), gib(free_now), gib(total),
-         gib(total - double(at_start.free_bytes)), (own + free_now) / total);
+    fail(
+        "gpu_memory_utilization = {}: the KV cache would need {:.2f} GiB, but only {:.2f} GiB "
+        "of the device's {:.2f} GiB are free ({:.2f} GiB were in use before this engine "
+        "loaded, by other processes and this one's CUDA context); allowed: at most {:.3f} "
+        "here",
+        gpu_memory_utilization, gib(kv), gib(free_now), gib(total),
+        gib(total - double(at_start.free_bytes)), (own + free_now) / total);
   return int64_t(kv);
 }
 
@@ -140,8 +141,8 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_s
     // sequence at full length (pages are only touched when used).
     const MemoryInfo mem = backend_->memory_info();
     const int64_t budget = std::min<int64_t>(4 * kGiB, int64_t(mem.free_bytes / 4));
-    num_blocks = std::min<int64_t>(budget / int64_t(per_block),
-                                   int64_t(max_num_seqs_) * blocks_per_seq);
+    num_blocks =
+        std::min<int64_t>(budget / int64_t(per_block), int64_t(max_num_seqs_) * blocks_per_seq);
   } else {
     backend_->synchronize();
     const int64_t kv_bytes =
@@ -149,10 +150,11 @@ void ModelRunner::size_kv_cache(const ExecutorInit& init, const MemoryInfo& at_s
     num_blocks = kv_bytes / int64_t(per_block);
   }
   if (num_blocks * block_size_ < max_model_len_)
-    fail("the KV cache holds {} tokens ({} blocks of {}), fewer than max_model_len = {}: give it "
-         "more memory (--kv-cache-memory-bytes, --gpu-memory-utilization) or lower "
-         "--max-model-len",
-         num_blocks * block_size_, num_blocks, block_size_, max_model_len_);
+    fail(
+        "the KV cache holds {} tokens ({} blocks of {}), fewer than max_model_len = {}: give it "
+        "more memory (--kv-cache-memory-bytes, --gpu-memory-utilization) or lower "
+        "--max-model-len",
+        num_blocks * block_size_, num_blocks, block_size_, max_model_len_);
   if (num_blocks > INT32_MAX) num_blocks = INT32_MAX;
   allocate_kv(num_blocks);
   info_.num_blocks = int32_t(num_blocks);
@@ -297,11 +299,12 @@ void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOpti
   const StepInputLayout layout =
       StepInputLayout::make(largest, largest, largest, graph_max_blocks_);
   graph_inputs_ = backend_->allocate(layout.total * sizeof(int32_t));
-  spdlog::info("executor: decode steps of up to {} sequences of up to {} tokens padded to {} "
-               "sequences{}",
-               largest, max_seq_len_to_capture_, fmt::join(capture_sizes_, "/"),
-               use_graphs_ ? ", each size run as a CUDA graph"
-                           : (can_capture ? " (enforce_eager: no CUDA graphs)" : ""));
+  spdlog::info(
+      "executor: decode steps of up to {} sequences of up to {} tokens padded to {} "
+      "sequences{}",
+      largest, max_seq_len_to_capture_, fmt::join(capture_sizes_, "/"),
+      use_graphs_ ? ", each size run as a CUDA graph"
+                  : (can_capture ? " (enforce_eager: no CUDA graphs)" : ""));
 }
 
 int32_t ModelRunner::padded_batch_size(const std::vector<Scheduled>& sched, int32_t max_seq,
@@ -337,9 +340,10 @@ Tensor ModelRunner::run_padded_step(int32_t size, const ForwardInputs& in) {
         use_graphs_ = false;
       }
     } catch (const Error& e) {
-      spdlog::warn("executor: recording the decode step of {} sequences as a CUDA graph failed; "
-                   "decode steps run eagerly from now on: {}",
-                   size, e.what());
+      spdlog::warn(
+          "executor: recording the decode step of {} sequences as a CUDA graph failed; "
+          "decode steps run eagerly from now on: {}",
+          size, e.what());
       g = DecodeGraph{};
       use_graphs_ = false;
     }
@@ -472,8 +476,10 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
         // Row at position p predicts token p + 1; prompt tokens 1 .. num_prompt - 1.
         const int32_t last = std::min(s.start + s.count, s.seq->num_prompt - 1);
         if (last > s.start) {
-          prompt_rows.push_back(PromptRows{i, s.start, last - s.start, int32_t(logits_rows.size())});
-          for (int32_t p = s.start; p < last; ++p) logits_rows.push_back(token_offset + p - s.start);
+          prompt_rows.push_back(
+              PromptRows{i, s.start, last - s.start, int32_t(logits_rows.size())});
+          for (int32_t p = s.start; p < last; ++p)
+            logits_rows.push_back(token_offset + p - s.start);
         }
       }
       token_offset += s.count;
@@ -489,8 +495,8 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
 
   std::vector<SeqSlice> slices(sched.size());
   for (size_t i = 0; i < sched.size(); ++i)
-    slices[i] = SeqSlice{sched[i].seq->tokens, sched[i].seq->block_table, sched[i].start,
-                         sched[i].count};
+    slices[i] =
+        SeqSlice{sched[i].seq->tokens, sched[i].seq->block_table, sched[i].start, sched[i].count};
   const int32_t padded = padded_batch_size(sched, max_seq, !prompt_rows.empty());
   const size_t L = logits_rows.size();
   // A padded step: the capture size's fixed shape in the fixed buffer; else the exact shape.
