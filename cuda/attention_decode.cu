@@ -71,7 +71,7 @@ __device__ __forceinline__ void zero_padding(const AttentionArgs& a) {
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                  float* __restrict__ part_ml) {
+                  float* __restrict__ part_ml, bool pdl_early) {
   constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
   constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
   constexpr int NG = kThreads / LPK;       // key groups per CTA
@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red[NG][GM][D];  // per key group partial outputs
 
   pdl_wait();
+  pdl_trigger(pdl_early);
   zero_padding<T, D>(a);
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const SeqInfo seq = load_seq(a, s);
@@ -288,7 +289,7 @@ constexpr size_t pipe_smem_bytes() {
 template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads)
     decode_pipelined_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                            float* __restrict__ part_ml) {
+                            float* __restrict__ part_ml, bool pdl_early) {
   constexpr int CH = D / 8;
   constexpr int LPK = lanes_per_key<D>();
   constexpr int NG = kThreads / LPK;
@@ -306,6 +307,7 @@ __global__ void __launch_bounds__(kThreads)
   float* red = reinterpret_cast<float*>(smem_raw);  // [NG][GM][D], after the last stage
 
   pdl_wait();
+  pdl_trigger(pdl_early);
   zero_padding<T, D>(a);
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const SeqInfo seq = load_seq(a, s);
@@ -493,8 +495,9 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_reduce_kernel(const AttentionArgs a, int splits, const float* __restrict__ part_o,
-                         const float* __restrict__ part_ml) {
+                         const float* __restrict__ part_ml, bool pdl_early) {
   pdl_wait();
+  pdl_trigger(pdl_early);
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace troupe::cuda {
@@ -79,14 +81,30 @@ __device__ __forceinline__ void store16(T* p, const float (&in)[16 / sizeof(T)])
 
 /// Whether launch_pdl sets the attribute (TROUPE_PDL unset or not "0"; read once).
 bool pdl_enabled();
+/// TROUPE_PDL=early (experimental): kernels also signal right after pdl_wait that the next
+/// kernel may launch (griddepcontrol.launch_dependents), so its CTAs are resident, and the
+/// GEMV's weight loads in flight, while this kernel still computes. Off: the signal is the
+/// kernel's end, as without the attribute.
+bool pdl_early();
 
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+/// Every kernel launched by launch_pdl takes a trailing `bool pdl_early` (launch_pdl passes
+/// it) and calls this right after pdl_wait().
+__device__ __forceinline__ void pdl_trigger(bool early) {
+  if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/// Launches `kernel` (whose last parameter is `bool pdl_early`) with `args` and pdl_early().
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                cudaStream_t stream, Args&&... args) {
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  static_assert(
+      sizeof...(KArgs) == sizeof...(Args) + 1 &&
+          std::is_same_v<std::tuple_element_t<sizeof...(KArgs) - 1, std::tuple<KArgs...>>, bool>,
+      "launch_pdl: the kernel takes the given arguments and then bool pdl_early");
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -98,7 +116,7 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   // A launch error stays the stream's last error, which the backend's after_launch reports.
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)..., pdl_early());
 }
 
 // ---- reductions ----

@@ -74,7 +74,7 @@ template <class T, class OutT, int R>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                 bool bias_f32, OutT* __restrict__ out, int rows, int64_t n, int64_t k,
-                int64_t rows_per_warp) {
+                int64_t rows_per_warp, bool pdl_early) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int64_t first = (int64_t(blockIdx.x) * kWarps + warp) * rows_per_warp;
   const int64_t last = first + rows_per_warp < n ? first + rows_per_warp : n;
@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (!waited) {
       pdl_wait();
+      pdl_trigger(pdl_early);
       waited = true;
     }
     if (full) {
@@ -198,6 +199,14 @@ bool pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("TROUPE_PDL");
     return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+bool pdl_early() {
+  static const bool on = [] {
+    const char* v = std::getenv("TROUPE_PDL");
+    return v != nullptr && std::string_view(v) == "early";
   }();
   return on;
 }

@@ -11,9 +11,10 @@ namespace {
 template <class T, bool kVec, bool kAdd>
 __global__ void __launch_bounds__(1024)
     rms_norm_kernel(T* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ w,
-                    float eps, T* __restrict__ out, int64_t h) {
+                    float eps, T* __restrict__ out, int64_t h, bool pdl_early) {
   __shared__ float red[32];
   pdl_wait();  // launched with launch_pdl
+  pdl_trigger(pdl_early);
   const int64_t row = blockIdx.x;
   const T* xr = x + row * h;
   T* rr = kAdd ? residual + row * h : nullptr;

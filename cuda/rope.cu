@@ -109,11 +109,12 @@ struct RopeQkvArgs {
 // P rotation pairs per work item (neox: P elements at i and their partners at i + half; gptj:
 // 2P adjacent elements), C elements per copy item (features past rotary_dim, and v).
 template <class T, int P, int C, bool NEOX>
-__global__ void __launch_bounds__(kThreads) rope_qkv_kernel(const RopeQkvArgs a) {
+__global__ void __launch_bounds__(kThreads) rope_qkv_kernel(const RopeQkvArgs a, bool pdl_early) {
   pdl_wait();  // launched with launch_pdl
+  pdl_trigger(pdl_early);
   const int d = a.head_dim, half = a.rotary_dim / 2;
-  const int rot_items = half / P;                    // per q / k head
-  const int pass_items = (d - a.rotary_dim) / C;     // per q / k head: unrotated tail
+  const int rot_items = half / P;                 // per q / k head
+  const int pass_items = (d - a.rotary_dim) / C;  // per q / k head: unrotated tail
   const int head_items = rot_items + pass_items;
   const int qk_items = (a.num_heads + a.num_kv_heads) * head_items;
   const int v_items = a.num_kv_heads * (d / C);
@@ -193,8 +194,7 @@ void launch_rope_typed(void* q, void* k, const int32_t* positions, const float* 
 }
 
 template <class T>
-void launch_rope_qkv_typed(const RopeQkvArgs& a, bool neox, bool vectorised,
-                           cudaStream_t stream) {
+void launch_rope_qkv_typed(const RopeQkvArgs& a, bool neox, bool vectorised, cudaStream_t stream) {
   constexpr int V = kVec16<T>;  // elements per 16 bytes
   const dim3 grid(grid_for(a.tokens));
   if (vectorised) {
@@ -226,8 +226,8 @@ void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const flo
                                 rotary_dim, max_positions, neox, err, stream);
       break;
     case DType::bf16:
-      launch_rope_typed<__nv_bfloat16>(q, k, positions, cos_sin, tokens, q_heads, k_heads,
-                                       head_dim, rotary_dim, max_positions, neox, err, stream);
+      launch_rope_typed<__nv_bfloat16>(q, k, positions, cos_sin, tokens, q_heads, k_heads, head_dim,
+                                       rotary_dim, max_positions, neox, err, stream);
       break;
     default:
       break;
@@ -243,15 +243,14 @@ bool rope_qkv_vectorisable(DType dt, const void* qkv, const void* q_out, const v
 }
 
 void launch_rope_qkv_to_cache(DType dt, const void* qkv, const int32_t* positions,
-                              const float* cos_sin, int64_t tokens, int num_heads,
-                              int num_kv_heads, int head_dim, int rotary_dim,
-                              int64_t max_positions, bool neox, const int32_t* slots,
-                              int64_t n_slots, void* k_cache, void* v_cache, void* q_out,
-                              int* err, cudaStream_t stream) {
+                              const float* cos_sin, int64_t tokens, int num_heads, int num_kv_heads,
+                              int head_dim, int rotary_dim, int64_t max_positions, bool neox,
+                              const int32_t* slots, int64_t n_slots, void* k_cache, void* v_cache,
+                              void* q_out, int* err, cudaStream_t stream) {
   if (tokens <= 0 || num_heads <= 0 || num_kv_heads <= 0 || rotary_dim < 2) return;
-  const RopeQkvArgs a{qkv,    positions, cos_sin,   slots,    q_out,    k_cache,
-                      v_cache, tokens,   max_positions, n_slots, num_heads, num_kv_heads,
-                      head_dim, rotary_dim, err};
+  const RopeQkvArgs a{qkv,       positions,    cos_sin,  slots,         q_out,
+                      k_cache,   v_cache,      tokens,   max_positions, n_slots,
+                      num_heads, num_kv_heads, head_dim, rotary_dim,    err};
   const bool vec =
       rope_qkv_vectorisable(dt, qkv, q_out, k_cache, v_cache, head_dim, rotary_dim, neox);
   switch (dt) {
