@@ -235,7 +235,16 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorC
         for (uint64_t id : ids) self->state.sched->abort(id);
         step(self);  // releases the aborted sequences' blocks
       },
-      [=](stats_atom) -> SchedulerStats { return self->state.sched->stats(); },
+      [=](stats_atom) -> SchedulerStats {
+        const auto& t = self->state.timings;
+        SchedulerStats ss = self->state.sched->stats();
+        ss.timed_steps = t.steps;
+        ss.plan_seconds = t.plan;
+        ss.round_trip_seconds = t.round_trip;
+        ss.executor_seconds = t.inside;
+        ss.apply_seconds = t.finish;
+        return ss;
+      },
       [=](tick_atom) {
         log_stats(self);
         self->delayed_send(self, stats_interval(self->state.config), tick_atom::value);

@@ -46,6 +46,30 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+/// The step loop's host-side time per step between two scheduler snapshots: printed, and
+/// returned as JSON (milliseconds per step). A step's wall time is its round trip plus the
+/// scheduler's planning and bookkeeping; the executor's own time includes waiting for the GPU.
+nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerStats& b) {
+  nlohmann::ordered_json j;
+  const auto steps = b.timed_steps - a.timed_steps;
+  j["steps"] = steps;
+  if (steps == 0) return j;
+  const double ms = 1e3 / double(steps);
+  j["planning_ms"] = (b.plan_seconds - a.plan_seconds) * ms;
+  j["executor_round_trip_ms"] = (b.round_trip_seconds - a.round_trip_seconds) * ms;
+  j["inside_executor_ms"] = (b.executor_seconds - a.executor_seconds) * ms;
+  j["applying_results_ms"] = (b.apply_seconds - a.apply_seconds) * ms;
+  std::printf("  %-34s %10llu\n", "steps", static_cast<unsigned long long>(steps));
+  std::printf("  %-34s %10.3f ms\n", "per step: planning", j["planning_ms"].get<double>());
+  std::printf("  %-34s %10.3f ms\n", "per step: executor round trip",
+              j["executor_round_trip_ms"].get<double>());
+  std::printf("  %-34s %10.3f ms\n", "per step: inside the executor",
+              j["inside_executor_ms"].get<double>());
+  std::printf("  %-34s %10.3f ms\n", "per step: applying results",
+              j["applying_results_ms"].get<double>());
+  return j;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -142,7 +166,9 @@ int run_latency(const CLI::App& app, const BenchOptions& o) {
   };
   for (int i = 0; i < o.num_iters_warmup; ++i) (void)timed(o.output_len);
   std::vector<double> full, prefill;
+  const SchedulerStats before = llm.scheduler_stats();
   for (int i = 0; i < o.num_iters; ++i) full.push_back(timed(o.output_len));
+  const SchedulerStats after = llm.scheduler_stats();
   for (int i = 0; i < o.num_iters; ++i) prefill.push_back(timed(1));
   const double avg = std::accumulate(full.begin(), full.end(), 0.0) / double(full.size());
   const double avg_prefill =
@@ -160,6 +186,7 @@ int run_latency(const CLI::App& app, const BenchOptions& o) {
                 percentile(full, p));
   std::printf("  %-34s %10.3f ms\n", "avg prefill + first token", 1e3 * avg_prefill);
   std::printf("  %-34s %10.3f ms\n", "decode time per output token", 1e3 * tpot);
+  const nlohmann::ordered_json per_step = step_breakdown(before, after);
 
   nlohmann::ordered_json j = common_json(llm, args, config, o);
   j["bench"] = "latency";
@@ -170,6 +197,7 @@ int run_latency(const CLI::App& app, const BenchOptions& o) {
     j["percentiles_s"][std::to_string(int(p))] = percentile(full, p);
   j["avg_prefill_s"] = avg_prefill;
   j["decode_s_per_token"] = tpot;
+  j["per_step"] = per_step;
   write_json(o.output_json, j);
   return 0;
 }
@@ -181,9 +209,11 @@ int run_throughput(const CLI::App& app, const BenchOptions& o) {
   const auto prompts = random_prompts(o.num_prompts, o.input_len, int32_t(config.vocab_size), o.seed);
   // A short warm-up so one-time costs (kernel loading, first allocations) stay out.
   (void)llm.generate({prompts.front()}, bench_params(4), {.use_tqdm = false});
+  const SchedulerStats before = llm.scheduler_stats();
   const auto t0 = Clock::now();
   const auto outs = llm.generate(prompts, bench_params(o.output_len), {.use_tqdm = true});
   const double elapsed = seconds(t0, Clock::now());
+  const SchedulerStats after = llm.scheduler_stats();
   size_t out_tokens = 0, in_tokens = 0;
   for (const auto& r : outs) {
     in_tokens += r.prompt_token_ids.size();
@@ -203,6 +233,7 @@ int run_throughput(const CLI::App& app, const BenchOptions& o) {
   std::printf("  %-34s %10.1f\n", "output tokens/s", double(out_tokens) / elapsed);
   std::printf("  %-34s %10.1f\n", "total tokens/s", double(in_tokens + out_tokens) / elapsed);
   std::printf("  %-34s %10.2f\n", "model TFLOP/s", flops / elapsed / 1e12);
+  const nlohmann::ordered_json per_step = step_breakdown(before, after);
 
   nlohmann::ordered_json j = common_json(llm, args, config, o);
   j["bench"] = "throughput";
@@ -214,6 +245,7 @@ int run_throughput(const CLI::App& app, const BenchOptions& o) {
   j["prompt_tokens"] = in_tokens;
   j["output_tokens"] = out_tokens;
   j["model_tflops_per_s"] = flops / elapsed / 1e12;
+  j["per_step"] = per_step;
   write_json(o.output_json, j);
   return 0;
 }

@@ -76,6 +76,12 @@ struct SchedulerStats {
   int32_t num_swapped = 0;     // sequences swapped out now
   uint64_t num_swap_outs = 0;  // sequences swapped out so far
   uint64_t num_swap_ins = 0;   // sequences swapped back in so far
+  // Host time of the step loop so far, over `timed_steps` steps with a result (filled by the
+  // scheduler actor; zero from Scheduler::stats()): planning (propose, the cache manager's
+  // grant, apply), the executor round trip (plan sent to result back), the executor's own
+  // time inside it, and applying the result (on_result, sending the outputs).
+  uint64_t timed_steps = 0;
+  double plan_seconds = 0, round_trip_seconds = 0, executor_seconds = 0, apply_seconds = 0;
 };
 
 class Scheduler {

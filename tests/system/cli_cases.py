@@ -214,6 +214,37 @@ def case_remote_worker():
             w.kill()
 
 
+def case_bench():
+    """`troupe bench latency` and `throughput` on the embedded model: the table, and JSON whose
+    token counts are exact and whose per-step breakdown adds up."""
+    with tempfile.TemporaryDirectory() as d:
+        lat = pathlib.Path(d) / "latency.json"
+        p = run("bench", "latency", "--input-len", "8", "--output-len", "6", "--batch-size", "2",
+                "--num-iters-warmup", "0", "--num-iters", "2", "--output-json", str(lat))
+        assert "decode time per output token" in p.stdout, p.stdout
+        j = json.loads(lat.read_text())
+        assert j["bench"] == "latency" and j["batch_size"] == 2, j
+        assert j["input_len"] == 8 and j["output_len"] == 6, j
+        assert len(j["latencies_s"]) == 2 and all(t > 0 for t in j["latencies_s"]), j
+        assert 0 < j["avg_prefill_s"] < j["avg_latency_s"], j
+        s = j["per_step"]
+        # Two runs of 6 tokens: at least 6 steps each (a prefill, then one token a step).
+        assert s["steps"] >= 12, s
+        assert 0 < s["inside_executor_ms"] <= s["executor_round_trip_ms"], s
+        assert s["planning_ms"] >= 0 and s["applying_results_ms"] >= 0, s
+
+        thr = pathlib.Path(d) / "throughput.json"
+        p = run("bench", "throughput", "--input-len", "16", "--output-len", "5",
+                "--num-prompts", "7", "--output-json", str(thr))
+        assert "output tokens/s" in p.stdout, p.stdout
+        j = json.loads(thr.read_text())
+        assert j["bench"] == "throughput" and j["num_prompts"] == 7, j
+        assert j["prompt_tokens"] == 7 * 16 and j["output_tokens"] == 7 * 5, j
+        assert abs(j["output_tokens_per_s"] * j["elapsed_s"] - 35) < 1e-6, j
+        assert j["model_tflops_per_s"] > 0 and j["parameters"] > 4e6, j
+        assert j["per_step"]["steps"] >= 5, j["per_step"]
+
+
 def case_readme_example():
     """The README's C++ example is examples/offline_generate.cpp, and it runs."""
     import re
