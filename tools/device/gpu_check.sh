@@ -18,7 +18,12 @@ mkdir -p build/tools && cp "$root/bin/troupe" build/tools/troupe
 cublas=$(dirname "$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
 export LD_LIBRARY_PATH="$root/lib:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "=== actor pipeline on CUDA ===" | tee "$out/actors.log"
-"$root/bin/troupe_actors_tests" --durations yes 2>&1 | tail -n 60 | tee -a "$out/actors.log"
+# The dictionary-words test needs Debian's /usr/share/dict/words (wamerican), which the GPU
+# machine lacks; CI runs it. Everything else runs here on the GPU.
+dict_test="troupe-fortunes writes mostly dictionary words"
+filter=()
+[[ -r /usr/share/dict/words ]] || filter=("~$dict_test")
+"$root/bin/troupe_actors_tests" --durations yes "${filter[@]}" 2>&1 | tail -n 60 | tee -a "$out/actors.log"
 arc=${PIPESTATUS[0]}
 echo "=== troupe generate on CUDA ===" | tee "$out/generate.log"
 build/tools/troupe generate --max-tokens 48 --seed 0 "The future of AI is" "Once upon a time" \
