@@ -68,6 +68,178 @@ __device__ __forceinline__ void zero_padding(const AttentionArgs& a) {
   for (int64_t i = cta * kThreads + threadIdx.x; i < total; i += ctas * kThreads) base[i] = 0u;
 }
 
+// ---- pieces both decode kernels share ----
+
+/// One CTA's share of the decode grid: its sequence and the key range [start, end) of its split.
+struct DecodeCta {
+  SeqInfo seq;
+  int split, kvh, s;
+  int n_split, start, end;
+};
+
+/// The start of every decode CTA: waits for the previous kernel (PDL), zeroes its part of the
+/// padding rows, reads its sequence and split. False when the CTA has nothing to do.
+template <class T, int D>
+__device__ __forceinline__ bool begin_decode_cta(const AttentionArgs& a, int splits,
+                                                 bool pdl_early, DecodeCta& c) {
+  pdl_wait();
+  pdl_trigger(pdl_early);
+  zero_padding<T, D>(a);
+  c.split = blockIdx.x, c.kvh = blockIdx.y, c.s = blockIdx.z;
+  c.seq = load_seq(a, c.s);
+  if (!c.seq.ok) {
+    if (c.split == 0 && c.kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
+    return false;
+  }
+  if (c.seq.q_len != 1) return false;  // prefills go to the tensor-core kernel
+  c.n_split = seq_splits(c.seq.kv_len, splits);
+  if (c.split >= c.n_split) return false;  // the reduction reads only the n_split parts
+  const int per_split = (c.seq.kv_len + c.n_split - 1) / c.n_split;
+  c.start = c.split * per_split;
+  c.end = min(c.seq.kv_len, c.start + per_split);
+  return true;
+}
+
+/// A pass's gn query heads (from head0), pre-scaled by scale * log2(e), into qs [GM][D], and
+/// its running max and sum reset. The caller's next barrier publishes them.
+template <class T, int D, int GM>
+__device__ __forceinline__ void begin_pass(const T* qrow, int head0, int gn, float scale_log2,
+                                           float* qs, float* m_s, float* l_s) {
+  for (int idx = threadIdx.x; idx < gn * D; idx += kThreads) {
+    const int gi = idx / D, d = idx % D;
+    qs[gi * D + d] = to_f32(qrow[int64_t(head0 + gi) * D + d]) * scale_log2;
+  }
+  if (threadIdx.x < GM) {
+    m_s[threadIdx.x] = -INFINITY;
+    l_s[threadIdx.x] = 0.0f;
+  }
+}
+
+/// One chunk of cn keys for the pass's gn heads: (1) scores into sc [GM][SUB], reduced over
+/// each key group by shuffles; (2) the online-softmax update, one warp per head, base 2;
+/// (3) acc = acc * alpha + P V. Key jj = it * NG + grp for it < KPG; k_of(it, kf) and
+/// v_of(it, vf) give this lane's 8 features of that key (zeros where the key is past cn).
+/// Every lane runs every iteration, so the shuffles see whole warps. Ends with a barrier.
+template <int D, int GM, int LPK, int NG, int KPG, int SUB, class KOf, class VOf>
+__device__ __forceinline__ void attend_chunk(const KOf& k_of, const VOf& v_of, int cn, int gn,
+                                             const float* qs, float* sc, float* m_s,
+                                             float* l_s, float* alpha_s, float (&acc)[GM][8]) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = tid / LPK, li = tid % LPK;
+  const bool lane_on = li < D / 8;
+#pragma unroll
+  for (int it = 0; it < KPG; ++it) {
+    const int jj = it * NG + grp;
+    float kf[8];
+    k_of(it, kf);
+#pragma unroll
+    for (int gi = 0; gi < GM; ++gi) {
+      if (gi < gn) {
+        float dot = 0.0f;
+        if (lane_on) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dot += kf[e] * qs[gi * D + li * 8 + e];
+        }
+#pragma unroll
+        for (int off = LPK / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (li == 0 && jj < cn) sc[gi * SUB + jj] = dot;
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int gi = warp; gi < gn; gi += kThreads / 32) {
+    float mx = -INFINITY;
+    for (int jj = lane; jj < cn; jj += 32) mx = fmaxf(mx, sc[gi * SUB + jj]);
+    mx = warp_max(mx);
+    const float m_old = m_s[gi];
+    const float m_new = fmaxf(m_old, mx);
+    float sum = 0.0f;
+    for (int jj = lane; jj < cn; jj += 32) {
+      const float p = exp2f(sc[gi * SUB + jj] - m_new);
+      sc[gi * SUB + jj] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      const float alpha = exp2f(m_old - m_new);  // 0 on the first chunk
+      alpha_s[gi] = alpha;
+      l_s[gi] = l_s[gi] * alpha + sum;
+      m_s[gi] = m_new;
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int gi = 0; gi < GM; ++gi) {
+    if (gi < gn) {
+      const float alpha = alpha_s[gi];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[gi][e] *= alpha;
+    }
+  }
+  if (lane_on) {
+#pragma unroll
+    for (int it = 0; it < KPG; ++it) {
+      const int jj = it * NG + grp;
+      if (jj >= cn) continue;
+      float vf[8];
+      v_of(it, vf);
+#pragma unroll
+      for (int gi = 0; gi < GM; ++gi) {
+        if (gi < gn) {
+          const float p = sc[gi * SUB + jj];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[gi][e] += p * vf[e];
+        }
+      }
+    }
+  }
+  __syncthreads();  // sc and alpha_s are rewritten by the next chunk
+}
+
+/// The end of a pass: the key groups' accumulators meet in red [NG][GM][D]; a CTA that holds
+/// its whole sequence writes the normalised output, else its unnormalised part and (max, sum)
+/// for decode_reduce_kernel. Ends with a barrier (qs, m_s, l_s and red are reused).
+template <class T, int D, int GM, int NG>
+__device__ __forceinline__ void finish_pass(const AttentionArgs& a, const DecodeCta& c,
+                                            int splits, int head0, int gn,
+                                            const float (&acc)[GM][8], const float* m_s,
+                                            const float* l_s, float* red,
+                                            float* __restrict__ part_o,
+                                            float* __restrict__ part_ml) {
+  constexpr int LPK = lanes_per_key<D>();
+  const int tid = threadIdx.x, grp = tid / LPK, li = tid % LPK;
+  if (li < D / 8) {
+#pragma unroll
+    for (int gi = 0; gi < GM; ++gi)
+      if (gi < gn)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) red[(grp * GM + gi) * D + li * 8 + e] = acc[gi][e];
+  }
+  __syncthreads();
+  const int64_t q_stride = int64_t(a.num_heads) * D;
+  for (int idx = tid; idx < gn * D; idx += kThreads) {
+    const int gi = idx / D, d = idx % D;
+    float o = 0.0f;
+#pragma unroll
+    for (int gr = 0; gr < NG; ++gr) o += red[(gr * GM + gi) * D + d];
+    const int h = head0 + gi;
+    if (c.n_split == 1) {  // whole sequence in this CTA: no partials, no reduction
+      T* out = static_cast<T*>(a.out);
+      out[int64_t(c.seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
+    } else {
+      const int64_t part = (int64_t(c.s) * a.num_heads + h) * splits + c.split;
+      part_o[part * D + d] = o;
+      if (d == 0) {
+        part_ml[part * 2] = m_s[gi];
+        part_ml[part * 2 + 1] = l_s[gi];
+      }
+    }
+  }
+  __syncthreads();
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
@@ -78,48 +250,25 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int KPG = kKeysPerGroup;
   constexpr int SUB = NG * KPG;  // keys per sub-chunk
   constexpr int GM = kHeadsPerPass;
-  __shared__ float qs[GM][D];    // queries of the pass, pre-scaled by scale * log2(e)
-  __shared__ float sc[GM][SUB];  // scores, then probabilities, of the sub-chunk
+  __shared__ float qs[GM * D];    // queries of the pass, pre-scaled by scale * log2(e)
+  __shared__ float sc[GM * SUB];  // scores, then probabilities, of the sub-chunk
   __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
-  __shared__ float red[NG][GM][D];  // per key group partial outputs
+  __shared__ float red[NG * GM * D];  // per key group partial outputs
 
-  pdl_wait();
-  pdl_trigger(pdl_early);
-  zero_padding<T, D>(a);
-  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
-  const SeqInfo seq = load_seq(a, s);
-  if (!seq.ok) {
-    if (split == 0 && kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
-    return;
-  }
-  if (seq.q_len != 1) return;  // prefills go to the tensor-core kernel
-  const int n_split = seq_splits(seq.kv_len, splits);
-  if (split >= n_split) return;  // the reduction reads only this sequence's n_split parts
-  const int per_split = (seq.kv_len + n_split - 1) / n_split;
-  const int start = split * per_split;
-  const int end = min(seq.kv_len, start + per_split);
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = tid / LPK, li = tid % LPK;
+  DecodeCta c;
+  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  const int grp = int(threadIdx.x) / LPK, li = int(threadIdx.x) % LPK;
   const bool lane_on = li < CH;
   const int group = a.num_heads / a.num_kv_heads;
-  const int64_t q_stride = int64_t(a.num_heads) * D;
-  const float scale_log2 = a.scale * kLog2e;
-  const T* qrow = static_cast<const T*>(a.q) + int64_t(seq.q_begin) * q_stride;
+  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
-  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
 
   for (int g0 = 0; g0 < group; g0 += GM) {
     const int gn = min(GM, group - g0);
-    for (int idx = tid; idx < gn * D; idx += kThreads) {
-      const int gi = idx / D, d = idx % D;
-      qs[gi][d] = to_f32(qrow[int64_t(kvh * group + g0 + gi) * D + d]) * scale_log2;
-    }
-    if (tid < GM) {
-      m_s[tid] = -INFINITY;
-      l_s[tid] = 0.0f;
-    }
+    const int head0 = c.kvh * group + g0;
+    begin_pass<T, D, GM>(qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
 #pragma unroll
     for (int gi = 0; gi < GM; ++gi)
@@ -127,8 +276,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
     __syncthreads();
 
-    for (int c0 = start; c0 < end; c0 += SUB) {
-      const int cn = min(SUB, end - c0);
+    for (int c0 = c.start; c0 < c.end; c0 += SUB) {
+      const int cn = min(SUB, c.end - c0);
       // Every K and V load of this sub-chunk at once: key jj = it * NG + grp.
       uint4 kraw[KPG], vraw[KPG];
 #pragma unroll
@@ -137,116 +286,19 @@ __global__ void __launch_bounds__(kThreads)
         kraw[it] = make_uint4(0u, 0u, 0u, 0u);
         vraw[it] = make_uint4(0u, 0u, 0u, 0u);
         if (jj < cn && lane_on) {
-          const int64_t off = kv_offset(a, table, c0 + jj, kvh, D);
+          const int64_t off = kv_offset(a, table, c0 + jj, c.kvh, D);
           if (off >= 0) {
             kraw[it] = __ldg(reinterpret_cast<const uint4*>(kc + off + li * 8));
             vraw[it] = __ldg(reinterpret_cast<const uint4*>(vc + off + li * 8));
           }
         }
       }
-      // (1) scores. Every lane runs every iteration, so the shuffles see the whole warp.
-#pragma unroll
-      for (int it = 0; it < KPG; ++it) {
-        const int jj = it * NG + grp;
-        float kf[8];
-        unpack16<T>(kraw[it], kf);
-#pragma unroll
-        for (int gi = 0; gi < GM; ++gi) {
-          if (gi < gn) {
-            float dot = 0.0f;
-            if (lane_on) {
-#pragma unroll
-              for (int e = 0; e < 8; ++e) dot += kf[e] * qs[gi][li * 8 + e];
-            }
-#pragma unroll
-            for (int off = LPK / 2; off > 0; off >>= 1)
-              dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            if (li == 0 && jj < cn) sc[gi][jj] = dot;
-          }
-        }
-      }
-      __syncthreads();
-
-      // (2) online softmax update, one warp per head.
-      for (int gi = warp; gi < gn; gi += kThreads / 32) {
-        float mx = -INFINITY;
-        for (int jj = lane; jj < cn; jj += 32) mx = fmaxf(mx, sc[gi][jj]);
-        mx = warp_max(mx);
-        const float m_old = m_s[gi];
-        const float m_new = fmaxf(m_old, mx);
-        float sum = 0.0f;
-        for (int jj = lane; jj < cn; jj += 32) {
-          const float p = exp2f(sc[gi][jj] - m_new);
-          sc[gi][jj] = p;
-          sum += p;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) {
-          const float alpha = exp2f(m_old - m_new);  // 0 on the first sub-chunk
-          alpha_s[gi] = alpha;
-          l_s[gi] = l_s[gi] * alpha + sum;
-          m_s[gi] = m_new;
-        }
-      }
-      __syncthreads();
-
-      // (3) acc = acc * alpha + P V over this key group's keys.
-#pragma unroll
-      for (int gi = 0; gi < GM; ++gi) {
-        if (gi < gn) {
-          const float alpha = alpha_s[gi];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[gi][e] *= alpha;
-        }
-      }
-      if (lane_on) {
-#pragma unroll
-        for (int it = 0; it < KPG; ++it) {
-          const int jj = it * NG + grp;
-          if (jj >= cn) continue;
-          float vf[8];
-          unpack16<T>(vraw[it], vf);
-#pragma unroll
-          for (int gi = 0; gi < GM; ++gi) {
-            if (gi < gn) {
-              const float p = sc[gi][jj];
-#pragma unroll
-              for (int e = 0; e < 8; ++e) acc[gi][e] += p * vf[e];
-            }
-          }
-        }
-      }
-      __syncthreads();  // sc and alpha_s are rewritten by the next sub-chunk
+      attend_chunk<D, GM, LPK, NG, KPG, SUB>(
+          [&](int it, float(&kf)[8]) { unpack16<T>(kraw[it], kf); },
+          [&](int it, float(&vf)[8]) { unpack16<T>(vraw[it], vf); }, cn, gn, qs, sc, m_s, l_s,
+          alpha_s, acc);
     }
-
-    // Combine the key groups and write.
-    if (lane_on) {
-#pragma unroll
-      for (int gi = 0; gi < GM; ++gi)
-        if (gi < gn)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) red[grp][gi][li * 8 + e] = acc[gi][e];
-    }
-    __syncthreads();
-    for (int idx = tid; idx < gn * D; idx += kThreads) {
-      const int gi = idx / D, d = idx % D;
-      float o = 0.0f;
-#pragma unroll
-      for (int gr = 0; gr < NG; ++gr) o += red[gr][gi][d];
-      const int h = kvh * group + g0 + gi;
-      if (n_split == 1) {  // whole sequence in this CTA: no partials, no reduction
-        T* out = static_cast<T*>(a.out);
-        out[int64_t(seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
-      } else {
-        const int64_t part = (int64_t(s) * a.num_heads + h) * splits + split;
-        part_o[part * D + d] = o;
-        if (d == 0) {
-          part_ml[part * 2] = m_s[gi];
-          part_ml[part * 2 + 1] = l_s[gi];
-        }
-      }
-    }
-    __syncthreads();  // qs, m_s, l_s and red are reused by the next pass
+    finish_pass<T, D, GM, NG>(a, c, splits, head0, gn, acc, m_s, l_s, red, part_o, part_ml);
   }
 }
 
@@ -306,43 +358,27 @@ __global__ void __launch_bounds__(kThreads)
   float* alpha_s = l_s + GM;
   float* red = reinterpret_cast<float*>(smem_raw);  // [NG][GM][D], after the last stage
 
-  pdl_wait();
-  pdl_trigger(pdl_early);
-  zero_padding<T, D>(a);
-  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
-  const SeqInfo seq = load_seq(a, s);
-  if (!seq.ok) {
-    if (split == 0 && kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
-    return;
-  }
-  if (seq.q_len != 1) return;
-  const int n_split = seq_splits(seq.kv_len, splits);
-  if (split >= n_split) return;
-  const int per_split = (seq.kv_len + n_split - 1) / n_split;
-  const int start = split * per_split;
-  const int end = min(seq.kv_len, start + per_split);
-  const int nchunks = (end - start + SUB - 1) / SUB;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  DecodeCta c;
+  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  const int nchunks = (c.end - c.start + SUB - 1) / SUB;
+  const int tid = threadIdx.x;
   const int grp = tid / LPK, li = tid % LPK;
   const bool lane_on = li < CH;
   const int group = a.num_heads / a.num_kv_heads;
-  const int64_t q_stride = int64_t(a.num_heads) * D;
-  const float scale_log2 = a.scale * kLog2e;
-  const T* qrow = static_cast<const T*>(a.q) + int64_t(seq.q_begin) * q_stride;
+  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
-  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
+  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
 
   // Copies of chunk ci into stage st: every (key, 16-byte chunk) of K and V; keys past the
   // range (or behind a bad block-table entry) are zero-filled.
   const auto issue = [&](int ci, int st) {
-    const int c0 = start + ci * SUB;
-    const int cn = min(SUB, end - c0);
+    const int c0 = c.start + ci * SUB;
+    const int cn = min(SUB, c.end - c0);
     for (int idx = tid; idx < SUB * CH; idx += kThreads) {
       const int jj = idx / CH, cc = idx % CH;
       int64_t off = -1;
-      if (jj < cn) off = kv_offset(a, table, c0 + jj, kvh, D);
+      if (jj < cn) off = kv_offset(a, table, c0 + jj, c.kvh, D);
       const int64_t src = off >= 0 ? off + cc * 8 : 0;
       const int bytes = off >= 0 ? 16 : 0;
       cp_async16(ks + (st * SUB + jj) * D + cc * 8, kc + src, bytes);
@@ -352,14 +388,8 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int g0 = 0; g0 < group; g0 += GM) {
     const int gn = min(GM, group - g0);
-    for (int idx = tid; idx < gn * D; idx += kThreads) {
-      const int gi = idx / D, d = idx % D;
-      qs[gi * D + d] = to_f32(qrow[int64_t(kvh * group + g0 + gi) * D + d]) * scale_log2;
-    }
-    if (tid < GM) {
-      m_s[tid] = -INFINITY;
-      l_s[tid] = 0.0f;
-    }
+    const int head0 = c.kvh * group + g0;
+    begin_pass<T, D, GM>(qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
 #pragma unroll
     for (int gi = 0; gi < GM; ++gi)
@@ -370,124 +400,28 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
     for (int ci = 0; ci < nchunks; ++ci) {
       const int st = ci & 1;
-      const int cn = min(SUB, end - (start + ci * SUB));
+      const int cn = min(SUB, c.end - (c.start + ci * SUB));
       if (ci + 1 < nchunks) issue(ci + 1, st ^ 1);
       cp_async_commit();   // possibly empty: keeps the group count uniform
       cp_async_wait<1>();  // this thread's copies of chunk ci have landed
       __syncthreads();     // everyone's have (and qs, m_s, l_s are set)
       const T* kst = ks + st * SUB * D;
       const T* vst = vs + st * SUB * D;
-
-      // (1) scores
-#pragma unroll
-      for (int it = 0; it < KPG; ++it) {
-        const int jj = it * NG + grp;
-        float kf[8];
-        if (lane_on) {
-          load16(kst + jj * D + li * 8, kf);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
-        }
-#pragma unroll
-        for (int gi = 0; gi < GM; ++gi) {
-          if (gi < gn) {
-            float dot = 0.0f;
+      attend_chunk<D, GM, LPK, NG, KPG, SUB>(
+          [&](int it, float(&kf)[8]) {
             if (lane_on) {
+              load16(kst + (it * NG + grp) * D + li * 8, kf);
+            } else {
 #pragma unroll
-              for (int e = 0; e < 8; ++e) dot += kf[e] * qs[gi * D + li * 8 + e];
+              for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
             }
-#pragma unroll
-            for (int off = LPK / 2; off > 0; off >>= 1)
-              dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            if (li == 0 && jj < cn) sc[gi * SUB + jj] = dot;
-          }
-        }
-      }
-      __syncthreads();
-
-      // (2) online softmax update, one warp per head
-      for (int gi = warp; gi < gn; gi += kThreads / 32) {
-        float mx = -INFINITY;
-        for (int jj = lane; jj < cn; jj += 32) mx = fmaxf(mx, sc[gi * SUB + jj]);
-        mx = warp_max(mx);
-        const float m_old = m_s[gi];
-        const float m_new = fmaxf(m_old, mx);
-        float sum = 0.0f;
-        for (int jj = lane; jj < cn; jj += 32) {
-          const float p = exp2f(sc[gi * SUB + jj] - m_new);
-          sc[gi * SUB + jj] = p;
-          sum += p;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) {
-          const float alpha = exp2f(m_old - m_new);
-          alpha_s[gi] = alpha;
-          l_s[gi] = l_s[gi] * alpha + sum;
-          m_s[gi] = m_new;
-        }
-      }
-      __syncthreads();
-
-      // (3) acc = acc * alpha + P V
-#pragma unroll
-      for (int gi = 0; gi < GM; ++gi) {
-        if (gi < gn) {
-          const float alpha = alpha_s[gi];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[gi][e] *= alpha;
-        }
-      }
-      if (lane_on) {
-#pragma unroll
-        for (int it = 0; it < KPG; ++it) {
-          const int jj = it * NG + grp;
-          if (jj >= cn) continue;
-          float vf[8];
-          load16(vst + jj * D + li * 8, vf);
-#pragma unroll
-          for (int gi = 0; gi < GM; ++gi) {
-            if (gi < gn) {
-              const float p = sc[gi * SUB + jj];
-#pragma unroll
-              for (int e = 0; e < 8; ++e) acc[gi][e] += p * vf[e];
-            }
-          }
-        }
-      }
-      __syncthreads();  // stage st is refilled two chunks on; sc and alpha_s next chunk
+          },
+          [&](int it, float(&vf)[8]) { load16(vst + (it * NG + grp) * D + li * 8, vf); }, cn,
+          gn, qs, sc, m_s, l_s, alpha_s, acc);
     }
     cp_async_wait<0>();
     __syncthreads();  // no copy still lands in the stages that red reuses
-
-    // Combine the key groups and write.
-    if (lane_on) {
-#pragma unroll
-      for (int gi = 0; gi < GM; ++gi)
-        if (gi < gn)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) red[(grp * GM + gi) * D + li * 8 + e] = acc[gi][e];
-    }
-    __syncthreads();
-    for (int idx = tid; idx < gn * D; idx += kThreads) {
-      const int gi = idx / D, d = idx % D;
-      float o = 0.0f;
-#pragma unroll
-      for (int gr = 0; gr < NG; ++gr) o += red[(gr * GM + gi) * D + d];
-      const int h = kvh * group + g0 + gi;
-      if (n_split == 1) {
-        T* out = static_cast<T*>(a.out);
-        out[int64_t(seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
-      } else {
-        const int64_t part = (int64_t(s) * a.num_heads + h) * splits + split;
-        part_o[part * D + d] = o;
-        if (d == 0) {
-          part_ml[part * 2] = m_s[gi];
-          part_ml[part * 2 + 1] = l_s[gi];
-        }
-      }
-    }
-    __syncthreads();  // qs, m_s, l_s, red and the stages are reused by the next pass
+    finish_pass<T, D, GM, NG>(a, c, splits, head0, gn, acc, m_s, l_s, red, part_o, part_ml);
   }
 }
 
