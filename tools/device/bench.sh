@@ -4,9 +4,7 @@
 #   BENCH_QUICK=1 for short runs.
 set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
-root=/tmp/troupe_cuda
-cublas=$(dirname "$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
-export LD_LIBRARY_PATH="$root/lib:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/env.sh"
 T="$root/bin/troupe --log-level warn"
 M=configs/models/llama-3-8b
 common="--model $M --load-format dummy --dtype bfloat16 --max-model-len 4096"

@@ -5,9 +5,7 @@
 #   BENCH_MAX_NUM_SEQS=N to change max_num_seqs (default: troupe's, 256).
 set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
-root=/tmp/troupe_cuda
-cublas=$(dirname "$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
-export LD_LIBRARY_PATH="$root/lib:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "$0")/env.sh"
 extra=""
 [[ -n ${BENCH_MAX_NUM_SEQS:-} ]] && extra="--max-num-seqs $BENCH_MAX_NUM_SEQS"
 echo "=== bench throughput: 1000 prompts, 1000 in, 1000 out ${extra} ==="

@@ -13,10 +13,8 @@ if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$repo" /work/main; fi
 export TROUPE_MODEL_FIXTURES="$repo/tests/fixtures/models"
 bash tools/device/run_cuda_tests.sh "${1:-full}"
 rc=$?
-root=/tmp/troupe_cuda
+source "$(dirname "$0")/env.sh"  # root, cublas, LD_LIBRARY_PATH
 mkdir -p build/tools && cp "$root/bin/troupe" build/tools/troupe
-cublas=$(dirname "$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
-export LD_LIBRARY_PATH="$root/lib:$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "=== actor pipeline on CUDA ===" | tee "$out/actors.log"
 # The dictionary-words test needs Debian's /usr/share/dict/words (wamerican), which the GPU
 # machine lacks; CI runs it. Everything else runs here on the GPU.

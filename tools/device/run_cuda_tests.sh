@@ -14,7 +14,7 @@ set -uo pipefail
 mode=${1:-full}
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
-root=/tmp/troupe_cuda
+source "$(dirname "$0")/env.sh"  # root, cublas, LD_LIBRARY_PATH
 bundle=.carry/cuda/troupe_cuda.tar.gz
 if [[ ! -f $bundle ]]; then
   echo "run_cuda_tests: $bundle is missing: run tools/device/bundle_cuda_tests.sh here and" \
@@ -26,16 +26,6 @@ rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle"
 nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"
 
 # cuBLASLt is not in the bundle (too big): take the machine's own CUDA 13 copy.
-cublas=""
-for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
-           /usr/lib/x86_64-linux-gnu; do
-  if [[ -e $dir/libcublasLt.so.13 ]]; then cublas=$dir; break; fi
-done
-if [[ -z $cublas ]]; then
-  found=$(find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
-  [[ -n $found ]] && cublas=$(dirname "$found")
-fi
-export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   echo "cuBLASLt from: ${cublas:-NOT FOUND}"
   ldd "$root/bin/troupe_cuda_tests"
