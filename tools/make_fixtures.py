@@ -149,33 +149,13 @@ MODELS = [
         ),
         rope=dict(rope_type="default", rope_theta=1000000.0),
     ),
-    # A gated-GELU (GeGLU) Llama: hidden_act gelu_pytorch_tanh, the tanh approximation.
-    dict(
-        name="llama_gelu",
-        model_cls=LlamaForCausalLM,
-        config_cls=LlamaConfig,
-        storage=torch.float32,
-        seed=4004,
-        shard=False,
-        old_dtype_key=False,
-        config=dict(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=160,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=512,
-            rms_norm_eps=1e-5,
-            tie_word_embeddings=False,
-            hidden_act="gelu_pytorch_tanh",
-            attention_bias=False,
-            mlp_bias=False,
-        ),
-        rope=dict(rope_type="default", rope_theta=10000.0),
-    ),
 ]
+
+# A gated-GELU (GeGLU) Llama: llama_gqa's shapes with hidden_act gelu_pytorch_tanh (the tanh
+# approximation) and one KV head (MQA).
+MODELS.append(dict(MODELS[0], name="llama_gelu", seed=4004,
+                   config=dict(MODELS[0]["config"], num_key_value_heads=1,
+                               hidden_act="gelu_pytorch_tanh")))
 
 
 def log(msg):
