@@ -36,13 +36,14 @@ cudaError_t attention_init() {
 
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
   if (a.num_seqs <= 0 || a.max_seq_len <= 0) return 1;
-  // Enough CTAs for about two waves, but no split shorter than kDecodeMinSplitKeys, and no
-  // more than the workspace holds. This is the grid's split count; each sequence then uses as
-  // many of them as its own length needs (attention_decode.cu).
+  // About one full wave of CTAs (the decode kernels keep two CTAs resident per SM), rounded
+  // down so that the grid never spills a few CTAs into a second wave; no split shorter than
+  // kDecodeMinSplitKeys, and no more than the workspace holds. This is the grid's split count;
+  // each sequence then uses as many of them as its own length needs (attention_decode.cuh).
   const int64_t base = int64_t(a.num_seqs) * a.num_kv_heads;
   int64_t splits = 1;
   const int64_t target = 2 * int64_t(num_sms > 0 ? num_sms : 132);
-  if (base < target) splits = (target + base - 1) / base;
+  if (base < target) splits = target / base;
   const int64_t by_length = (a.max_seq_len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
   if (splits > by_length) splits = by_length;
   const int64_t per_split_floats = int64_t(a.num_seqs) * a.num_heads * (a.head_dim + 2);
@@ -53,7 +54,7 @@ int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace
 }
 
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           bool pipelined_decode, cudaStream_t stream) {
+                           DecodeKernel decode_kernel, cudaStream_t stream) {
   if (a.num_seqs <= 0) {  // no decode grid to zero the padding rows
     zero_padding_rows(a, 2, stream);
     return;
@@ -62,7 +63,7 @@ void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const 
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
   if (a.max_query_len >= 2) launch_attention_prefill(dt, a, stream);
-  launch_attention_decode(dt, a, decode_num_splits(a, num_sms, ws), pipelined_decode, ws, stream);
+  launch_attention_decode(dt, a, decode_num_splits(a, num_sms, ws), decode_kernel, ws, stream);
 }
 
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream) {

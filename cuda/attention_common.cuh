@@ -48,16 +48,66 @@ __device__ __forceinline__ int64_t kv_offset(const AttentionArgs& a, const int32
   return (slot * a.num_kv_heads + kvh) * head_dim;
 }
 
+// ---- dispatch over the compiled (dtype, head dim) pairs ----
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+template <class T, class F>
+void dispatch_dim(int d, F& f) {
+  switch (d) {
+    case 16: f(TypeTag<T>{}, std::integral_constant<int, 16>{}); break;
+    case 32: f(TypeTag<T>{}, std::integral_constant<int, 32>{}); break;
+    case 64: f(TypeTag<T>{}, std::integral_constant<int, 64>{}); break;
+    case 80: f(TypeTag<T>{}, std::integral_constant<int, 80>{}); break;
+    case 96: f(TypeTag<T>{}, std::integral_constant<int, 96>{}); break;
+    case 128: f(TypeTag<T>{}, std::integral_constant<int, 128>{}); break;
+    case 256: f(TypeTag<T>{}, std::integral_constant<int, 256>{}); break;
+    default: break;  // the host validated head_dim (attention_head_dim_supported)
+  }
+}
+
+/// f(TypeTag<T>{}, std::integral_constant<int, D>{}) for T = the element type of dt (f16 or
+/// bf16) and D = head_dim; nothing for other dtypes or dims (the host validated both).
+template <class F>
+void dispatch_half_dim(DType dt, int head_dim, F&& f) {
+  if (dt == DType::bf16)
+    dispatch_dim<__nv_bfloat16>(head_dim, f);
+  else if (dt == DType::f16)
+    dispatch_dim<__half>(head_dim, f);
+}
+
+/// f(tag, dim) -> cudaError_t for every compiled (f16/bf16, head dim) pair; the first error.
+template <class F>
+cudaError_t for_each_half_dim(F&& f) {
+  cudaError_t first = cudaSuccess;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int d : kAttentionHeadDims)
+      dispatch_half_dim(dt, d, [&](auto tag, auto dim) {
+        const cudaError_t e = f(tag, dim);
+        if (e != cudaSuccess && first == cudaSuccess) first = e;
+      });
+  return first;
+}
+
 // ---- per-file launchers (attention.cu chooses among them) ----
 
 /// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
 void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
-/// Split-KV decode over sequences with q_len == 1 (+ the reduction when splits > 1).
-/// `pipelined`: the cp.async two-stage variant (experimental) instead of the register one.
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, bool pipelined,
+/// Split-KV decode over sequences with q_len == 1 with `kernel` (+ the reduction when
+/// splits > 1).
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, DecodeKernel kernel,
                              const DecodeWorkspace& ws, cudaStream_t stream);
+
+/// The tensor-core decode kernel alone (attention_decode_mma.cu): outputs of sequences in one
+/// split, partials of the others.
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
+                                 float* part_ml, cudaStream_t stream);
+cudaError_t attention_decode_mma_init();
 
 /// Simple f32 kernel over every query row (no padding rows).
 void launch_attention_f32_rows(const AttentionArgs& a, cudaStream_t stream);

@@ -24,7 +24,8 @@
 //
 // Decode is bandwidth-bound, so CUDA cores suffice here; the tensor-core kernel serves rows
 // with several queries.
-#include "cuda/attention_common.cuh"
+#include "cuda/attention_decode.cuh"
+#include "cuda/mma.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -32,13 +33,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kHeadsPerPass = 8;  // query heads of a GQA group handled together
 constexpr int kKeysPerGroup = 8;  // keys per key group per sub-chunk (registers: 2 x 8 x 16 B)
-
-// Splits a sequence of kv_len keys uses: one per started kDecodeMinSplitKeys keys, at most the
-// grid's.
-__device__ __forceinline__ int seq_splits(int kv_len, int splits) {
-  const int by_length = (kv_len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
-  return max(1, min(splits, by_length));
-}
 
 template <int D>
 constexpr int lanes_per_key() {
@@ -50,54 +44,6 @@ __device__ __forceinline__ void unpack16(const uint4& raw, float (&out)[8]) {
   const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
-}
-
-// Rows [query_start_loc[num_seqs], num_tokens) of out belong to no sequence: zero them, spread
-// over every CTA of the grid.
-template <class T, int D>
-__device__ __forceinline__ void zero_padding(const AttentionArgs& a) {
-  int64_t used = a.query_start_loc[a.num_seqs];
-  used = used < 0 ? 0 : used > a.num_tokens ? a.num_tokens : used;
-  const int64_t row_words = int64_t(a.num_heads) * D * int64_t(sizeof(T)) / 4;
-  const int64_t total = (a.num_tokens - used) * row_words;
-  if (total <= 0) return;
-  const int64_t ctas = int64_t(gridDim.x) * gridDim.y * gridDim.z;
-  const int64_t cta =
-      blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-  uint32_t* base = static_cast<uint32_t*>(a.out) + used * row_words;
-  for (int64_t i = cta * kThreads + threadIdx.x; i < total; i += ctas * kThreads) base[i] = 0u;
-}
-
-// ---- pieces both decode kernels share ----
-
-/// One CTA's share of the decode grid: its sequence and the key range [start, end) of its split.
-struct DecodeCta {
-  SeqInfo seq;
-  int split, kvh, s;
-  int n_split, start, end;
-};
-
-/// The start of every decode CTA: waits for the previous kernel (PDL), zeroes its part of the
-/// padding rows, reads its sequence and split. False when the CTA has nothing to do.
-template <class T, int D>
-__device__ __forceinline__ bool begin_decode_cta(const AttentionArgs& a, int splits,
-                                                 bool pdl_early, DecodeCta& c) {
-  pdl_wait();
-  pdl_trigger(pdl_early);
-  zero_padding<T, D>(a);
-  c.split = blockIdx.x, c.kvh = blockIdx.y, c.s = blockIdx.z;
-  c.seq = load_seq(a, c.s);
-  if (!c.seq.ok) {
-    if (c.split == 0 && c.kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
-    return false;
-  }
-  if (c.seq.q_len != 1) return false;  // prefills go to the tensor-core kernel
-  c.n_split = seq_splits(c.seq.kv_len, splits);
-  if (c.split >= c.n_split) return false;  // the reduction reads only the n_split parts
-  const int per_split = (c.seq.kv_len + c.n_split - 1) / c.n_split;
-  c.start = c.split * per_split;
-  c.end = min(c.seq.kv_len, c.start + per_split);
-  return true;
 }
 
 /// A pass's gn query heads (from head0), pre-scaled by scale * log2(e), into qs [GM][D], and
@@ -218,24 +164,12 @@ __device__ __forceinline__ void finish_pass(const AttentionArgs& a, const Decode
         for (int e = 0; e < 8; ++e) red[(grp * GM + gi) * D + li * 8 + e] = acc[gi][e];
   }
   __syncthreads();
-  const int64_t q_stride = int64_t(a.num_heads) * D;
   for (int idx = tid; idx < gn * D; idx += kThreads) {
     const int gi = idx / D, d = idx % D;
     float o = 0.0f;
 #pragma unroll
     for (int gr = 0; gr < NG; ++gr) o += red[(gr * GM + gi) * D + d];
-    const int h = head0 + gi;
-    if (c.n_split == 1) {  // whole sequence in this CTA: no partials, no reduction
-      T* out = static_cast<T*>(a.out);
-      out[int64_t(c.seq.q_begin) * q_stride + int64_t(h) * D + d] = from_f32<T>(o / l_s[gi]);
-    } else {
-      const int64_t part = (int64_t(c.s) * a.num_heads + h) * splits + c.split;
-      part_o[part * D + d] = o;
-      if (d == 0) {
-        part_ml[part * 2] = m_s[gi];
-        part_ml[part * 2 + 1] = l_s[gi];
-      }
-    }
+    write_decode_result<T, D>(a, c, splits, head0 + gi, d, o, m_s[gi], l_s[gi], part_o, part_ml);
   }
   __syncthreads();
 }
@@ -310,18 +244,6 @@ __global__ void __launch_bounds__(kThreads)
 // the KV stream never waits on the arithmetic. Registers hold only the accumulators (a GQA
 // group of up to 4 heads needs half of decode_kernel's), which lets more CTAs share an SM. The
 // key groups' partial sums meet in the (then idle) stage buffers at the end.
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
 
 template <int D>
 constexpr int pipe_keys() {  // keys per stage
@@ -453,38 +375,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class T, int D, int GM>
-cudaError_t init_pipelined() {
-  return cudaFuncSetAttribute(decode_pipelined_kernel<T, D, GM>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(pipe_smem_bytes<T, D, GM>()));
-}
-
 template <class T, int D>
-cudaError_t init_dim() {
-  const cudaError_t a = init_pipelined<T, D, 4>();
-  const cudaError_t b = init_pipelined<T, D, 8>();
-  return a != cudaSuccess ? a : b;
-}
-
-template <class T>
-cudaError_t init_type() {
-  const cudaError_t r[] = {init_dim<T, 16>(), init_dim<T, 32>(), init_dim<T, 64>(),
-                           init_dim<T, 80>(), init_dim<T, 96>(), init_dim<T, 128>(),
-                           init_dim<T, 256>()};
-  for (cudaError_t e : r)
-    if (e != cudaSuccess) return e;
-  return cudaSuccess;
-}
-
-template <class T, int D>
-void launch_typed(const AttentionArgs& a, int splits, bool pipelined, const DecodeWorkspace& ws,
-                  cudaStream_t stream) {
-  float* part_o = ws.data;
-  float* part_ml = splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * D : nullptr;
+void launch_typed(const AttentionArgs& a, int splits, DecodeKernel kernel, float* part_o,
+                  float* part_ml, cudaStream_t stream) {
   const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
   const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
-  if (!pipelined)
+  if (kernel == DecodeKernel::cuda_cores)
     launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
   else if (group <= 4)
     launch_pdl(decode_pipelined_kernel<T, D, 4>, grid, dim3(kThreads), pipe_smem_bytes<T, D, 4>(),
@@ -492,61 +388,50 @@ void launch_typed(const AttentionArgs& a, int splits, bool pipelined, const Deco
   else
     launch_pdl(decode_pipelined_kernel<T, D, 8>, grid, dim3(kThreads), pipe_smem_bytes<T, D, 8>(),
                stream, a, splits, part_o, part_ml);
-  if (splits > 1) {
-    const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
-    launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,
-               static_cast<const float*>(part_o), static_cast<const float*>(part_ml));
-  }
-}
-
-template <class T>
-void launch_dim(const AttentionArgs& a, int splits, bool pipelined, const DecodeWorkspace& ws,
-                cudaStream_t stream) {
-  switch (a.head_dim) {
-    case 16:
-      launch_typed<T, 16>(a, splits, pipelined, ws, stream);
-      break;
-    case 32:
-      launch_typed<T, 32>(a, splits, pipelined, ws, stream);
-      break;
-    case 64:
-      launch_typed<T, 64>(a, splits, pipelined, ws, stream);
-      break;
-    case 80:
-      launch_typed<T, 80>(a, splits, pipelined, ws, stream);
-      break;
-    case 96:
-      launch_typed<T, 96>(a, splits, pipelined, ws, stream);
-      break;
-    case 128:
-      launch_typed<T, 128>(a, splits, pipelined, ws, stream);
-      break;
-    case 256:
-      launch_typed<T, 256>(a, splits, pipelined, ws, stream);
-      break;
-    default:
-      break;
-  }
 }
 
 }  // namespace
 
-cudaError_t attention_decode_init() {
-  const cudaError_t a = init_type<__nv_bfloat16>();
-  const cudaError_t b = init_type<__half>();
-  return a != cudaSuccess ? a : b;
+cudaError_t attention_decode_init(DecodeKernel kernel) {
+  if (kernel == DecodeKernel::tensor_cores) return attention_decode_mma_init();
+  if (kernel != DecodeKernel::pipelined) return cudaSuccess;
+  return for_each_half_dim([](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    const cudaError_t e4 =
+        cudaFuncSetAttribute(decode_pipelined_kernel<T, D, 4>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(pipe_smem_bytes<T, D, 4>()));
+    const cudaError_t e8 =
+        cudaFuncSetAttribute(decode_pipelined_kernel<T, D, 8>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(pipe_smem_bytes<T, D, 8>()));
+    return e4 != cudaSuccess ? e4 : e8;
+  });
 }
 
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, bool pipelined,
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, DecodeKernel kernel,
                              const DecodeWorkspace& ws, cudaStream_t stream) {
   // Launched even when the host maxima say there is nothing to do: every CTA checks its
   // sequence against them, so inconsistent metadata is reported rather than left unwritten.
   if (a.num_seqs <= 0 || a.num_heads <= 0) return;
   if (splits < 1) splits = 1;
-  if (dt == DType::bf16)
-    launch_dim<__nv_bfloat16>(a, splits, pipelined, ws, stream);
-  else if (dt == DType::f16)
-    launch_dim<__half>(a, splits, pipelined, ws, stream);
+  float* part_o = ws.data;
+  float* part_ml =
+      splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * a.head_dim : nullptr;
+  if (kernel == DecodeKernel::tensor_cores)
+    launch_attention_decode_mma(dt, a, splits, part_o, part_ml, stream);
+  dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    if (kernel != DecodeKernel::tensor_cores)
+      launch_typed<T, D>(a, splits, kernel, part_o, part_ml, stream);
+    if (splits > 1) {
+      const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
+      launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,
+                 static_cast<const float*>(part_o), static_cast<const float*>(part_ml));
+    }
+  });
 }
 
 }  // namespace troupe::cuda

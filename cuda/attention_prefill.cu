@@ -12,15 +12,9 @@
 //   GQA group: correct and simple first (later: cp.async double buffering, ldmatrix.trans,
 //   GQA packing, wgmma).
 //
-// Register fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
-// with g = lane / 4 and t = lane % 4,
-//   A (16x16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
-//   B (16x8):  b0 = (k = 2t..2t+1, n = g), b1 = (k = 2t+8..2t+9, n = g)
-//   C (16x8):  c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
-// The low half of each 32-bit register holds the lower index.
-#include <type_traits>
-
+// (Fragment layouts: cuda/mma.cuh.)
 #include "cuda/attention_common.cuh"
+#include "cuda/mma.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -36,40 +30,6 @@ constexpr int block_n() {
 template <int D>
 constexpr int smem_bytes() {
   return (kBlockM + 2 * block_n<D>()) * (D + 8) * 2;
-}
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-
-/// Two floats rounded to T and packed, `lo` in the low half.
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-__device__ __forceinline__ uint32_t lds32(const void* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
 }
 
 template <class T, int D>
@@ -245,71 +205,26 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   }
 }
 
-template <class T, int D>
-void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
-                  unsigned(a.num_seqs));
-  prefill_kernel<T, D><<<grid, kThreads, smem_bytes<D>(), stream>>>(a);
-}
-
-template <class T>
-void launch_dim(const AttentionArgs& a, cudaStream_t stream) {
-  switch (a.head_dim) {
-    case 16:
-      launch_typed<T, 16>(a, stream);
-      break;
-    case 32:
-      launch_typed<T, 32>(a, stream);
-      break;
-    case 64:
-      launch_typed<T, 64>(a, stream);
-      break;
-    case 80:
-      launch_typed<T, 80>(a, stream);
-      break;
-    case 96:
-      launch_typed<T, 96>(a, stream);
-      break;
-    case 128:
-      launch_typed<T, 128>(a, stream);
-      break;
-    case 256:
-      launch_typed<T, 256>(a, stream);
-      break;
-    default:
-      break;  // the host validated head_dim
-  }
-}
-
-template <class T, int D>
-cudaError_t init_one() {
-  return cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              smem_bytes<D>());
-}
-
-template <class T>
-cudaError_t init_type() {
-  cudaError_t e = cudaSuccess;
-  for (cudaError_t r : {init_one<T, 16>(), init_one<T, 32>(), init_one<T, 64>(), init_one<T, 80>(), init_one<T, 96>(), init_one<T, 128>(),
-                        init_one<T, 256>()})
-    if (r != cudaSuccess && e == cudaSuccess) e = r;
-  return e;
-}
-
 }  // namespace
 
 void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
-  if (dt == DType::bf16)
-    launch_dim<__nv_bfloat16>(a, stream);
-  else if (dt == DType::f16)
-    launch_dim<__half>(a, stream);
+  dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
+                    unsigned(a.num_seqs));
+    prefill_kernel<T, D><<<grid, kThreads, smem_bytes<D>(), stream>>>(a);
+  });
 }
 
 cudaError_t attention_prefill_init() {
-  const cudaError_t a = init_type<__nv_bfloat16>();
-  const cudaError_t b = init_type<__half>();
-  return a != cudaSuccess ? a : b;
+  return for_each_half_dim([](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    return cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                smem_bytes<D>());
+  });
 }
 
 }  // namespace troupe::cuda

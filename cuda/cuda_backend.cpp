@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +77,19 @@ bool env_flag(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
+/// TROUPE_DECODE_ATTENTION: mma (tensor cores, the default), registers or pipelined (CUDA
+/// cores; docs/engine.md).
+cuda::DecodeKernel decode_kernel_from_env() {
+  const char* v = std::getenv("TROUPE_DECODE_ATTENTION");
+  if (v == nullptr || *v == '\0') return cuda::DecodeKernel::tensor_cores;
+  const std::string_view s(v);
+  if (s == "registers") return cuda::DecodeKernel::cuda_cores;
+  if (s == "pipelined") return cuda::DecodeKernel::pipelined;
+  if (s == "mma") return cuda::DecodeKernel::tensor_cores;
+  throw std::invalid_argument("TROUPE_DECODE_ATTENTION: '" + std::string(s) +
+                              "' is not a decode attention kernel (registers, pipelined or mma)");
+}
+
 std::string device_error_text(int bits) {
   std::string s;
   const auto add = [&](int bit, const char* what) {
@@ -139,13 +153,9 @@ class CudaBackendImpl final : public CudaBackend {
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
-    // TROUPE_DECODE_ATTENTION=pipelined: the experimental cp.async decode kernel.
-    if (const char* d = std::getenv("TROUPE_DECODE_ATTENTION");
-        d != nullptr && std::string_view(d) == "pipelined") {
-      check_cuda(cuda::attention_decode_init(),
-                 "make_cuda_backend: pipelined decode attention kernel attributes");
-      pipelined_decode_ = true;
-    }
+    decode_kernel_ = decode_kernel_from_env();
+    check_cuda(cuda::attention_decode_init(decode_kernel_),
+               "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
@@ -531,7 +541,7 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
                                      decode_workspace_.bytes() / sizeof(float)};
-      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, pipelined_decode_, stream_);
+      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, decode_kernel_, stream_);
     }
     after_launch("attention");
   }
@@ -729,7 +739,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_workspace_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  bool pipelined_decode_ = false;  // decode attention through shared memory (cp.async)
+  cuda::DecodeKernel decode_kernel_ = cuda::DecodeKernel::tensor_cores;
   cuda::CudaSampler sampler_;
 };
 

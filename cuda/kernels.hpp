@@ -134,20 +134,25 @@ inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;
 }
 
+/// The kernel that runs decode attention (TROUPE_DECODE_ATTENTION; docs/engine.md):
+/// cuda_cores ("registers"): K/V through registers, dot products on CUDA cores;
+/// pipelined: K/V through a two-stage cp.async ring in shared memory, CUDA cores;
+/// tensor_cores ("mma"): per-warp cp.async rings, mma.sync for Q K^T and P V.
+enum class DecodeKernel { cuda_cores, pipelined, tensor_cores };
+
 /// Raises the dynamic shared-memory limits of the attention kernels (once per device).
 cudaError_t attention_init();
-/// The same for the experimental pipelined decode kernel (only when it is asked for).
-cudaError_t attention_decode_init();
+/// The same for the decode kernel `kernel` (only the one in use).
+cudaError_t attention_decode_init(DecodeKernel kernel);
 
 /// Split count the decode kernel will use for this batch (exposed for tests and the bench).
 int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
 /// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
-/// pipelined_decode: the decode kernel's cp.async two-stage variant (experimental, off unless
-/// TROUPE_DECODE_ATTENTION=pipelined).
+/// decode_kernel: which decode kernel (attention_decode_init(decode_kernel) must have run).
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           bool pipelined_decode, cudaStream_t stream);
+                           DecodeKernel decode_kernel, cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);

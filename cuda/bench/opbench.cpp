@@ -319,15 +319,15 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 4 x 1024 (causal)", 4, 1024, 1024);
     bench_attention(bench, "attention prefill 1 x 8192 (causal)", 1, 8192, 8192);
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
-    {  // the experimental decode kernel (TROUPE_DECODE_ATTENTION=pipelined)
-      ::setenv("TROUPE_DECODE_ATTENTION", "pipelined", 1);
-      Bench piped(iters);
+    for (const char* kernel : {"registers", "pipelined"}) {  // the CUDA-core decode kernels
+      ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
+      Bench other(iters);  // its backend reads the variable when it is made
       ::unsetenv("TROUPE_DECODE_ATTENTION");
-      bench_attention(piped, "attention decode 1 seq x 160 ctx (batch-1 step), pipelined", 1, 1,
-                      160);
-      bench_attention(piped, "attention decode 64 seqs x 1024 ctx, pipelined", 64, 1, 1024);
-      bench_attention(piped, "attention decode 256 seqs x 1024 ctx, pipelined", 256, 1, 1024);
-      bench_attention(piped, "attention decode 4 seqs x 32768 ctx, pipelined", 4, 1, 32768);
+      const std::string tail = std::string(", ") + kernel;
+      bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1, 160);
+      bench_attention(other, "attention decode 64 seqs x 1024 ctx" + tail, 64, 1, 1024);
+      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
+      bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
     }
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
     for (SampleKind kind :

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "cuda/kernels.hpp"
 #include "tests/cuda/cuda_harness.hpp"
 
 namespace troupe::test {
@@ -120,6 +121,8 @@ std::vector<AttnCase> shape_cases() {
       {4, 4, 128, 16, kMixed, 0, "mixed MHA"},
       {16, 1, 128, 16, kMixed, 2, "mixed MQA (16 heads per KV head)"},
       {12, 1, 64, 32, kMixed, 0, "mixed MQA (12 heads per KV head)"},
+      {28, 4, 128, 16, kMixed, 0, "mixed GQA, 7 heads per KV head (Qwen2.5-7B)"},
+      {24, 1, 64, 16, kMixed, 1, "mixed MQA, 24 heads per KV head (two passes of 16)"},
       {8, 2, 128, 16, {{1, 2000}, {1, 3001}}, 0, "long decodes (split KV)"},
       {32, 8, 128, 16, {{1, 1025}}, 1, "one long decode, Llama-3 heads"},
       {8, 2, 64, 16, many_decodes, 0, "64 decodes"},
@@ -137,24 +140,64 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
     for (const AttnCase& c : shape_cases()) run_case(p, dt, c, rng);
 }
 
-// The experimental decode kernel (cp.async, two stages; TROUPE_DECODE_ATTENTION=pipelined):
-// every case above again, with every head dim and block size.
-TEST_CASE("cuda attention: the pipelined decode kernel matches the CPU too",
+// The CUDA-core decode kernels (TROUPE_DECODE_ATTENTION=registers: K/V through registers;
+// =pipelined: a two-stage cp.async ring), the default being the tensor-core one: every case
+// above again, with every head dim and block size.
+TEST_CASE("cuda attention: the CUDA-core decode kernels match the CPU too", "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  for (const char* kernel : {"registers", "pipelined"}) {
+    ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
+    Pair p;  // its CUDA backend reads the variable once, when it is made
+    ::unsetenv("TROUPE_DECODE_ATTENTION");
+    std::mt19937_64 rng(13);
+    for (DType dt : kFloatTypes) {
+      for (int d : {16, 32, 64, 80, 96, 128, 256})
+        for (int bs : {8, 16, 32})
+          run_case(p, dt, {8, 2, d, bs, kMixed, 3, std::string(kernel) + " decode, mixed GQA"},
+                   rng);
+      for (const AttnCase& c : shape_cases()) {
+        AttnCase pc = c;
+        pc.label = std::string(kernel) + " decode, " + c.label;
+        run_case(p, dt, pc, rng);
+      }
+    }
+  }
+}
+
+TEST_CASE("decode split counts fill one wave of CTAs without spilling into a second",
+          "[cuda][attention]") {
+  // A host function: runs without a GPU too. 132 SMs (the H200), two CTAs resident per SM.
+  const auto splits = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len) {
+    cuda::AttentionArgs a{};
+    a.num_seqs = seqs;
+    a.num_kv_heads = kv_heads;
+    a.num_heads = 4 * kv_heads;
+    a.head_dim = 128;
+    a.max_seq_len = max_seq_len;
+    return cuda::decode_num_splits(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20});
+  };
+  CHECK(splits(1, 8, 200) == 4);       // bound by the length: 4 splits of >= 64 keys
+  CHECK(splits(1, 8, 100000) == 33);   // 264 CTAs
+  CHECK(splits(4, 8, 32768) == 8);     // 256 CTAs, not 9 x 32 = 288 (a second wave of 24)
+  CHECK(splits(64, 8, 4096) == 1);     // 512 CTAs already
+  CHECK(splits(200, 1, 4096) == 1);    // 200 <= 264: one split each, no partials
+  CHECK(splits(1, 8, 0) == 1);
+}
+
+TEST_CASE("cuda backend: an unknown TROUPE_DECODE_ATTENTION is refused by name",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_DECODE_ATTENTION", "pipelined", 1);
-  Pair p;  // its CUDA backend reads the variable once, when it is made
-  ::unsetenv("TROUPE_DECODE_ATTENTION");
-  std::mt19937_64 rng(13);
-  for (DType dt : kFloatTypes) {
-    for (int d : {16, 32, 64, 80, 96, 128, 256})
-      for (int bs : {8, 16, 32})
-        run_case(p, dt, {8, 2, d, bs, kMixed, 3, "pipelined decode, mixed GQA"}, rng);
-    for (const AttnCase& c : shape_cases()) {
-      AttnCase pc = c;
-      pc.label = "pipelined decode, " + c.label;
-      run_case(p, dt, pc, rng);
-    }
+  ::setenv("TROUPE_DECODE_ATTENTION", "flash", 1);
+  try {
+    Pair p;
+    ::unsetenv("TROUPE_DECODE_ATTENTION");
+    FAIL("a backend was made with TROUPE_DECODE_ATTENTION=flash");
+  } catch (const std::invalid_argument& e) {
+    ::unsetenv("TROUPE_DECODE_ATTENTION");
+    const std::string what = e.what();
+    CHECK(what.find("TROUPE_DECODE_ATTENTION") != std::string::npos);
+    CHECK(what.find("'flash'") != std::string::npos);
+    CHECK(what.find("registers, pipelined or mma") != std::string::npos);
   }
 }
 

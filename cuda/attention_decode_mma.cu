@@ -1,0 +1,269 @@
+// Split-KV decode attention on tensor cores (TROUPE_DECODE_ATTENTION=mma), f16/bf16:
+//
+// - Same grid, per-sequence splits, partials and reduction as the CUDA-core kernels of
+//   attention_decode.cu: a CTA handles one key range of one sequence for one KV head.
+// - The query heads of the KV head's GQA group (up to 16 per pass) are the M = 16 rows of
+//   mma.m16n8k16, so every K/V row is read once per group: S = Q K^T over a tile of 16 keys is
+//   D / 8 MMAs, O += P V another D / 8 (rows past the group are zeros, and their results are
+//   dropped). The arithmetic that made the CUDA-core kernels compute-bound at large batches
+//   (unpacking, dot products, shuffles per key) becomes a few MMAs per 8 KB of K/V.
+// - Each of the 4 warps walks its own tiles (tile i goes to warp i % 4) with its own online
+//   softmax (f32, base 2) and its own 3-stage cp.async ring in shared memory, so the K/V stream
+//   of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
+//   combined at the end. Fragments come from shared memory with ldmatrix (V transposed); rows
+//   are padded by 8 elements, which keeps ldmatrix and the copies free of bank conflicts.
+// - P is rounded to T for the P V product, as in the prefill kernel (FlashAttention-2); the
+//   softmax sums use the unrounded P.
+//
+// Fragment layouts: cuda/mma.cuh.
+#include "cuda/attention_decode.cuh"
+#include "cuda/mma.cuh"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileKeys = 16;  // keys per warp tile (the k of the P V MMAs)
+constexpr int kStages = 3;     // cp.async ring depth per warp
+constexpr int kRows = 16;      // query heads per pass (the M of the MMAs)
+
+template <class T, int D>
+constexpr size_t stage_elems() {  // one stage: K then V, kTileKeys padded rows each
+  return size_t(2) * kTileKeys * (D + 8);
+}
+
+template <class T, int D>
+constexpr size_t smem_bytes() {
+  constexpr size_t rings = size_t(kWarps) * kStages * stage_elems<T, D>() * sizeof(T);
+  constexpr size_t combine = sizeof(float) * size_t(kWarps) * kRows * (D + 2);
+  return rings > combine ? rings : combine;
+}
+
+// Two CTAs per SM fit the rings of head dims up to 128 (104 KB each at D = 128).
+template <int D>
+constexpr int min_ctas() {
+  return D > 128 ? 1 : 2;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, min_ctas<D>())
+    decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
+                      float* __restrict__ part_ml, bool pdl_early) {
+  constexpr int LD = D + 8;  // padded row length in shared memory (elements)
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  constexpr int KT = D / 16;
+  constexpr int DT = D / 8;
+  static_assert(D % 16 == 0, "the MMAs step over the head dim 16 at a time");
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  DecodeCta c;
+  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * kStages * stage_elems<T, D>();
+  const int group = a.num_heads / a.num_kv_heads;
+  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
+  const float scale_log2 = a.scale * kLog2e;
+  const int ntiles = (c.end - c.start + kTileKeys - 1) / kTileKeys;
+  const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
+
+  // This warp's i-th tile (keys from tile_key(i)) into stage st, one commit group either way.
+  // Keys past the range, or behind a bad block-table entry, are zero-filled.
+  const auto tile_key = [&](int i) { return c.start + (warp + i * kWarps) * kTileKeys; };
+  const auto issue = [&](int i, int st) {
+    if (i < my_tiles) {
+      T* ks = ring + st * stage_elems<T, D>();
+      T* vs = ks + kTileKeys * LD;
+      const int k0 = tile_key(i);
+#pragma unroll 1
+      for (int idx = lane; idx < kTileKeys * CH; idx += 32) {
+        const int r = idx / CH, cc = idx % CH;
+        int64_t off = -1;
+        if (k0 + r < c.end) off = kv_offset(a, table, k0 + r, c.kvh, D);
+        const int64_t src = off >= 0 ? off + cc * 8 : 0;
+        const int bytes = off >= 0 ? 16 : 0;
+        cp_async16(ks + r * LD + cc * 8, kc + src, bytes);
+        cp_async16(vs + r * LD + cc * 8, vc + src, bytes);
+      }
+    }
+    cp_async_commit();
+  };
+
+  for (int g0 = 0; g0 < group; g0 += kRows) {
+    const int gn = min(kRows, group - g0);
+    const int head0 = c.kvh * group + g0;
+    // Q as A fragments: rows g and g + 8 are query heads head0 + g, head0 + g + 8 (zeros past
+    // the pass's gn heads).
+    uint32_t qa[KT][4];
+    {
+      const T* qg = qrow + int64_t(head0 + g) * D + 2 * t4;
+      const T* qg8 = qg + 8 * D;
+      const bool on = g < gn, on8 = g + 8 < gn;
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        qa[kk][0] = on ? lds32(qg + kk * 16) : 0u;
+        qa[kk][1] = on8 ? lds32(qg8 + kk * 16) : 0u;
+        qa[kk][2] = on ? lds32(qg + kk * 16 + 8) : 0u;
+        qa[kk][3] = on8 ? lds32(qg8 + kk * 16 + 8) : 0u;
+      }
+    }
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // rows g and g + 8
+
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) issue(st, st);
+    for (int i = 0; i < my_tiles; ++i) {
+      issue(i + kStages - 1, (i + kStages - 1) % kStages);
+      cp_async_wait<kStages - 1>();  // this lane's copies of tile i have landed
+      __syncwarp();                  // and every lane's
+      const T* ks = ring + (i % kStages) * stage_elems<T, D>();
+      const T* vs = ks + kTileKeys * LD;
+      const int k0 = tile_key(i);
+
+      // S = Q K^T: n8 tiles of keys 0-7 and 8-15. ldmatrix matrices: (keys 0-7, dims +0..7),
+      // (keys 0-7, dims +8..15), (keys 8-15, dims +0..7), (keys 8-15, dims +8..15).
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      const T* krow = ks + ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4(b, krow + kk * 16);
+        mma16816<T>(s[0], qa[kk], {b[0], b[1]});
+        mma16816<T>(s[1], qa[kk], {b[2], b[3]});
+      }
+
+      // Scale, mask keys past the range, online softmax per row (a row's 4 owners are a quad).
+      float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool valid = k0 + nt * 8 + 2 * t4 + (e & 1) < c.end;
+          const float v = valid ? s[nt][e] * scale_log2 : -INFINITY;
+          s[nt][e] = v;
+          if (e < 2)
+            mx_a = fmaxf(mx_a, v);
+          else
+            mx_b = fmaxf(mx_b, v);
+        }
+      }
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // Every tile has a valid key, so the maxima are finite from the first tile on.
+      const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
+      const float alpha_a = exp2f(m_a - new_a), alpha_b = exp2f(m_b - new_b);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][0] = exp2f(s[nt][0] - new_a);
+        s[nt][1] = exp2f(s[nt][1] - new_a);
+        s[nt][2] = exp2f(s[nt][2] - new_b);
+        s[nt][3] = exp2f(s[nt][3] - new_b);
+      }
+      // This lane's share of the row sums (the quad's shares are added at the end).
+      l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
+      l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+      m_a = new_a;
+      m_b = new_b;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[dt][0] *= alpha_a;
+        o[dt][1] *= alpha_a;
+        o[dt][2] *= alpha_b;
+        o[dt][3] *= alpha_b;
+      }
+
+      // O += P V: P's two C fragments are one A fragment (k = the tile's 16 keys). ldmatrix
+      // .trans matrices: (keys 0-7, dims +0..7), (keys 8-15, dims +0..7), (keys 0-7, dims
+      // +8..15), (keys 8-15, dims +8..15).
+      const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+      const T* vrow = vs + (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
+#pragma unroll
+      for (int dn = 0; dn < KT; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + dn * 16);
+        mma16816<T>(o[2 * dn], pa, {b[0], b[1]});
+        mma16816<T>(o[2 * dn + 1], pa, {b[2], b[3]});
+      }
+      __syncwarp();  // every lane is done with this stage before the next issue refills it
+    }
+    cp_async_wait<0>();  // only empty groups can be left, but leave none in flight
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+
+    // Combine the warps: red [kWarps][kRows][D] and ml [kWarps][kRows][2] over the rings.
+    __syncthreads();  // every warp is done with its ring
+    float* red = reinterpret_cast<float*>(smem);
+    float* ml = red + kWarps * kRows * D;
+    const int ra = g, rb = g + 8;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      const int d = dt * 8 + 2 * t4;
+      if (ra < gn) {
+        red[(warp * kRows + ra) * D + d] = o[dt][0];
+        red[(warp * kRows + ra) * D + d + 1] = o[dt][1];
+      }
+      if (rb < gn) {
+        red[(warp * kRows + rb) * D + d] = o[dt][2];
+        red[(warp * kRows + rb) * D + d + 1] = o[dt][3];
+      }
+    }
+    if (t4 == 0) {  // a warp without tiles leaves (-inf, 0): weight 0 below
+      ml[(warp * kRows + ra) * 2] = m_a;
+      ml[(warp * kRows + ra) * 2 + 1] = l_a;
+      ml[(warp * kRows + rb) * 2] = m_b;
+      ml[(warp * kRows + rb) * 2 + 1] = l_b;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < gn * D; idx += kThreads) {
+      const int r = idx / D, d = idx % D;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, ml[(w * kRows + r) * 2]);
+      float l = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(ml[(w * kRows + r) * 2] - m);
+        l += ml[(w * kRows + r) * 2 + 1] * f;
+        acc += red[(w * kRows + r) * D + d] * f;
+      }
+      write_decode_result<T, D>(a, c, splits, head0 + r, d, acc, m, l, part_o, part_ml);
+    }
+    __syncthreads();  // the next pass refills the rings
+  }
+}
+
+}  // namespace
+
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
+                                 float* part_ml, cudaStream_t stream) {
+  dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
+    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a,
+               splits, part_o, part_ml);
+  });
+}
+
+cudaError_t attention_decode_mma_init() {
+  return for_each_half_dim([](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int D = decltype(dim)::value;
+    return cudaFuncSetAttribute(decode_mma_kernel<T, D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(smem_bytes<T, D>()));
+  });
+}
+
+}  // namespace troupe::cuda
