@@ -103,10 +103,11 @@ cudaError_t attention_prefill_init();
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, DecodeKernel kernel,
                              const DecodeWorkspace& ws, cudaStream_t stream);
 
-/// The tensor-core decode kernel alone (attention_decode_mma.cu): outputs of sequences in one
-/// split, partials of the others.
+/// The tensor-core decode kernel (attention_decode_mma.cu). With `counters` (one per
+/// (sequence, KV head), zero) the last CTA of each sequence combines its splits too; without
+/// (nullptr), sequences in several splits leave partials for decode_reduce_kernel.
 void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
-                                 float* part_ml, cudaStream_t stream);
+                                 float* part_ml, uint32_t* counters, cudaStream_t stream);
 cudaError_t attention_decode_mma_init();
 
 /// Simple f32 kernel over every query row (no padding rows).

@@ -419,14 +419,18 @@ void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, Decod
   float* part_o = ws.data;
   float* part_ml =
       splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * a.head_dim : nullptr;
-  if (kernel == DecodeKernel::tensor_cores)
-    launch_attention_decode_mma(dt, a, splits, part_o, part_ml, stream);
+  bool combined = false;  // the decode kernel's last CTAs combine the splits themselves
+  if (kernel == DecodeKernel::tensor_cores) {
+    combined = splits > 1 && mma_can_combine(a, splits, ws);
+    launch_attention_decode_mma(dt, a, splits, part_o, part_ml,
+                                combined ? ws.counters : nullptr, stream);
+  }
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     if (kernel != DecodeKernel::tensor_cores)
       launch_typed<T, D>(a, splits, kernel, part_o, part_ml, stream);
-    if (splits > 1) {
+    if (splits > 1 && !combined) {
       const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
       launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,
                  static_cast<const float*>(part_o), static_cast<const float*>(part_ml));

@@ -85,4 +85,17 @@ __device__ __forceinline__ void write_decode_result(const AttentionArgs& a, cons
   }
 }
 
+/// Most splits whose weights the tensor-core kernel's last CTA keeps in shared memory when it
+/// combines them, and most query heads per KV head it combines (one pass of 16).
+inline constexpr int kCombineMaxSplits = 64;
+inline constexpr int kCombineMaxGroup = 16;
+
+/// Whether the tensor-core decode kernel can combine the splits itself (else
+/// decode_reduce_kernel runs after it).
+inline bool mma_can_combine(const AttentionArgs& a, int splits, const DecodeWorkspace& ws) {
+  return ws.counters != nullptr && a.num_kv_heads > 0 && splits <= kCombineMaxSplits &&
+         a.num_heads / a.num_kv_heads <= kCombineMaxGroup &&
+         size_t(a.num_seqs) * size_t(a.num_kv_heads) <= ws.num_counters;
+}
+
 }  // namespace troupe::cuda

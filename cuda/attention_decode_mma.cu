@@ -37,7 +37,9 @@ template <class T, int D>
 constexpr size_t smem_bytes() {
   constexpr size_t rings = size_t(kWarps) * kStages * stage_elems<T, D>() * sizeof(T);
   constexpr size_t combine = sizeof(float) * size_t(kWarps) * kRows * (D + 2);
-  return rings > combine ? rings : combine;
+  constexpr size_t weights = sizeof(float) * size_t(kCombineMaxGroup) * kCombineMaxSplits;
+  constexpr size_t most = rings > combine ? rings : combine;
+  return most > weights ? most : weights;
 }
 
 // Two CTAs per SM fit the rings of head dims up to 128 (104 KB each at D = 128).
@@ -46,10 +48,72 @@ constexpr int min_ctas() {
   return D > 128 ? 1 : 2;
 }
 
+/// After a CTA of a sequence in n_split > 1 splits has written its partials: the last of the
+/// sequence's CTAs for this KV head (arrival counter; it resets the counter to zero for the
+/// next launch) combines the n_split partials of the group's heads into the output, as
+/// decode_reduce_kernel would. The classic threadfence reduction: every thread fences its
+/// partial writes before the count, and the last CTA reads the partials through L2.
+/// wts: shared memory for kCombineMaxGroup x kCombineMaxSplits floats.
+template <class T, int D>
+__device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const DecodeCta& c,
+                                                int splits, int group,
+                                                const float* __restrict__ part_o,
+                                                const float* __restrict__ part_ml,
+                                                uint32_t* __restrict__ counters, float* wts) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* counter = counters + int64_t(c.s) * a.num_kv_heads + c.kvh;
+    last = atomicAdd(counter, 1u) == uint32_t(c.n_split - 1);
+    if (last) *counter = 0u;  // every other CTA of the pair has counted already
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int n = c.n_split, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int head0 = c.kvh * group;
+  // Per head: weight_i = 2^(m_i - M) / L, L = sum_i l_i 2^(m_i - M), one warp per head.
+  for (int gi = warp; gi < group; gi += kWarps) {
+    const int64_t base = (int64_t(c.s) * a.num_heads + head0 + gi) * splits;
+    float m_i[2], l_i[2];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int i = lane + 32 * k;
+      m_i[k] = i < n ? __ldcg(part_ml + (base + i) * 2) : -INFINITY;
+      l_i[k] = i < n ? __ldcg(part_ml + (base + i) * 2 + 1) : 0.0f;
+      m = fmaxf(m, m_i[k]);
+    }
+    m = warp_max(m);
+    float l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) l += l_i[k] * exp2f(m_i[k] - m);
+    l = warp_sum(l);
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int i = lane + 32 * k;
+      if (i < n) wts[gi * kCombineMaxSplits + i] = exp2f(m_i[k] - m) * inv_l;
+    }
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + int64_t(c.seq.q_begin) * a.num_heads * D + int64_t(head0) * D;
+  for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
+    const int gi = idx / D, d = idx % D;
+    const int64_t base = (int64_t(c.s) * a.num_heads + head0 + gi) * splits;
+    float o = 0.0f;
+    for (int i = 0; i < n; ++i)
+      o += __ldcg(part_o + (base + i) * D + d) * wts[gi * kCombineMaxSplits + i];
+    out[idx] = from_f32<T>(o);
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, min_ctas<D>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                      float* __restrict__ part_ml, bool pdl_early) {
+                      float* __restrict__ part_ml, uint32_t* __restrict__ counters,
+                      bool pdl_early) {
   constexpr int LD = D + 8;  // padded row length in shared memory (elements)
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int KT = D / 16;
@@ -241,18 +305,21 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D>())
     }
     __syncthreads();  // the next pass refills the rings
   }
+  if (c.n_split > 1 && counters != nullptr)
+    combine_if_last<T, D>(a, c, splits, group, part_o, part_ml, counters,
+                          reinterpret_cast<float*>(smem));
 }
 
 }  // namespace
 
 void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
-                                 float* part_ml, cudaStream_t stream) {
+                                 float* part_ml, uint32_t* counters, cudaStream_t stream) {
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
     launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a,
-               splits, part_o, part_ml);
+               splits, part_o, part_ml, counters);
   });
 }
 

@@ -71,6 +71,7 @@ namespace {
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 constexpr size_t kDecodeWorkspaceBytes = size_t(64) << 20;
+constexpr size_t kDecodeCounters = size_t(1) << 16;  // (sequence, KV head) pairs of one step
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
@@ -150,6 +151,10 @@ class CudaBackendImpl final : public CudaBackend {
                "make_cuda_backend: cudaMemset");
     lt_workspace_.ensure(kLtWorkspaceBytes, "make_cuda_backend: cuBLASLt workspace");
     decode_workspace_.ensure(kDecodeWorkspaceBytes, "make_cuda_backend: decode workspace");
+    decode_counters_.ensure(kDecodeCounters * sizeof(uint32_t),
+                            "make_cuda_backend: decode arrival counters");
+    check_cuda(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_),
+               "make_cuda_backend: cudaMemset");
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
@@ -540,7 +545,9 @@ class CudaBackendImpl final : public CudaBackend {
       cuda::launch_attention_f32(a, stream_);
     } else {
       const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
-                                     decode_workspace_.bytes() / sizeof(float)};
+                                     decode_workspace_.bytes() / sizeof(float),
+                                     decode_counters_.as<uint32_t>(),
+                                     decode_counters_.bytes() / sizeof(uint32_t)};
       cuda::launch_attention_half(q.dtype, a, num_sms_, ws, decode_kernel_, stream_);
     }
     after_launch("attention");
@@ -737,6 +744,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::PinnedBuffer err_host_;
   cuda::DeviceBuffer lt_workspace_;
   cuda::DeviceBuffer decode_workspace_;
+  cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
   cuda::DecodeKernel decode_kernel_ = cuda::DecodeKernel::tensor_cores;

@@ -118,10 +118,14 @@ struct AttentionArgs {
   int* err;
 };
 
-/// Workspace of the split-KV decode kernel (f32, preallocated by the backend).
+/// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival
+/// counters (zeroed once by the backend; each launch leaves them zero again) with which the
+/// last CTA of a (sequence, KV head) combines the splits itself.
 struct DecodeWorkspace {
   float* data = nullptr;
   size_t floats = 0;
+  uint32_t* counters = nullptr;
+  size_t num_counters = 0;
 };
 
 /// Head dims with compiled kernels: the common ones, plus 16 and 32 for small models (the

@@ -124,6 +124,7 @@ std::vector<AttnCase> shape_cases() {
       {28, 4, 128, 16, kMixed, 0, "mixed GQA, 7 heads per KV head (Qwen2.5-7B)"},
       {24, 1, 64, 16, kMixed, 1, "mixed MQA, 24 heads per KV head (two passes of 16)"},
       {8, 2, 128, 16, {{1, 2000}, {1, 3001}}, 0, "long decodes (split KV)"},
+      {16, 1, 64, 16, {{1, 5000}}, 0, "one long MQA decode (79 splits: combined by a kernel)"},
       {32, 8, 128, 16, {{1, 1025}}, 1, "one long decode, Llama-3 heads"},
       {8, 2, 64, 16, many_decodes, 0, "64 decodes"},
       {8, 8, 128, 32, {{300, 300}}, 0, "long prefill"},
