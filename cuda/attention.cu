@@ -1,7 +1,10 @@
 // The attention op's dispatch: which kernels run for a batch, the decode split count, zeros for
 // padding rows (rows past the last sequence, e.g. a CUDA-graph batch padded to its bucket;
 // the CPU backend zeroes them too), and the one-time kernel attribute setup.
+#include <algorithm>
+
 #include "cuda/attention_common.cuh"
+#include "cuda/attention_decode.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -34,36 +37,49 @@ cudaError_t attention_init() {
   return attention_prefill_init();
 }
 
-int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
-  if (a.num_seqs <= 0 || a.max_seq_len <= 0) return 1;
+DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
+                       const DecodeOptions& o) {
+  if (a.num_seqs <= 0 || a.max_seq_len <= 0) return {1, kDecodeMinSplitKeys};
   // About one full wave of CTAs (the decode kernels keep two CTAs resident per SM), rounded
-  // down so that the grid never spills a few CTAs into a second wave; no split shorter than
-  // kDecodeMinSplitKeys, and no more than the workspace holds. This is the grid's split count;
-  // each sequence then uses as many of them as its own length needs (attention_decode.cuh).
+  // down so that the grid never spills a few CTAs into a second wave, in splits of at least
+  // kDecodeMinSplitKeys. A batch that fills a wave by itself splits only with
+  // long_split_keys. Never more splits than the workspace holds. This is the grid's split
+  // count; each sequence then uses as many of them as its own length needs
+  // (attention_decode.cuh), so under a CUDA graph (max_seq_len at its bound) a short sequence
+  // still takes few splits.
   const int64_t base = int64_t(a.num_seqs) * a.num_kv_heads;
-  int64_t splits = 1;
   const int64_t target = 2 * int64_t(num_sms > 0 ? num_sms : 132);
-  if (base < target) splits = target / base;
-  const int64_t by_length = (a.max_seq_len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
+  int64_t splits = 1, split_keys = kDecodeMinSplitKeys;
+  if (base < target) {
+    splits = target / base;
+  } else if (o.long_split_keys > 0) {
+    split_keys = std::max<int64_t>(o.long_split_keys, kDecodeMinSplitKeys);
+    splits = kCombineMaxSplits;  // bound by the length below
+  }
+  const int64_t by_length = (a.max_seq_len + split_keys - 1) / split_keys;
   if (splits > by_length) splits = by_length;
   const int64_t per_split_floats = int64_t(a.num_seqs) * a.num_heads * (a.head_dim + 2);
   const int64_t by_workspace = per_split_floats > 0 ? int64_t(ws.floats) / per_split_floats : 1;
   if (splits > by_workspace) splits = by_workspace;
   if (splits > 1024) splits = 1024;
-  return splits < 1 ? 1 : int(splits);
+  return {splits < 1 ? 1 : int32_t(splits), int32_t(split_keys)};
 }
 
-void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           DecodeKernel decode_kernel, cudaStream_t stream) {
-  if (a.num_seqs <= 0) {  // no decode grid to zero the padding rows
-    zero_padding_rows(a, 2, stream);
+void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
+                           const DecodeWorkspace& ws, const DecodeOptions& decode,
+                           cudaStream_t stream) {
+  if (args.num_seqs <= 0) {  // no decode grid to zero the padding rows
+    zero_padding_rows(args, 2, stream);
     return;
   }
+  const DecodePlan plan = plan_decode(args, num_sms, ws, decode);
+  AttentionArgs a = args;
+  a.decode_split_keys = plan.split_keys;
   // Both kernels read the per-sequence query lengths on the device and skip the sequences
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
   if (a.max_query_len >= 2) launch_attention_prefill(dt, a, stream);
-  launch_attention_decode(dt, a, decode_num_splits(a, num_sms, ws), decode_kernel, ws, stream);
+  launch_attention_decode(dt, a, plan.splits, decode, ws, stream);
 }
 
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream) {

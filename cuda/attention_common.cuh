@@ -98,16 +98,18 @@ cudaError_t for_each_half_dim(F&& f) {
 void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
-/// Split-KV decode over sequences with q_len == 1 with `kernel` (+ the reduction when
-/// splits > 1).
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, DecodeKernel kernel,
-                             const DecodeWorkspace& ws, cudaStream_t stream);
+/// Split-KV decode over sequences with q_len == 1 with o.kernel (+ the reduction when
+/// splits > 1); a.decode_split_keys is the plan's.
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+                             const DecodeOptions& o, const DecodeWorkspace& ws,
+                             cudaStream_t stream);
 
 /// The tensor-core decode kernel (attention_decode_mma.cu). With `counters` (one per
 /// (sequence, KV head), zero) the last CTA of each sequence combines its splits too; without
 /// (nullptr), sequences in several splits leave partials for decode_reduce_kernel.
-void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
-                                 float* part_ml, uint32_t* counters, cudaStream_t stream);
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, int stages,
+                                 float* part_o, float* part_ml, uint32_t* counters,
+                                 cudaStream_t stream);
 cudaError_t attention_decode_mma_init();
 
 /// Simple f32 kernel over every query row (no padding rows).

@@ -13,7 +13,7 @@
 //   writes unnormalised partial sums plus (max, sum) per (sequence, head, split) into the
 //   workspace, and decode_reduce_kernel rescales and combines them.
 // - The host's split count (from num_seqs and max_seq_len) only bounds the grid. Each sequence
-//   splits its own keys: n = min(splits, ceil(kv_len / kDecodeMinSplitKeys)) parts of
+//   splits its own keys: n = min(splits, ceil(kv_len / split_keys)) parts of
 //   ceil(kv_len / n) keys, from its length on the device. So a CUDA graph captured with
 //   max_seq_len at its bound still gives a short sequence few, long-enough splits, and the
 //   result of a sequence depends on (splits, its kv_len) only, not on where the batch's longest
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;
-  const int n = seq_splits(seq.kv_len, splits);  // parts the decode kernel wrote
+  const int n = seq_splits(seq.kv_len, splits, a.decode_split_keys);  // parts the decode kernel wrote
   if (n == 1) return;                            // it wrote the output itself
   const int64_t base = (int64_t(s) * a.num_heads + h) * splits;
   float m_max = -INFINITY;
@@ -392,9 +392,9 @@ void launch_typed(const AttentionArgs& a, int splits, DecodeKernel kernel, float
 
 }  // namespace
 
-cudaError_t attention_decode_init(DecodeKernel kernel) {
-  if (kernel == DecodeKernel::tensor_cores) return attention_decode_mma_init();
-  if (kernel != DecodeKernel::pipelined) return cudaSuccess;
+cudaError_t attention_decode_init(const DecodeOptions& o) {
+  if (o.kernel == DecodeKernel::tensor_cores) return attention_decode_mma_init();
+  if (o.kernel != DecodeKernel::pipelined) return cudaSuccess;
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
@@ -410,8 +410,10 @@ cudaError_t attention_decode_init(DecodeKernel kernel) {
   });
 }
 
-void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, DecodeKernel kernel,
-                             const DecodeWorkspace& ws, cudaStream_t stream) {
+void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
+                             const DecodeOptions& o, const DecodeWorkspace& ws,
+                             cudaStream_t stream) {
+  const DecodeKernel kernel = o.kernel;
   // Launched even when the host maxima say there is nothing to do: every CTA checks its
   // sequence against them, so inconsistent metadata is reported rather than left unwritten.
   if (a.num_seqs <= 0 || a.num_heads <= 0) return;
@@ -422,7 +424,7 @@ void launch_attention_decode(DType dt, const AttentionArgs& a, int splits, Decod
   bool combined = false;  // the decode kernel's last CTAs combine the splits themselves
   if (kernel == DecodeKernel::tensor_cores) {
     combined = splits > 1 && mma_can_combine(a, splits, ws);
-    launch_attention_decode_mma(dt, a, splits, part_o, part_ml,
+    launch_attention_decode_mma(dt, a, splits, o.stages, part_o, part_ml,
                                 combined ? ws.counters : nullptr, stream);
   }
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {

@@ -8,10 +8,11 @@
 
 namespace troupe::cuda {
 
-// Splits a sequence of kv_len keys uses: one per started kDecodeMinSplitKeys keys, at most the
-// grid's.
-__device__ __forceinline__ int seq_splits(int kv_len, int splits) {
-  const int by_length = (kv_len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
+// Splits a sequence of kv_len keys uses: one per started split_keys keys (the plan's,
+// at least kDecodeMinSplitKeys), at most the grid's.
+__device__ __forceinline__ int seq_splits(int kv_len, int splits, int split_keys) {
+  split_keys = max(split_keys, kDecodeMinSplitKeys);
+  const int by_length = (kv_len + split_keys - 1) / split_keys;
   return max(1, min(splits, by_length));
 }
 
@@ -54,7 +55,7 @@ __device__ __forceinline__ bool begin_decode_cta(const AttentionArgs& a, int spl
     return false;
   }
   if (c.seq.q_len != 1) return false;  // prefills go to the tensor-core kernel
-  c.n_split = seq_splits(c.seq.kv_len, splits);
+  c.n_split = seq_splits(c.seq.kv_len, splits, a.decode_split_keys);
   if (c.split >= c.n_split) return false;  // the reduction reads only the n_split parts
   const int per_split = (c.seq.kv_len + c.n_split - 1) / c.n_split;
   c.start = c.split * per_split;

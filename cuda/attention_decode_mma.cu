@@ -8,7 +8,8 @@
 //   dropped). The arithmetic that made the CUDA-core kernels compute-bound at large batches
 //   (unpacking, dot products, shuffles per key) becomes a few MMAs per 8 KB of K/V.
 // - Each of the 4 warps walks its own tiles (tile i goes to warp i % 4) with its own online
-//   softmax (f32, base 2) and its own 3-stage cp.async ring in shared memory, so the K/V stream
+//   softmax (f32, base 2) and its own cp.async ring in shared memory (3 stages; 2 with
+//   TROUPE_DECODE_STAGES=2), so the K/V stream
 //   of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
 //   combined at the end. Fragments come from shared memory with ldmatrix (V transposed); rows
 //   are padded by 8 elements, which keeps ldmatrix and the copies free of bank conflicts.
@@ -25,7 +26,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTileKeys = 16;  // keys per warp tile (the k of the P V MMAs)
-constexpr int kStages = 3;     // cp.async ring depth per warp
 constexpr int kRows = 16;      // query heads per pass (the M of the MMAs)
 
 template <class T, int D>
@@ -33,19 +33,21 @@ constexpr size_t stage_elems() {  // one stage: K then V, kTileKeys padded rows 
   return size_t(2) * kTileKeys * (D + 8);
 }
 
-template <class T, int D>
+// S: the cp.async ring depth per warp (DecodeOptions::stages).
+template <class T, int D, int S>
 constexpr size_t smem_bytes() {
-  constexpr size_t rings = size_t(kWarps) * kStages * stage_elems<T, D>() * sizeof(T);
+  constexpr size_t rings = size_t(kWarps) * S * stage_elems<T, D>() * sizeof(T);
   constexpr size_t combine = sizeof(float) * size_t(kWarps) * kRows * (D + 2);
   constexpr size_t weights = sizeof(float) * size_t(kCombineMaxGroup) * kCombineMaxSplits;
   constexpr size_t most = rings > combine ? rings : combine;
   return most > weights ? most : weights;
 }
 
-// Two CTAs per SM fit the rings of head dims up to 128 (104 KB each at D = 128).
-template <int D>
+// CTAs per SM that the rings let share an SM (228 KB of shared memory): at d = 128, three
+// stages take 104 KB (two CTAs), two stages 70 KB (three).
+template <int D, int S>
 constexpr int min_ctas() {
-  return D > 128 ? 1 : 2;
+  return D > 128 ? 1 : S == 2 ? 3 : 2;
 }
 
 /// After a CTA of a sequence in n_split > 1 splits has written its partials: the last of the
@@ -109,8 +111,8 @@ __device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const De
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, min_ctas<D>())
+template <class T, int D, int S>
+__global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
                       float* __restrict__ part_ml, uint32_t* __restrict__ counters,
                       bool pdl_early) {
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D>())
   if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * kStages * stage_elems<T, D>();
+  T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * S * stage_elems<T, D>();
   const int group = a.num_heads / a.num_kv_heads;
   const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
   const T* kc = static_cast<const T*>(a.k_cache);
@@ -181,12 +183,12 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D>())
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // rows g and g + 8
 
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) issue(st, st);
+    for (int st = 0; st < S - 1; ++st) issue(st, st);
     for (int i = 0; i < my_tiles; ++i) {
-      issue(i + kStages - 1, (i + kStages - 1) % kStages);
-      cp_async_wait<kStages - 1>();  // this lane's copies of tile i have landed
+      issue(i + S - 1, (i + S - 1) % S);
+      cp_async_wait<S - 1>();  // this lane's copies of tile i have landed
       __syncwarp();                  // and every lane's
-      const T* ks = ring + (i % kStages) * stage_elems<T, D>();
+      const T* ks = ring + (i % S) * stage_elems<T, D>();
       const T* vs = ks + kTileKeys * LD;
       const int k0 = tile_key(i);
 
@@ -312,14 +314,19 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D>())
 
 }  // namespace
 
-void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
-                                 float* part_ml, uint32_t* counters, cudaStream_t stream) {
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, int stages,
+                                 float* part_o, float* part_ml, uint32_t* counters,
+                                 cudaStream_t stream) {
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a,
-               splits, part_o, part_ml, counters);
+    if (stages == 2)
+      launch_pdl(decode_mma_kernel<T, D, 2>, grid, dim3(kThreads), smem_bytes<T, D, 2>(), stream,
+                 a, splits, part_o, part_ml, counters);
+    else
+      launch_pdl(decode_mma_kernel<T, D, 3>, grid, dim3(kThreads), smem_bytes<T, D, 3>(), stream,
+                 a, splits, part_o, part_ml, counters);
   });
 }
 
@@ -327,9 +334,13 @@ cudaError_t attention_decode_mma_init() {
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    return cudaFuncSetAttribute(decode_mma_kernel<T, D>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(smem_bytes<T, D>()));
+    const cudaError_t e2 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 2>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(smem_bytes<T, D, 2>()));
+    const cudaError_t e3 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(smem_bytes<T, D, 3>()));
+    return e2 != cudaSuccess ? e2 : e3;
   });
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -78,17 +79,41 @@ bool env_flag(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
-/// TROUPE_DECODE_ATTENTION: mma (tensor cores, the default), registers or pipelined (CUDA
-/// cores; docs/engine.md).
-cuda::DecodeKernel decode_kernel_from_env() {
-  const char* v = std::getenv("TROUPE_DECODE_ATTENTION");
-  if (v == nullptr || *v == '\0') return cuda::DecodeKernel::tensor_cores;
-  const std::string_view s(v);
-  if (s == "registers") return cuda::DecodeKernel::cuda_cores;
-  if (s == "pipelined") return cuda::DecodeKernel::pipelined;
-  if (s == "mma") return cuda::DecodeKernel::tensor_cores;
-  throw std::invalid_argument("TROUPE_DECODE_ATTENTION: '" + std::string(s) +
-                              "' is not a decode attention kernel (registers, pipelined or mma)");
+/// An integer environment variable among `allowed` (described by `what`), or `fallback` when
+/// unset or empty.
+int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int32_t> allowed,
+                   const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  for (int32_t a : allowed)
+    if (*end == '\0' && n == a) return a;
+  throw std::invalid_argument(std::string(name) + ": '" + v + "' is not allowed (" + what + ")");
+}
+
+/// How decode attention runs, from the environment (docs/engine.md):
+/// TROUPE_DECODE_ATTENTION mma (tensor cores, the default), registers or pipelined (CUDA cores);
+/// experimental: TROUPE_DECODE_SPLIT_KEYS and TROUPE_DECODE_STAGES.
+cuda::DecodeOptions decode_options_from_env() {
+  cuda::DecodeOptions o;
+  if (const char* v = std::getenv("TROUPE_DECODE_ATTENTION"); v != nullptr && *v != '\0') {
+    const std::string_view s(v);
+    if (s == "registers")
+      o.kernel = cuda::DecodeKernel::cuda_cores;
+    else if (s == "pipelined")
+      o.kernel = cuda::DecodeKernel::pipelined;
+    else if (s == "mma")
+      o.kernel = cuda::DecodeKernel::tensor_cores;
+    else
+      throw std::invalid_argument("TROUPE_DECODE_ATTENTION: '" + std::string(s) +
+                                  "' is not a decode attention kernel (registers, pipelined or "
+                                  "mma)");
+  }
+  o.long_split_keys = env_choice("TROUPE_DECODE_SPLIT_KEYS", o.long_split_keys,
+                                 {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
+  o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
+  return o;
 }
 
 std::string device_error_text(int bits) {
@@ -158,8 +183,8 @@ class CudaBackendImpl final : public CudaBackend {
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
-    decode_kernel_ = decode_kernel_from_env();
-    check_cuda(cuda::attention_decode_init(decode_kernel_),
+    decode_ = decode_options_from_env();
+    check_cuda(cuda::attention_decode_init(decode_),
                "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
@@ -540,7 +565,8 @@ class CudaBackendImpl final : public CudaBackend {
                                 shape.block_size,
                                 log2_bs,
                                 shape.scale,
-                                err()};
+                                err(),
+                                0};  // decode_split_keys: the launch plans it
     if (q.dtype == DType::f32) {
       cuda::launch_attention_f32(a, stream_);
     } else {
@@ -548,7 +574,7 @@ class CudaBackendImpl final : public CudaBackend {
                                      decode_workspace_.bytes() / sizeof(float),
                                      decode_counters_.as<uint32_t>(),
                                      decode_counters_.bytes() / sizeof(uint32_t)};
-      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, decode_kernel_, stream_);
+      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, decode_, stream_);
     }
     after_launch("attention");
   }
@@ -747,7 +773,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  cuda::DecodeKernel decode_kernel_ = cuda::DecodeKernel::tensor_cores;
+  cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
 };
 

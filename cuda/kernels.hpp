@@ -116,6 +116,7 @@ struct AttentionArgs {
   int32_t log2_block_size;
   float scale;
   int* err;
+  int32_t decode_split_keys;  // the shortest split of a decode sequence (launch_attention_half)
 };
 
 /// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival
@@ -144,19 +145,38 @@ inline constexpr bool attention_block_size_supported(int bs) {
 /// tensor_cores ("mma"): per-warp cp.async rings, mma.sync for Q K^T and P V.
 enum class DecodeKernel { cuda_cores, pipelined, tensor_cores };
 
+/// How decode attention runs: the kernel and two experimental knobs (TROUPE_DECODE_SPLIT_KEYS,
+/// TROUPE_DECODE_STAGES).
+struct DecodeOptions {
+  DecodeKernel kernel = DecodeKernel::tensor_cores;
+  /// Batches that already fill a wave of CTAs: split each sequence every this many keys
+  /// (shorter CTAs, a shorter last wave); 0: one split per sequence.
+  int32_t long_split_keys = 0;
+  /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
+  /// or 2 (three).
+  int32_t stages = 3;
+};
+
+/// A decode launch: the grid's split count and the shortest split a sequence takes.
+struct DecodePlan {
+  int32_t splits;
+  int32_t split_keys;
+};
+
 /// Raises the dynamic shared-memory limits of the attention kernels (once per device).
 cudaError_t attention_init();
-/// The same for the decode kernel `kernel` (only the one in use).
-cudaError_t attention_decode_init(DecodeKernel kernel);
+/// The same for the decode kernel of `o` (only the one in use).
+cudaError_t attention_decode_init(const DecodeOptions& o);
 
-/// Split count the decode kernel will use for this batch (exposed for tests and the bench).
-int decode_num_splits(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
+/// The decode launch for this batch (exposed for tests and the bench).
+DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
+                       const DecodeOptions& o);
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
 /// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
-/// decode_kernel: which decode kernel (attention_decode_init(decode_kernel) must have run).
+/// decode: how decode attention runs (attention_decode_init(decode) must have run).
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           DecodeKernel decode_kernel, cudaStream_t stream);
+                           const DecodeOptions& decode, cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
@@ -319,6 +320,24 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 4 x 1024 (causal)", 4, 1024, 1024);
     bench_attention(bench, "attention prefill 1 x 8192 (causal)", 1, 8192, 8192);
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
+    bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
+                    1, 1536);
+    // The tensor-core kernel's experimental knobs (docs/engine.md).
+    for (const auto& [name, value] : {std::pair{"TROUPE_DECODE_STAGES", "2"},
+                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "512"},
+                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "1024"}}) {
+      ::setenv(name, value, 1);
+      Bench other(iters);
+      ::unsetenv(name);
+      const std::string tail = std::string(", ") + name + "=" + value;
+      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
+      bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
+      if (std::string_view(name) == "TROUPE_DECODE_STAGES") {
+        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
+        bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1,
+                        160);
+      }
+    }
     for (const char* kernel : {"registers", "pipelined"}) {  // the CUDA-core decode kernels
       ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
       Bench other(iters);  // its backend reads the variable when it is made

@@ -168,37 +168,73 @@ TEST_CASE("cuda attention: the CUDA-core decode kernels match the CPU too", "[cu
 TEST_CASE("decode split counts fill one wave of CTAs without spilling into a second",
           "[cuda][attention]") {
   // A host function: runs without a GPU too. 132 SMs (the H200), two CTAs resident per SM.
-  const auto splits = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len) {
+  const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len,
+                       int32_t long_split_keys = 0) {
     cuda::AttentionArgs a{};
     a.num_seqs = seqs;
     a.num_kv_heads = kv_heads;
     a.num_heads = 4 * kv_heads;
     a.head_dim = 128;
     a.max_seq_len = max_seq_len;
-    return cuda::decode_num_splits(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20});
+    cuda::DecodeOptions o;
+    o.long_split_keys = long_split_keys;
+    return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, o);
   };
-  CHECK(splits(1, 8, 200) == 4);       // bound by the length: 4 splits of >= 64 keys
-  CHECK(splits(1, 8, 100000) == 33);   // 264 CTAs
-  CHECK(splits(4, 8, 32768) == 8);     // 256 CTAs, not 9 x 32 = 288 (a second wave of 24)
-  CHECK(splits(64, 8, 4096) == 1);     // 512 CTAs already
-  CHECK(splits(200, 1, 4096) == 1);    // 200 <= 264: one split each, no partials
-  CHECK(splits(1, 8, 0) == 1);
+  CHECK(plan(1, 8, 200).splits == 4);       // bound by the length: 4 splits of >= 64 keys
+  CHECK(plan(1, 8, 200).split_keys == 64);
+  CHECK(plan(1, 8, 100000).splits == 33);   // 264 CTAs
+  CHECK(plan(4, 8, 32768).splits == 8);     // 256 CTAs, not 9 x 32 = 288 (a second wave of 24)
+  CHECK(plan(64, 8, 4096).splits == 1);     // 512 CTAs already
+  CHECK(plan(200, 1, 4096).splits == 1);    // 200 <= 264: one split each, no partials
+  CHECK(plan(1, 8, 0).splits == 1);
+  // A full wave with long_split_keys: splits of that many keys, up to the length's.
+  CHECK(plan(64, 8, 4096, 512).splits == 8);
+  CHECK(plan(64, 8, 4096, 512).split_keys == 512);
+  CHECK(plan(64, 8, 300, 512).splits == 1);
+  CHECK(plan(4, 8, 32768, 512).splits == 8);  // below a wave: the wave rule still decides
 }
 
-TEST_CASE("cuda backend: an unknown TROUPE_DECODE_ATTENTION is refused by name",
+TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  const auto refused = [](const char* name, const char* value, const char* allowed) {
+    ::setenv(name, value, 1);
+    try {
+      Pair p;
+      ::unsetenv(name);
+      FAIL("a backend was made with " << name << "=" << value);
+    } catch (const std::invalid_argument& e) {
+      ::unsetenv(name);
+      const std::string what = e.what();
+      CHECK(what.find(name) != std::string::npos);
+      CHECK(what.find(std::string("'") + value + "'") != std::string::npos);
+      CHECK(what.find(allowed) != std::string::npos);
+    }
+  };
+  refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
+  refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
+  refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
+}
+
+// The experimental knobs of the tensor-core kernel: two-stage rings, and large batches split
+// every 256 keys (so the mixed batch below, padded to a full wave, takes the long-split path).
+TEST_CASE("cuda attention: the tensor-core decode kernel's knobs keep it exact",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_DECODE_ATTENTION", "flash", 1);
-  try {
+  for (const auto& [name, value] :
+       {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"}}) {
+    ::setenv(name, value, 1);
     Pair p;
-    ::unsetenv("TROUPE_DECODE_ATTENTION");
-    FAIL("a backend was made with TROUPE_DECODE_ATTENTION=flash");
-  } catch (const std::invalid_argument& e) {
-    ::unsetenv("TROUPE_DECODE_ATTENTION");
-    const std::string what = e.what();
-    CHECK(what.find("TROUPE_DECODE_ATTENTION") != std::string::npos);
-    CHECK(what.find("'flash'") != std::string::npos);
-    CHECK(what.find("registers, pipelined or mma") != std::string::npos);
+    ::unsetenv(name);
+    std::mt19937_64 rng(14);
+    std::vector<SeqSpec> wave;  // 300 decodes x 1 KV head: a full wave without splitting
+    for (int s = 0; s < 300; ++s) wave.push_back({1, 1 + (s * 97) % 1500});
+    for (DType dt : kFloatTypes) {
+      for (int d : {64, 128, 256})
+        run_case(p, dt, {8, 2, d, 16, kMixed, 3, std::string(name) + " mixed GQA"}, rng);
+      run_case(p, dt, {4, 1, 128, 16, wave, 0, std::string(name) + " 300 decodes"}, rng);
+      run_case(p, dt, {8, 2, 128, 16, {{1, 2000}, {1, 3001}}, 0,
+                       std::string(name) + " long decodes"}, rng);
+    }
   }
 }
 
