@@ -159,6 +159,7 @@ class CudaBackendImpl final : public CudaBackend {
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
+    check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");
     check_cuda(cudaStreamSynchronize(stream_), "make_cuda_backend: stream");
     sync_check_ = env_flag("TROUPE_CUDA_SYNC_CHECK");
   }

@@ -348,14 +348,8 @@ int64_t resident_warps(size_t smem) {
 template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
 void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
   const auto kernel = kernel_of<T, OutT, R, P, E, A>();
-  size_t smem = 0;
-  if constexpr (P == Prologue::rms_norm) {
-    // Staged rows above the default 48 KB need the opt-in, once per kernel.
-    static const cudaError_t opt_in = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxStagedBytes));
-    (void)opt_in;  // a failure shows as the launch's error
-    smem = size_t(g.t * g.k) * sizeof(T);
-  }
+  // The staged rows (gemv_init raised the kernels' limit to kGemvMaxStagedBytes).
+  const size_t smem = P == Prologue::rms_norm ? size_t(g.t * g.k) * sizeof(T) : 0;
   // Every warp gets the same number of whole rows and all warps are resident at once, so the
   // weight stream never drains into a last partial wave.
   const int64_t warps = resident_warps<T, OutT, R, P, E, A>(smem);
@@ -416,7 +410,36 @@ bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStr
   return true;
 }
 
+// Raises the dynamic shared-memory limit of every rms_norm-prologue kernel of dtype T.
+template <class T>
+cudaError_t allow_staged_rows() {
+  cudaError_t first_error = cudaSuccess;
+  const auto allow = [&](auto kernel) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxStagedBytes));
+    if (first_error == cudaSuccess) first_error = e;
+  };
+  const auto per_rows = [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::store, 0>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kSilu>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGelu>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGeluTanh>);
+  };
+  per_rows(std::integral_constant<int, 1>{});
+  per_rows(std::integral_constant<int, 2>{});
+  per_rows(std::integral_constant<int, 4>{});
+  per_rows(std::integral_constant<int, 8>{});
+  return first_error;
+}
+
 }  // namespace
+
+cudaError_t gemv_init() {
+  const cudaError_t e = allow_staged_rows<__nv_bfloat16>();
+  const cudaError_t f = allow_staged_rows<__half>();
+  return e != cudaSuccess ? e : f;
+}
 
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,

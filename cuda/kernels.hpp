@@ -93,6 +93,10 @@ struct GemvFusion {
 /// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2).
 inline constexpr int64_t kGemvMaxStagedBytes = int64_t(64) << 10;
 
+/// Raises the dynamic shared-memory limit of the rms_norm-prologue kernels to
+/// kGemvMaxStagedBytes (once per device, before their first launch).
+cudaError_t gemv_init();
+
 /// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
 /// out like x or f32, bias like x or f32 (or nullptr), with `fusion`'s extras (fused variants
 /// write out like x). Returns false, launching nothing, for shapes, dtypes, alignments or

@@ -42,7 +42,7 @@ struct Shape {
 
 // K: one vectorised rms_norm block of 4096 / 8 = 512 threads (two of the norm's warps per GEMV
 // warp), 1024 (fewer norm warps than GEMV warps), 4104 (17 norm warps), 72 (one warp, most
-// lanes idle) and 16384 (1024 threads, two vectors each; staged only up to T = 4).
+// lanes idle) and 16384 (1024 threads, two vectors each; staged only up to T = 2).
 // N: Llama-sized rows, and odd counts that leave warps of the last CTA without rows.
 const Shape kShapes[] = {{4096, 1024}, {1024, 33}, {4104, 300}, {72, 9}, {16384, 64}, {4096, 1}};
 const int64_t kRows[] = {1, 2, 3, 8, 12};  // 12: past kGemvMaxRows, the op sequence runs
