@@ -18,8 +18,8 @@
 // q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
 // buffer, so the projection is one GEMM into a [T, (nh + 2 nkv) d] buffer; rope_qkv_to_cache
 // then rotates q and k out of its rows, writes q to its own buffer and k, v into the paged
-// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: silu_mul
-// reads [gate | up] directly.
+// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: act_mul
+// reads [gate | up] directly (and, fused, pairs gate row j with up row I + j).
 //
 // Not supported here (each says so at construction or in forward): sliding-window attention
 // (Mistral v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the
