@@ -190,6 +190,20 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void add(const Tensor& residual, const Tensor& x) override {
+    const OpCheck check("add");
+    check.tensor("x", x, DType::f32, 2);
+    check.tensor("residual", residual, DType::f32, 2);
+    check.same_shape("residual", residual, "x", x);
+    if (overlaps(residual, x)) check.fail("residual {} overlaps x", describe(residual));
+    const int64_t h = x.dim(1);
+    float* r = residual.as<float>();
+    const float* xs = x.as<const float>();
+    pool_.parallel_for(x.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin * h; i < end * h; ++i) r[i] += xs[i];
+    });
+  }
+
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("linear");
     check.tensor("x", x, DType::f32, 2);

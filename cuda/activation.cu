@@ -1,8 +1,10 @@
 // act_mul: out = act(gate) * up for gate_up = [gate | up] (SwiGLU, GeGLU). As in transformers
 // and vLLM, act is computed in f32 and rounded to the compute dtype before the multiply by up.
-// act: silu, gelu (exact, erf) or gelu with the tanh approximation (gelu_pytorch_tanh).
+// act: silu, gelu (exact, erf) or gelu with the tanh approximation (gelu_pytorch_tanh), from
+// activation.cuh (the skinny GEMM's act_mul epilogue uses the same functions).
 // Grid (column chunks, rows): a CTA covers kThreads x (16-byte vector) columns of a row, so a
 // decode step's few rows still spread over many SMs.
+#include "cuda/activation.cuh"
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
 
@@ -10,19 +12,6 @@ namespace troupe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-enum Act : int { kSilu = 0, kGelu = 1, kGeluTanh = 2 };
-
-template <int A>
-__device__ __forceinline__ float activate(float g) {
-  if constexpr (A == kSilu) {
-    return g / (1.0f + expf(-g));
-  } else if constexpr (A == kGelu) {
-    return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
-  } else {
-    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-    return 0.5f * g * (1.0f + tanhf(inner));
-  }
-}
 
 template <class T, int A, bool kVec>
 __global__ void __launch_bounds__(kThreads)
@@ -43,13 +32,13 @@ __global__ void __launch_bounds__(kThreads)
         load16(g + i, gv);
         load16(u + i, uv);
 #pragma unroll
-        for (int e = 0; e < N; ++e) gv[e] = round_to<T>(activate<A>(gv[e])) * uv[e];
+        for (int e = 0; e < N; ++e) gv[e] = act_mul_value<T, A>(gv[e], uv[e]);
         store16(o + i, gv);
       }
     } else {
       for (int64_t i = int64_t(blockIdx.x) * chunk + threadIdx.x; i < inter;
            i += int64_t(gridDim.x) * chunk)
-        o[i] = from_f32<T>(round_to<T>(activate<A>(to_f32(g[i]))) * to_f32(u[i]));
+        o[i] = from_f32<T>(act_mul_value<T, A>(to_f32(g[i]), to_f32(u[i])));
     }
   }
 }

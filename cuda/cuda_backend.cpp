@@ -189,6 +189,7 @@ class CudaBackendImpl final : public CudaBackend {
     lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
+    check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");
     check_cuda(cudaStreamSynchronize(stream_), "make_cuda_backend: stream");
     sync_check_ = env_flag("TROUPE_CUDA_SYNC_CHECK");
   }
@@ -384,30 +385,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("linear", device_);
-    check.tensor("x", x, 2);
-    check.float_dtype("x", x);
-    check.tensor("w", w, x.dtype, 2);
-    check.tensor("out", out, 2);
-    const bool f32_logits = out.dtype == DType::f32 && x.dtype != DType::f32;
-    if (out.dtype != x.dtype && !f32_logits)
-      check.fail("out {} must be {} like x {}, or float32 (logits)", describe(out),
-                 dtype_name(x.dtype), describe(x));
+    check_linear(check, x, w, bias, out);
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
-    check.dim("w", w, 1, k, fmt::format("K of x {}", describe(x)));
-    check.dim("out", out, 0, t, fmt::format("T of x {}", describe(x)));
-    check.dim("out", out, 1, n, fmt::format("N of w {}", describe(w)));
-    if (bias != nullptr) {
-      check.tensor("bias", *bias, 1);
-      if (bias->dtype != x.dtype && bias->dtype != out.dtype)
-        check.fail("bias {} must be {} (like x) or {} (like out)", describe(*bias),
-                   dtype_name(x.dtype), dtype_name(out.dtype));
-      check.dim("bias", *bias, 0, n, fmt::format("N of w {}", describe(w)));
-    }
-    check.disjoint("out", out, "x", x);
-    check.disjoint("out", out, "w", w);
-    check.fits_int("T", t);
-    check.fits_int("N", n);
-    check.fits_int("K", k);
     if (t == 0 || n == 0) return;
     const DType bias_dt = bias != nullptr ? bias->dtype : out.dtype;
     const void* bias_p = bias != nullptr ? bias->data : nullptr;
@@ -438,6 +417,73 @@ class CudaBackendImpl final : public CudaBackend {
         break;
     }
     after_launch("linear");
+  }
+
+  void add(const Tensor& residual, const Tensor& x) override {
+    const OpCheck check("add", device_);
+    check.tensor("x", x, 2);
+    check.float_dtype("x", x);
+    check.tensor("residual", residual, x.dtype, 2);
+    check.same_shape("residual", residual, "x", x);
+    check.disjoint("residual", residual, "x", x);
+    cuda::launch_add(x.dtype, residual.data, x.data, x.numel(), stream_);
+    after_launch("add");
+  }
+
+  // The fused ops run one fused GEMV (gemv.cu) where it takes the shapes, and otherwise the
+  // separate ops (Backend's defaults); both give the same bits.
+
+  void linear_add(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                  const Tensor& scratch) override {
+    const OpCheck check("linear_add", device_);
+    check_linear(check, x, w, bias, residual);
+    if (residual.dtype != x.dtype)
+      check.fail("residual {} must be {} like x", describe(residual), dtype_name(x.dtype));
+    check.tensor("scratch", scratch, residual.ndim);
+    check.same_shape("scratch", scratch, "residual", residual);
+    check.disjoint("scratch", scratch, "residual", residual);
+    cuda::GemvFusion fusion;
+    fusion.add_to_out = true;
+    if (fused_gemv(x, w, bias, residual, w.dim(0), fusion)) {
+      after_launch("linear_add");
+      return;
+    }
+    Backend::linear_add(x, w, bias, residual, scratch);
+  }
+
+  void rms_norm_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& h,
+                       const Tensor& w, const Tensor* bias, const Tensor& out) override {
+    const OpCheck check("rms_norm_linear", device_);
+    check_norm(check, x, norm_weight, eps, h);
+    check.disjoint("h", h, "x", x);
+    check_linear(check, h, w, bias, out);
+    check.disjoint("out", out, "x", x);
+    if (fused_gemv(x, w, bias, out, w.dim(0), norm_fusion(x, norm_weight, eps, h))) {
+      after_launch("rms_norm_linear");
+      return;
+    }
+    Backend::rms_norm_linear(x, norm_weight, eps, h, w, bias, out);
+  }
+
+  void rms_norm_linear_act_mul(const Tensor& x, const Tensor& norm_weight, float eps,
+                               const Tensor& h, const Tensor& w, const Tensor* bias,
+                               GatedActivation act, const Tensor& gate_up,
+                               const Tensor& out) override {
+    const OpCheck check("rms_norm_linear_act_mul", device_);
+    check_norm(check, x, norm_weight, eps, h);
+    check.disjoint("h", h, "x", x);
+    check_linear(check, h, w, bias, gate_up);
+    check_act_mul(check, gate_up, out);
+    check.disjoint("out", out, "x", x);
+    check.disjoint("out", out, "h", h);
+    check.disjoint("out", out, "w", w);
+    cuda::GemvFusion fusion = norm_fusion(x, norm_weight, eps, h);
+    fusion.act = int(act);
+    if (fused_gemv(x, w, bias, out, out.dim(1), fusion)) {
+      after_launch("rms_norm_linear_act_mul");
+      return;
+    }
+    Backend::rms_norm_linear_act_mul(x, norm_weight, eps, h, w, bias, act, gate_up, out);
   }
 
   void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
@@ -581,17 +627,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
-    check.tensor("gate_up", gate_up, 2);
-    check.float_dtype("gate_up", gate_up);
-    check.tensor("out", out, gate_up.dtype, 2);
-    if (gate_up.dim(1) % 2 != 0)
-      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
-                 gate_up.dim(1));
-    const int64_t inter = gate_up.dim(1) / 2;
-    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
-    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
-    check.disjoint("out", out, "gate_up", gate_up);
-    cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), inter, stream_);
+    check_act_mul(check, gate_up, out);
+    cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), out.dim(1),
+                         stream_);
     after_launch("act_mul");
   }
 
@@ -691,6 +729,70 @@ class CudaBackendImpl final : public CudaBackend {
     check.same_shape("out", out, "x", x);
     if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
     check.fits_int("rows of x", x.dim(0));
+  }
+
+  static void check_linear(const OpCheck& check, const Tensor& x, const Tensor& w,
+                           const Tensor* bias, const Tensor& out) {
+    check.tensor("x", x, 2);
+    check.float_dtype("x", x);
+    check.tensor("w", w, x.dtype, 2);
+    check.tensor("out", out, 2);
+    const bool f32_logits = out.dtype == DType::f32 && x.dtype != DType::f32;
+    if (out.dtype != x.dtype && !f32_logits)
+      check.fail("out {} must be {} like x {}, or float32 (logits)", describe(out),
+                 dtype_name(x.dtype), describe(x));
+    const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
+    check.dim("w", w, 1, k, fmt::format("K of x {}", describe(x)));
+    check.dim("out", out, 0, t, fmt::format("T of x {}", describe(x)));
+    check.dim("out", out, 1, n, fmt::format("N of w {}", describe(w)));
+    if (bias != nullptr) {
+      check.tensor("bias", *bias, 1);
+      if (bias->dtype != x.dtype && bias->dtype != out.dtype)
+        check.fail("bias {} must be {} (like x) or {} (like out)", describe(*bias),
+                   dtype_name(x.dtype), dtype_name(out.dtype));
+      check.dim("bias", *bias, 0, n, fmt::format("N of w {}", describe(w)));
+    }
+    check.disjoint("out", out, "x", x);
+    check.disjoint("out", out, "w", w);
+    check.fits_int("T", t);
+    check.fits_int("N", n);
+    check.fits_int("K", k);
+  }
+
+  static void check_act_mul(const OpCheck& check, const Tensor& gate_up, const Tensor& out) {
+    check.tensor("gate_up", gate_up, 2);
+    check.float_dtype("gate_up", gate_up);
+    check.tensor("out", out, gate_up.dtype, 2);
+    if (gate_up.dim(1) % 2 != 0)
+      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
+                 gate_up.dim(1));
+    const int64_t inter = gate_up.dim(1) / 2;
+    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
+    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
+    check.disjoint("out", out, "gate_up", gate_up);
+  }
+
+  // The rms_norm prologue of a fused GEMV that reproduces rms_norm(x, weight, eps, h): the
+  // plan is the one launch_rms_norm would take for these pointers.
+  static cuda::GemvFusion norm_fusion(const Tensor& x, const Tensor& weight, float eps,
+                                      const Tensor& h) {
+    cuda::GemvFusion f;
+    f.norm_weight = weight.data;
+    f.eps = eps;
+    f.norm_plan = cuda::plan_rms_norm(x.dtype, nullptr, x.data, weight.data, h.data, x.dim(1));
+    return f;
+  }
+
+  // Launches the skinny GEMM of x [T, K] and w with `fusion` into out (n outputs per row).
+  // False, launching nothing, when it does not take these shapes, dtypes or pointers, or the
+  // skinny GEMM is off (TROUPE_GEMV=0): the caller then runs the separate ops.
+  bool fused_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
+                  int64_t n, const cuda::GemvFusion& fusion) {
+    const int64_t t = x.dim(0), k = x.dim(1);
+    if (!use_gemv_ || t == 0 || n == 0 || k == 0) return false;
+    return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
+                             bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
+                             stream_, fusion);
   }
 
   void check_attention(const OpCheck& check, const Tensor& q, const Tensor& k_cache,

@@ -11,14 +11,32 @@
 // meet by shuffles; bias is added in f32 before the one rounding to the output dtype, like
 // cuBLASLt's bias epilogue. No split-K, so no reduction kernel and no workspace.
 //
-// Used by CudaBackend::linear when T <= kGemvMaxRows, K % 8 == 0 and every pointer is 16-byte
-// aligned (launch_gemv returns false otherwise and cuBLASLt runs).
+// Fused variants (GemvFusion) take the small ops around a decode layer's GEMVs into the GEMV,
+// so that a layer is six kernels instead of nine, each giving the very bits of the separate ops:
+// - rms_norm prologue (qkv, gate_up): each CTA recomputes the inverse RMS of its x rows in the
+//   norm kernel's summation order and stages the normalised rows in shared memory, once per
+//   CTA; warps then read x from there instead of L1.
+// - add epilogue (o_proj, down): the rounded product is added into the residual in place.
+// - act_mul epilogue (gate_up): a warp computes gate row j and up row n + j and stores
+//   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
+//   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
+//   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
+//
+// Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows, K % 8 == 0 and every
+// pointer is 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate
+// ops, run).
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "cuda/activation.cuh"
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
+#include "cuda/rms_norm.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -38,6 +56,12 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;
 
+/// What happens to x before the product: nothing, or rms_norm staged in shared memory.
+enum class Prologue { none, rms_norm };
+/// What happens to a product row: stored, added into out (the residual), or paired with the
+/// row n further on as act_mul's [gate | up].
+enum class Epilogue { store, add, act_mul };
+
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -53,133 +77,373 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
-template <class T, int R>
-__device__ __forceinline__ void fma_chunk(const uint4& wraw, const T* __restrict__ x, int rows,
-                                          int64_t k, int64_t c, float (&acc)[R]) {
+// Where a warp reads x's 16-byte chunks: global memory through L1 (the plain GEMV: x is a few
+// KB that every warp reads), or the rows the CTA staged in shared memory (rms_norm prologue).
+template <class T>
+struct GlobalRows {
+  const T* __restrict__ x;
+  int64_t k;
+  __device__ __forceinline__ uint4 chunk(int t, int64_t c) const {
+    return __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * k) + c);
+  }
+};
+struct StagedRows {
+  const uint4* __restrict__ s;
+  int64_t chunks;
+  __device__ __forceinline__ uint4 chunk(int t, int64_t c) const {
+    return s[int64_t(t) * chunks + c];
+  }
+};
+
+template <class T, int R, class X>
+__device__ __forceinline__ void fma_chunk(const uint4& wraw, const X& x, int rows, int64_t c,
+                                          float (&acc)[R]) {
   float wf[8];
   unpack8<T>(wraw, wf);
 #pragma unroll
   for (int t = 0; t < R; ++t) {
     if (t < rows) {
-      const uint4 xraw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * k) + c);
       float xf[8];
-      unpack8<T>(xraw, xf);
+      unpack8<T>(x.chunk(t, c), xf);
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], xf[e], acc[t]);
     }
   }
 }
 
+/// Issues a weight row's first kUnroll chunk loads of this lane into wv (when the row has that
+/// many for every lane; dot_row checks the same condition).
+__device__ __forceinline__ void preload_row(const uint4* __restrict__ wr, int64_t chunks, int lane,
+                                            uint4 (&wv)[kUnroll]) {
+  if (lane + 32 * (kUnroll - 1) < chunks) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + lane + 32 * u);
+  }
+}
+
+/// acc[t] = (weight row wr) . x[t] for t < rows, summed in the one order every variant shares
+/// (so fused and plain GEMVs agree bit for bit): lane l takes chunks l, l + 32, ... with kUnroll
+/// loads in flight, then the lanes meet by warp_sum. With `preloaded`, wv already holds the
+/// row's first loads (preload_row). Until `waited`, the row's first loads go out before
+/// pdl_wait: the weights do not depend on earlier kernels, x may.
+template <class T, int R, class X>
+__device__ __forceinline__ void dot_row(const uint4* __restrict__ wr, int64_t chunks, int lane,
+                                        const X& x, int rows, uint4 (&wv)[kUnroll], bool preloaded,
+                                        bool& waited, bool pdl_early, float (&acc)[R]) {
+#pragma unroll
+  for (int t = 0; t < R; ++t) acc[t] = 0.0f;
+  int64_t c = lane;
+  const bool full = c + 32 * (kUnroll - 1) < chunks;
+  if (full && !preloaded) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + c + 32 * u);
+  }
+  if (!waited) {
+    pdl_wait();
+    pdl_trigger(pdl_early);
+    waited = true;
+  }
+  if (full) {
+    for (;;) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) fma_chunk<T, R>(wv[u], x, rows, c + 32 * u, acc);
+      c += 32 * kUnroll;
+      if (c + 32 * (kUnroll - 1) >= chunks) break;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + c + 32 * u);
+    }
+  }
+  for (; c < chunks; c += 32) fma_chunk<T, R>(load_stream(wr + c), x, rows, c, acc);
+#pragma unroll
+  for (int t = 0; t < R; ++t) acc[t] = warp_sum(acc[t]);
+}
+
+/// The rms_norm prologue: writes rows x [rows, k] normalised by norm_w into `staged` (rows x k
+/// values of T in shared memory), bit for bit what rms_norm_kernel (norm.cu) would store with
+/// its vectorised plan of `norm_threads` threads. Every CTA recomputes the rows' inverse RMS
+/// (a few KB from L2) instead of a separate kernel writing h: pass 1 replays the norm block's
+/// sum of squares with the CTA's warps standing in for its norm_threads / 32 warps (virtual
+/// thread i adds vectors i, i + norm_threads, ...; each virtual warp's warp_sum; then one
+/// warp_sum over the zero-padded warp totals, as block_sum does); pass 2 normalises. Every
+/// thread of the CTA must call it (it has barriers).
+template <class T>
+__device__ __forceinline__ void stage_rms_norm(const T* __restrict__ x, int64_t k, int rows,
+                                               const T* __restrict__ norm_w, float eps,
+                                               int norm_threads, uint4* __restrict__ staged) {
+  __shared__ float partial[kGemvMaxRows][32];
+  __shared__ float inv[kGemvMaxRows];
+  constexpr int V = kVec16<T>;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int norm_warps = norm_threads >> 5;
+  for (int t = 0; t < rows; ++t) {
+    const T* xr = x + int64_t(t) * k;
+    for (int vw = warp; vw < norm_warps; vw += kWarps) {
+      float ss = 0.0f;
+      for (int64_t i = int64_t(vw * 32 + lane) * V; i < k; i += int64_t(norm_threads) * V) {
+        float a[V];
+        load16(xr + i, a);
+#pragma unroll
+        for (int e = 0; e < V; ++e) ss = add_square(ss, a[e]);
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) partial[t][vw] = ss;
+    }
+  }
+  __syncthreads();
+  if (warp < rows) {
+    const float ss = warp_sum(lane < norm_warps ? partial[warp][lane] : 0.0f);
+    if (lane == 0) inv[warp] = inv_rms(ss, k, eps);
+  }
+  __syncthreads();
+  const int64_t chunks = k / V;
+  for (int64_t i = threadIdx.x; i < rows * chunks; i += kThreads) {
+    const int t = int(i / chunks);
+    const int64_t c = i - t * chunks;
+    float a[V], nw[V];
+    load16(x + int64_t(t) * k + c * V, a);
+    load16(norm_w + c * V, nw);
+    const float r = inv[t];
+#pragma unroll
+    for (int e = 0; e < V; ++e) a[e] = rms_scale<T>(a[e], r, nw[e]);
+    store16(reinterpret_cast<T*>(staged + i), a);  // staged row t, chunk c
+  }
+  __syncthreads();
+}
+
+template <class T>
+__device__ __forceinline__ float bias_at(const void* bias, bool bias_f32, int64_t i) {
+  if (bias == nullptr) return 0.0f;
+  return bias_f32 ? static_cast<const float*>(bias)[i] : to_f32(static_cast<const T*>(bias)[i]);
+}
+
+/// rows (<= R) rows of out [rows, n] from x [rows, k] and w [n, k] (act_mul: [2n, k]); the
+/// options say what happens before and after the product (kernels.hpp's GemvFusion).
+template <class T, class OutT, int R, Prologue kPro, Epilogue kEpi, int kAct>
+__device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __restrict__ w,
+                                          const void* __restrict__ bias, bool bias_f32,
+                                          OutT* __restrict__ out, int rows, int64_t n, int64_t k,
+                                          int64_t rows_per_warp, const T* __restrict__ norm_w,
+                                          float eps, int norm_threads, bool pdl_early) {
+  static_assert(kEpi == Epilogue::store || std::is_same_v<OutT, T>,
+                "the fused epilogues write the input dtype");
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int64_t first = (int64_t(blockIdx.x) * kWarps + warp) * rows_per_warp;
+  const int64_t last = first + rows_per_warp < n ? first + rows_per_warp : n;
+  const int64_t chunks = k / 8;
+  const auto row_chunks = [&](int64_t row) { return reinterpret_cast<const uint4*>(w + row * k); };
+  uint4 wv[kUnroll];
+  bool waited = false, preloaded = false;
+  extern __shared__ uint4 staged[];
+  if constexpr (kPro == Prologue::rms_norm) {
+    // Every thread stages (barriers), the warps without rows too; the first weight loads
+    // still go out before pdl_wait.
+    if (first < last) {
+      preload_row(row_chunks(first), chunks, lane, wv);
+      preloaded = true;
+    }
+    pdl_wait();
+    pdl_trigger(pdl_early);
+    waited = true;
+    stage_rms_norm<T>(x, k, rows, norm_w, eps, norm_threads, staged);
+  }
+  if (first >= n) {
+    if (!waited) pdl_wait();
+    return;
+  }
+  const auto xs = [&] {
+    if constexpr (kPro == Prologue::rms_norm)
+      return StagedRows{staged, chunks};
+    else
+      return GlobalRows<T>{x, k};
+  }();
+
+  for (int64_t row = first; row < last; ++row) {
+    float acc[R];
+    dot_row<T, R>(row_chunks(row), chunks, lane, xs, rows, wv, preloaded, waited, pdl_early, acc);
+    preloaded = false;
+    if constexpr (kEpi == Epilogue::act_mul) {
+      // acc is row `row` of gate_up (gate), up is row n + row: each rounded to T as
+      // gate_up would hold it, then act_mul's element.
+      float up[R];
+      dot_row<T, R>(row_chunks(n + row), chunks, lane, xs, rows, wv, false, waited, pdl_early, up);
+      if (lane == 0) {
+        const float bg = bias_at<T>(bias, bias_f32, row);
+        const float bu = bias_at<T>(bias, bias_f32, n + row);
+#pragma unroll
+        for (int t = 0; t < R; ++t)
+          if (t < rows)
+            out[int64_t(t) * n + row] = from_f32<OutT>(
+                act_mul_value<T, kAct>(round_to<T>(acc[t] + bg), round_to<T>(up[t] + bu)));
+      }
+    } else if (lane == 0) {
+      const float b = bias_at<T>(bias, bias_f32, row);
+#pragma unroll
+      for (int t = 0; t < R; ++t) {
+        if (t < rows) {
+          OutT* o = out + int64_t(t) * n + row;
+          // add: the product rounded as linear's output would be, then add's rounding. Each
+          // element has one owner lane, so the in-place update needs no synchronisation.
+          if constexpr (kEpi == Epilogue::add)
+            *o = from_f32<OutT>(to_f32(*o) + round_to<OutT>(acc[t] + b));
+          else
+            *o = from_f32<OutT>(acc[t] + b);
+        }
+      }
+    }
+  }
+}
+
+// The plain GEMV and the fused ones are separate kernels only for their launch bounds: under
+// ptxas's default register heuristics the fused bodies spill a few bytes (the plain one's code,
+// measured as it is, stays untouched); asking for two CTAs per SM (at most 128 registers)
+// compiles them without spills at 56-69 registers.
 template <class T, class OutT, int R>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                 bool bias_f32, OutT* __restrict__ out, int rows, int64_t n, int64_t k,
-                int64_t rows_per_warp, bool pdl_early) {
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const int64_t first = (int64_t(blockIdx.x) * kWarps + warp) * rows_per_warp;
-  const int64_t last = first + rows_per_warp < n ? first + rows_per_warp : n;
-  if (first >= n) {
-    pdl_wait();
-    return;
-  }
-  const int64_t chunks = k / 8;
-  bool waited = false;
-  for (int64_t row = first; row < last; ++row) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + row * k);
-    float acc[R];
-#pragma unroll
-    for (int t = 0; t < R; ++t) acc[t] = 0.0f;
-    int64_t c = lane;
-    // The weights do not depend on earlier kernels: the first loads go out before pdl_wait.
-    uint4 wv[kUnroll];
-    const bool full = c + 32 * (kUnroll - 1) < chunks;
-    if (full) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + c + 32 * u);
-    }
-    if (!waited) {
-      pdl_wait();
-      pdl_trigger(pdl_early);
-      waited = true;
-    }
-    if (full) {
-      for (;;) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) fma_chunk<T, R>(wv[u], x, rows, k, c + 32 * u, acc);
-        c += 32 * kUnroll;
-        if (c + 32 * (kUnroll - 1) >= chunks) break;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + c + 32 * u);
-      }
-    }
-    for (; c < chunks; c += 32) fma_chunk<T, R>(load_stream(wr + c), x, rows, k, c, acc);
-#pragma unroll
-    for (int t = 0; t < R; ++t) acc[t] = warp_sum(acc[t]);
-    if (lane == 0) {
-      float b = 0.0f;
-      if (bias != nullptr)
-        b = bias_f32 ? static_cast<const float*>(bias)[row]
-                     : to_f32(static_cast<const T*>(bias)[row]);
-#pragma unroll
-      for (int t = 0; t < R; ++t)
-        if (t < rows) out[int64_t(t) * n + row] = from_f32<OutT>(acc[t] + b);
-    }
-  }
+                int64_t rows_per_warp, const T* __restrict__ norm_w, float eps, int norm_threads,
+                bool pdl_early) {
+  gemv_body<T, OutT, R, Prologue::none, Epilogue::store, 0>(
+      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
-// Warps of this kernel that fit on the device at once (occupancy x SMs), cached per kernel.
-template <class T, class OutT, int R>
-int64_t resident_warps() {
-  const auto kernel = gemv_kernel<T, OutT, R>;
-  static int64_t cached = 0;
-  if (cached == 0) {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess)
-      return int64_t(1) << 40;  // unknown: one row per warp
-    cached = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
-  }
-  return cached;
+template <class T, int R, Prologue kPro, Epilogue kEpi, int kAct>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_fused_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                      const void* __restrict__ bias, bool bias_f32, T* __restrict__ out, int rows,
+                      int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
+                      float eps, int norm_threads, bool pdl_early) {
+  gemv_body<T, T, R, kPro, kEpi, kAct>(x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w,
+                                       eps, norm_threads, pdl_early);
 }
 
-template <class T, class OutT, int R>
-void launch_r(const GemmArgs& g, bool bias_f32, cudaStream_t stream) {
+template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
+constexpr auto kernel_of() {
+  if constexpr (P == Prologue::none && E == Epilogue::store)
+    return gemv_kernel<T, OutT, R>;
+  else
+    return gemv_fused_kernel<T, R, P, E, A>;
+}
+
+// Warps of this kernel that fit on the device at once with `smem` bytes of dynamic shared
+// memory per CTA (occupancy x SMs), cached per kernel and size.
+template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
+int64_t resident_warps(size_t smem) {
+  static std::mutex mu;
+  static std::vector<std::pair<size_t, int64_t>> cache;  // (smem, warps)
+  const std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [bytes, warps] : cache)
+    if (bytes == smem) return warps;
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of<T, OutT, R, P, E, A>(),
+                                                    kThreads, smem) != cudaSuccess)
+    return int64_t(1) << 40;  // unknown: one row per warp
+  const int64_t warps = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
+  cache.emplace_back(smem, warps);
+  return warps;
+}
+
+template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
+void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
+  const auto kernel = kernel_of<T, OutT, R, P, E, A>();
+  // The staged rows (gemv_init raised the kernels' limit to kGemvMaxStagedBytes).
+  const size_t smem = P == Prologue::rms_norm ? size_t(g.t * g.k) * sizeof(T) : 0;
   // Every warp gets the same number of whole rows and all warps are resident at once, so the
   // weight stream never drains into a last partial wave.
-  const auto kernel = gemv_kernel<T, OutT, R>;
-  const int64_t warps = resident_warps<T, OutT, R>();
+  const int64_t warps = resident_warps<T, OutT, R, P, E, A>(smem);
   const int64_t rpw = (g.n + warps - 1) / warps;
   const int64_t ctas = (g.n + kWarps * rpw - 1) / (kWarps * rpw);
-  launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), 0, stream, static_cast<const T*>(g.x),
+  launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), smem, stream, static_cast<const T*>(g.x),
              static_cast<const T*>(g.w), g.bias, bias_f32, static_cast<OutT*>(g.out), int(g.t), g.n,
-             g.k, rpw);
+             g.k, rpw, static_cast<const T*>(f.norm_weight), f.eps, f.norm_plan.threads);
 }
 
-template <class T, class OutT>
-void launch_rows(const GemmArgs& g, bool bias_f32, cudaStream_t stream) {
+template <class T, class OutT, Prologue P, Epilogue E, int A = 0>
+void launch_rows(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
   if (g.t == 1)
-    launch_r<T, OutT, 1>(g, bias_f32, stream);
+    launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
   else if (g.t == 2)
-    launch_r<T, OutT, 2>(g, bias_f32, stream);
+    launch_r<T, OutT, 2, P, E, A>(g, f, bias_f32, stream);
   else if (g.t <= 4)
-    launch_r<T, OutT, 4>(g, bias_f32, stream);
+    launch_r<T, OutT, 4, P, E, A>(g, f, bias_f32, stream);
   else
-    launch_r<T, OutT, 8>(g, bias_f32, stream);
+    launch_r<T, OutT, 8, P, E, A>(g, f, bias_f32, stream);
 }
 
+// Only the combinations the model programs use are compiled: the plain GEMV (out like x or
+// f32 logits), rms_norm -> GEMV (qkv), GEMV -> residual add (o_proj, down) and
+// rms_norm -> GEMV -> act_mul (gate_up). Returns false for any other.
 template <class T>
-void launch_typed(const GemmArgs& g, bool bias_f32, cudaStream_t stream) {
-  if (g.out_dtype == DType::f32)
-    launch_rows<T, float>(g, bias_f32, stream);
-  else
-    launch_rows<T, T>(g, bias_f32, stream);
+bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
+  const bool norm = f.norm_weight != nullptr, act = f.act >= 0;
+  if (!norm && !act && !f.add_to_out) {
+    if (g.out_dtype == DType::f32)
+      launch_rows<T, float, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
+    else
+      launch_rows<T, T, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
+    return true;
+  }
+  if (g.out_dtype != g.in_dtype) return false;
+  if (norm && !act && !f.add_to_out) {
+    launch_rows<T, T, Prologue::rms_norm, Epilogue::store>(g, f, bias_f32, stream);
+  } else if (!norm && !act && f.add_to_out) {
+    launch_rows<T, T, Prologue::none, Epilogue::add>(g, f, bias_f32, stream);
+  } else if (norm && act && !f.add_to_out) {
+    switch (f.act) {
+      case kSilu:
+        launch_rows<T, T, Prologue::rms_norm, Epilogue::act_mul, kSilu>(g, f, bias_f32, stream);
+        break;
+      case kGelu:
+        launch_rows<T, T, Prologue::rms_norm, Epilogue::act_mul, kGelu>(g, f, bias_f32, stream);
+        break;
+      case kGeluTanh:
+        launch_rows<T, T, Prologue::rms_norm, Epilogue::act_mul, kGeluTanh>(g, f, bias_f32, stream);
+        break;
+      default:
+        return false;
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Raises the dynamic shared-memory limit of every rms_norm-prologue kernel of dtype T.
+template <class T>
+cudaError_t allow_staged_rows() {
+  cudaError_t first_error = cudaSuccess;
+  const auto allow = [&](auto kernel) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxStagedBytes));
+    if (first_error == cudaSuccess) first_error = e;
+  };
+  const auto per_rows = [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::store, 0>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kSilu>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGelu>);
+    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGeluTanh>);
+  };
+  per_rows(std::integral_constant<int, 1>{});
+  per_rows(std::integral_constant<int, 2>{});
+  per_rows(std::integral_constant<int, 4>{});
+  per_rows(std::integral_constant<int, 8>{});
+  return first_error;
 }
 
 }  // namespace
 
+cudaError_t gemv_init() {
+  const cudaError_t e = allow_staged_rows<__nv_bfloat16>();
+  const cudaError_t f = allow_staged_rows<__half>();
+  return e != cudaSuccess ? e : f;
+}
+
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
-                 DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
+                 DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
+                 const GemvFusion& fusion) {
   const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k};
   if (g.t < 1 || g.t > kGemvMaxRows || g.n < 1 || g.k < 8 || g.k % 8 != 0) return false;
   if (g.in_dtype != DType::bf16 && g.in_dtype != DType::f16) return false;
@@ -187,12 +451,18 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   if (!aligned_to(g.x, 16) || !aligned_to(g.w, 16)) return false;
   const bool bias_f32 = g.bias != nullptr && g.bias_dtype == DType::f32;
   if (g.bias != nullptr && !bias_f32 && g.bias_dtype != g.in_dtype) return false;
-  if (g.n > int64_t(kWarps) * 0x7fffffffLL) return false;
-  if (g.in_dtype == DType::bf16)
-    launch_typed<__nv_bfloat16>(g, bias_f32, stream);
-  else
-    launch_typed<__half>(g, bias_f32, stream);
-  return true;
+  // act_mul reads 2n weight rows.
+  if (g.n > int64_t(kWarps) * 0x7fffffffLL / (fusion.act >= 0 ? 2 : 1)) return false;
+  if (fusion.act > kGeluTanh) return false;
+  if (fusion.norm_weight != nullptr) {
+    // The prologue replays the vectorised norm block only, and stages whole rows.
+    const RmsNormPlan& p = fusion.norm_plan;
+    if (!p.vectorised || p.threads < 32 || p.threads > 1024 || p.threads % 32 != 0) return false;
+    if (!aligned_to(fusion.norm_weight, 16)) return false;
+    if (g.t * g.k * 2 > kGemvMaxStagedBytes) return false;
+  }
+  if (g.in_dtype == DType::bf16) return launch_typed<__nv_bfloat16>(g, fusion, bias_f32, stream);
+  return launch_typed<__half>(g, fusion, bias_f32, stream);
 }
 
 bool pdl_enabled() {

@@ -44,24 +44,66 @@ void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,
 
 // ---- elementwise ----
 
+/// How the rms_norm kernel lays out one row: `threads` threads in one block, each taking
+/// 16-byte vectors (`vectorised`) or single elements. The order of its sum of squares follows
+/// from this (rms_norm.cuh), so the skinny GEMM's rms_norm prologue asks for the same plan.
+struct RmsNormPlan {
+  bool vectorised;
+  int threads;
+};
+/// The plan launch_rms_norm takes for these pointers and row length (residual may be null).
+RmsNormPlan plan_rms_norm(DType dt, const void* residual, const void* x, const void* weight,
+                          const void* out, int64_t h);
+
 /// rms_norm over rows of x [rows, h] (and residual += x first when `residual` is non-null).
 void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight, float eps,
                      void* out, int64_t rows, int64_t h, cudaStream_t stream);
 
-/// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
+/// residual[i] = residual[i] + x[i] for n elements, the sum in f32 rounded once to dt (the
+/// residual add of add_rms_norm, alone).
+void launch_add(DType dt, void* residual, const void* x, int64_t n, cudaStream_t stream);
+
+/// out[t, i] = act(gate_up[t, i]) * gate_up[t, inter + i], act(gate) rounded to dt first.
 /// act: 0 silu, 1 gelu (erf), 2 gelu (tanh approximation), as troupe::GatedActivation.
+void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
+                    cudaStream_t stream);
+
 /// Rows up to which linear runs the skinny-GEMM kernel (gemv.cu) instead of cuBLASLt.
 inline constexpr int64_t kGemvMaxRows = 8;
 
-/// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
-/// out like x or f32, bias like x or f32 (or nullptr). Returns false, launching nothing, for
-/// shapes, dtypes or alignments it does not take (the caller then uses cuBLASLt).
-bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
-                 const void* bias, DType out_dtype, void* out, int64_t t, int64_t n, int64_t k,
-                 cudaStream_t stream);
+/// What the skinny GEMM does besides out = x w^T (+ bias); the default is nothing. Each option
+/// reproduces the separate ops it replaces bit for bit (same roundings, same sum orders).
+struct GemvFusion {
+  /// Prologue (when norm_weight is set): x is first normalised as rms_norm(x, norm_weight
+  /// [k], eps) would write it, with the sum of squares added up in norm_plan's order (which
+  /// must be vectorised). The normalised rows are staged in shared memory, so t * k * 2
+  /// bytes must not exceed kGemvMaxStagedBytes.
+  const void* norm_weight = nullptr;
+  float eps = 0.0f;
+  RmsNormPlan norm_plan{false, 0};
+  /// Epilogue: out += round(x w^T + b) in place (out is the residual, like x's dtype):
+  /// linear into a scratch and add, with the same two roundings.
+  bool add_to_out = false;
+  /// Epilogue (when act >= 0; as launch_act_mul numbers it): w holds 2n rows [gate | up] (and
+  /// bias 2n values), and out[t, j] = act(gate) * up of the rounded products j and n + j:
+  /// linear into gate_up and act_mul, with the same roundings.
+  int act = -1;
+};
 
-void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
-                     cudaStream_t stream);
+/// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2).
+inline constexpr int64_t kGemvMaxStagedBytes = int64_t(64) << 10;
+
+/// Raises the dynamic shared-memory limit of the rms_norm-prologue kernels to
+/// kGemvMaxStagedBytes (once per device, before their first launch).
+cudaError_t gemv_init();
+
+/// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
+/// out like x or f32, bias like x or f32 (or nullptr), with `fusion`'s extras (fused variants
+/// write out like x). Returns false, launching nothing, for shapes, dtypes, alignments or
+/// fusions it does not take (the caller then runs the separate ops, or cuBLASLt).
+bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
+                 DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
+                 const GemvFusion& fusion = {});
 
 /// Rotary embedding in place on q [T, q_heads * d] and k [T, k_heads * d].
 void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const float* cos_sin,

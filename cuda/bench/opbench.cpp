@@ -5,7 +5,7 @@
 // Each op is run 3 times to warm up, then `iters` times between two CUDA events on the
 // backend's stream, so the time includes launch gaps but no host synchronisation. The sampler
 // synchronises, so its lines give the host time per call (and the GPU time inside it).
-// Usage: troupe_cuda_opbench [iters = 20]
+// Usage: troupe_cuda_opbench [iters = 20] [dense: only the dense ops and the fused GEMVs]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -190,6 +190,57 @@ void bench_dense(Bench& bench) {
   }
 }
 
+// The fused ops of a decode layer (gemv.cu) next to the op sequences they replace, Llama-3-8B
+// shapes: qkv with its input norm, o_proj and down adding into the residual, gate_up with its
+// norm and the act_mul after it. Bytes are those of the sequence's GEMV (the weights dominate).
+void bench_fused(Bench& bench) {
+  const DType bf = DType::bf16;
+  const int64_t qkv_n = (kHeads + 2 * kKvHeads) * kDim;
+  const Tensor norm_w = bench.floats(bf, {kHidden});
+  const Tensor qkv_w = bench.floats(bf, {qkv_n, kHidden}, 0.02f);
+  const Tensor o_w = bench.floats(bf, {kHidden, kHeads * kDim}, 0.02f);
+  const Tensor gu_w = bench.floats(bf, {2 * kInter, kHidden}, 0.02f);
+  const Tensor down_w = bench.floats(bf, {kHidden, kInter}, 0.02f);
+  for (int64_t t : {1, 8}) {
+    const std::string ts = " T=" + std::to_string(t);
+    const Tensor residual = bench.floats(bf, {t, kHidden}), x = bench.alloc(bf, {t, kHidden});
+    const Tensor h = bench.alloc(bf, {t, kHidden}), qkv = bench.alloc(bf, {t, qkv_n});
+    const Tensor attn = bench.floats(bf, {t, kHeads * kDim});
+    const Tensor gate_up = bench.alloc(bf, {t, 2 * kInter}), act = bench.floats(bf, {t, kInter});
+    const auto gemv_bytes = [&](int64_t k, int64_t n) { return kBf * double(n * k + t * (k + n)); };
+    const double qkv_b = gemv_bytes(kHidden, qkv_n), o_b = gemv_bytes(kHidden, kHidden);
+    const double gu_b = gemv_bytes(kHidden, 2 * kInter), down_b = gemv_bytes(kInter, kHidden);
+    bench.time("rms_norm + linear qkv 4096x6144" + ts, qkv_b, 0, [&] {
+      bench.b().rms_norm(residual, norm_w, 1e-5f, h);
+      bench.b().linear(h, qkv_w, nullptr, qkv);
+    });
+    bench.time("rms_norm_linear qkv 4096x6144 (fused)" + ts, qkv_b, 0,
+               [&] { bench.b().rms_norm_linear(residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv); });
+    bench.time("linear + add o_proj 4096x4096" + ts, o_b, 0, [&] {
+      bench.b().linear(attn, o_w, nullptr, x);
+      bench.b().add(residual, x);
+    });
+    bench.time("linear_add o_proj 4096x4096 (fused)" + ts, o_b, 0,
+               [&] { bench.b().linear_add(attn, o_w, nullptr, residual, x); });
+    bench.time("rms_norm + linear + silu_mul gate_up 4096x28672" + ts, gu_b, 0, [&] {
+      bench.b().rms_norm(residual, norm_w, 1e-5f, h);
+      bench.b().linear(h, gu_w, nullptr, gate_up);
+      bench.b().silu_mul(gate_up, act);
+    });
+    bench.time("rms_norm_linear_act_mul gate_up 4096x28672 (fused)" + ts, gu_b, 0, [&] {
+      bench.b().rms_norm_linear_act_mul(residual, norm_w, 1e-5f, h, gu_w, nullptr,
+                                        GatedActivation::silu, gate_up, act);
+    });
+    bench.time("linear + add down 14336x4096" + ts, down_b, 0, [&] {
+      bench.b().linear(act, down_w, nullptr, x);
+      bench.b().add(residual, x);
+    });
+    bench.time("linear_add down 14336x4096 (fused)" + ts, down_b, 0,
+               [&] { bench.b().linear_add(act, down_w, nullptr, residual, x); });
+  }
+  bench.release();
+}
+
 // `seqs` sequences of (query length, context) with Llama-3 heads, block size 16.
 void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, int32_t q_len,
                      int32_t ctx) {
@@ -310,10 +361,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+    const bool dense_only = argc > 2 && std::string(argv[2]) == "dense";
     Bench bench(iters);
     std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
                 iters);
     bench_dense(bench);
+    bench_fused(bench);
+    if (dense_only) return 0;
     bench_attention(bench, "attention decode 64 seqs x 1024 ctx, 32/8 heads d=128", 64, 1, 1024);
     bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
     bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);

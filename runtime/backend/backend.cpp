@@ -32,6 +32,33 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
 }
 
+// A default rather than a pure virtual for the same reason as rope_qkv_to_cache's.
+void Backend::add(const Tensor& /*residual*/, const Tensor& /*x*/) {
+  fail("add: the {} backend does not implement this op", name());
+}
+
+void Backend::linear_add(const Tensor& x, const Tensor& w, const Tensor* bias,
+                         const Tensor& residual, const Tensor& scratch) {
+  linear(x, w, bias, scratch);
+  add(residual, scratch);
+}
+
+void Backend::rms_norm_linear(const Tensor& x, const Tensor& norm_weight, float eps,
+                              const Tensor& h, const Tensor& w, const Tensor* bias,
+                              const Tensor& out) {
+  rms_norm(x, norm_weight, eps, h);
+  linear(h, w, bias, out);
+}
+
+void Backend::rms_norm_linear_act_mul(const Tensor& x, const Tensor& norm_weight, float eps,
+                                      const Tensor& h, const Tensor& w, const Tensor* bias,
+                                      GatedActivation act, const Tensor& gate_up,
+                                      const Tensor& out) {
+  rms_norm(x, norm_weight, eps, h);
+  linear(h, w, bias, gate_up);
+  act_mul(act, gate_up, out);
+}
+
 Buffer Backend::allocate_host(size_t bytes) {
   constexpr size_t kAlignment = 64;
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;

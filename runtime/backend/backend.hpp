@@ -139,6 +139,37 @@ class Backend {
   /// (the logits); otherwise all share one dtype.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) = 0;
 
+  /// residual += x in place, rounded to the compute dtype: residual = round(residual + x), the
+  /// sum of the two values taken in f32 (add_rms_norm's residual update, alone). Both [T, H].
+  /// The default throws, like rope_qkv_to_cache's.
+  virtual void add(const Tensor& residual, const Tensor& x);
+
+  // ---- fused ops ----
+  // Each is a sequence of the ops above, and its default runs exactly that sequence. A backend
+  // may override one with fewer kernels only if it gives the same bits as its own sequence
+  // (same roundings, same summation orders), so a model program may call either form. The
+  // scratch tensors are what the sequence writes in between; after a fused op their contents
+  // are unspecified.
+
+  /// residual += round(x @ w^T + bias): linear(x, w, bias, scratch), then add(residual,
+  /// scratch). x [T, K], w [N, K], residual and scratch [T, N] of x's dtype.
+  virtual void linear_add(const Tensor& x, const Tensor& w, const Tensor* bias,
+                          const Tensor& residual, const Tensor& scratch);
+
+  /// out = rms_norm(x) @ w^T (+ bias): rms_norm(x, norm_weight, eps, h), then
+  /// linear(h, w, bias, out). x and h [T, K], w [N, K], out [T, N].
+  virtual void rms_norm_linear(const Tensor& x, const Tensor& norm_weight, float eps,
+                               const Tensor& h, const Tensor& w, const Tensor* bias,
+                               const Tensor& out);
+
+  /// A gated MLP's first half: rms_norm(x, norm_weight, eps, h), linear(h, w, bias, gate_up),
+  /// then act_mul(act, gate_up, out). x and h [T, K], w [2I, K] (gate rows, then up rows),
+  /// gate_up [T, 2I], out [T, I].
+  virtual void rms_norm_linear_act_mul(const Tensor& x, const Tensor& norm_weight, float eps,
+                                       const Tensor& h, const Tensor& w, const Tensor* bias,
+                                       GatedActivation act, const Tensor& gate_up,
+                                       const Tensor& out);
+
   /// Rotates q [T, num_heads * d] and k [T, num_kv_heads * d] in place by position.
   /// cos_sin [max_positions, rotary_dim] f32 holds cos in the first rotary_dim/2 columns and
   /// sin in the rest; only the first rotary_dim features of each head rotate.

@@ -4,20 +4,22 @@
 // Layer program, per step of T tokens (H hidden, d head_dim, nh/nkv heads on this rank, I the
 // intermediate size on this rank, V the vocabulary):
 //   residual = embed(ids)                                        [T, H]
-//   per layer: h = rms_norm(residual)  (later layers: residual += x first, add_rms_norm)
-//              qkv = h @ W_qkv^T (+ b)                           [T, (nh + 2 nkv) d]
+//   per layer: qkv = rms_norm(residual) @ W_qkv^T (+ b)          [T, (nh + 2 nkv) d]
 //              q = rope(qkv.q); cache <- rope(qkv.k), qkv.v      [T, nh d] (one op)
 //              a = attention(q)                                  [T, nh d]
-//              x = a @ W_o^T                                      [T, H]
-//              residual += x; h = rms_norm(residual)
-//              x = down(silu(gate) * up), gate|up = h @ W_gu^T    [T, 2I] -> [T, I] -> [T, H]
-//   h = rms_norm(residual + x); logits = h[logits_indices] @ W_lm^T   [L, V] f32
+//              residual += a @ W_o^T                             [T, H]
+//              act = silu(gate) * up, gate|up = rms_norm(residual) @ W_gu^T   [T, 2I] -> [T, I]
+//              residual += act @ W_down^T                        [T, H]
+//   h = rms_norm(residual); logits = h[logits_indices] @ W_lm^T   [L, V] f32
+// Each norm is fused with the GEMV after it and each residual add with the GEMV before it
+// (the Backend's fused ops); the values are those of adding each branch's output inside the
+// next norm (add_rms_norm), whose residual update rounds exactly like `add`.
 //
 // q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
 // buffer, so the projection is one GEMM into a [T, (nh + 2 nkv) d] buffer; rope_qkv_to_cache
 // then rotates q and k out of its rows, writes q to its own buffer and k, v into the paged
-// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: silu_mul
-// reads [gate | up] directly.
+// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: act_mul
+// reads [gate | up] directly (and, fused, pairs gate row j with up row I + j).
 //
 // Not supported here (each says so at construction or in forward): sliding-window attention
 // (Mistral v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the
@@ -387,30 +389,29 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   shape.block_size = kv.block_size;
   shape.scale = float(1.0 / std::sqrt(double(d_)));
 
+  // The CUDA backend runs each fused op as one skinny-GEMM kernel at decode sizes; h, gate_up
+  // and x are the scratch of backends (and sizes) that run the ops one by one.
   backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& Lw = layers_[li];
-    if (li == 0) {
-      backend_.rms_norm(residual, Lw.input_norm, eps, h);
-    } else {
-      backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);  // residual += mlp out
-    }
-    backend_.linear(h, Lw.qkv_w, Lw.qkv_b.empty() ? nullptr : &Lw.qkv_b,
-                    qkv);  // [T, (nh + 2 nkv) d]
+    backend_.rms_norm_linear(residual, Lw.input_norm, eps, h, Lw.qkv_w,
+                             Lw.qkv_b.empty() ? nullptr : &Lw.qkv_b,
+                             qkv);  // [T, (nh + 2 nkv) d]
     backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
                                RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
                                in.slot_mapping, q);                         // q [T, nh d]
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
-    backend_.linear(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, x);  // [T, H]
-    backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);              // residual += attn out
-    backend_.linear(h, Lw.gate_up_w, Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b,
-                    gate_up);                                                      // [T, 2I]
-    backend_.act_mul(mlp_act_, gate_up, act);                                      // [T, I]
-    backend_.linear(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, x);  // [T, H]
+    backend_.linear_add(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, residual,
+                        x);  // residual += attn out [T, H]
+    backend_.rms_norm_linear_act_mul(residual, Lw.post_norm, eps, h, Lw.gate_up_w,
+                                     Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b, mlp_act_,
+                                     gate_up, act);  // [T, 2I] -> [T, I]
+    backend_.linear_add(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, residual,
+                        x);  // residual += mlp out [T, H]
   }
-  backend_.add_rms_norm(residual, x, final_norm_, eps, h);  // [T, H]
-  backend_.gather_rows(h, in.logits_indices, h_sel);        // [L, H]
-  backend_.linear(h_sel, lm_head_, nullptr, logits);        // [L, V] f32
+  backend_.rms_norm(residual, final_norm_, eps, h);   // [T, H]
+  backend_.gather_rows(h, in.logits_indices, h_sel);  // [L, H]
+  backend_.linear(h_sel, lm_head_, nullptr, logits);  // [L, V] f32
   return logits;
 }
 

@@ -1,0 +1,248 @@
+// The fused ops (linear_add, rms_norm_linear, rms_norm_linear_act_mul) and add on CUDA: each
+// fused op equals the same op sequence run on the same CUDA backend bit for bit (the contract
+// of backend.hpp's fused ops), whether the skinny GEMM fuses it (T <= 8: its scratch is left
+// untouched) or the backend runs the sequence (T > 8, or pointers the fused kernel does not
+// take: the scratch is written); and against the CPU reference within the usual tolerance.
+#include <cstring>
+
+#include "tests/cuda/cuda_harness.hpp"
+
+namespace troupe::test {
+namespace {
+
+std::vector<uint8_t> bits(Pair& p, const Tensor& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  p.gpu().download(out.data(), t, out.size());
+  return out;
+}
+
+/// Whether a GPU tensor still holds only NaN (the fused kernel did not write it).
+bool all_nan(Pair& p, const Tensor& t) {
+  for (float v : p.read(t))
+    if (!std::isnan(v)) return false;
+  return true;
+}
+
+/// Reports whether `got` equals `want` bit for bit (counting the differing elements).
+void check_same_bits(Pair& p, const std::string& what, const Tensor& got, const Tensor& want) {
+  const auto a = bits(p, got), b = bits(p, want);
+  REQUIRE(a.size() == b.size());
+  const size_t es = dtype_size(got.dtype);
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); i += es)
+    if (std::memcmp(a.data() + i, b.data() + i, es) != 0) ++differ;
+  std::printf("%-72s %zu of %zu elements differ\n", what.c_str(), differ, a.size() / es);
+  INFO(what << ": " << differ << " elements differ from the op sequence");
+  CHECK(differ == 0);
+}
+
+struct Shape {
+  int64_t k, n;
+};
+
+// K: one vectorised rms_norm block of 4096 / 8 = 512 threads (two of the norm's warps per GEMV
+// warp), 1024 (fewer norm warps than GEMV warps), 4104 (17 norm warps), 72 (one warp, most
+// lanes idle) and 16384 (1024 threads, two vectors each; staged only up to T = 2).
+// N: Llama-sized rows, and odd counts that leave warps of the last CTA without rows.
+const Shape kShapes[] = {{4096, 1024}, {1024, 33}, {4104, 300}, {72, 9}, {16384, 64}, {4096, 1}};
+const int64_t kRows[] = {1, 2, 3, 8, 12};  // 12: past kGemvMaxRows, the op sequence runs
+
+// Whether the fused kernel takes T rows of K (the scratch then stays untouched).
+bool fused(int64_t t, int64_t k, bool norm) {
+  return t <= 8 && k % 8 == 0 && (!norm || t * k * 2 <= 64 * 1024);
+}
+
+TEST_CASE("cuda linear_add equals linear then add, and the CPU", "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(21);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const Shape& s : kShapes) {
+      for (int64_t t : kRows) {
+        for (bool with_bias : {false, true}) {
+          const std::string what = fmt::format("linear_add {} T={} K={} N={}{}", dname(dt), t, s.k,
+                                               s.n, with_bias ? " +bias" : "");
+          const float scale = 1.0f / std::sqrt(float(s.k));
+          const auto x = rounded(random_floats(rng, size_t(t * s.k)), dt);
+          const auto w = rounded(random_floats(rng, size_t(s.n * s.k), -scale, scale), dt);
+          const auto b = rounded(random_floats(rng, size_t(s.n)), dt);
+          const auto r = rounded(random_floats(rng, size_t(t * s.n), -2.0f, 2.0f), dt);
+          const Tensor gx = p.gpu_floats(dt, {t, s.k}, x), gw = p.gpu_floats(dt, {s.n, s.k}, w);
+          const Tensor gb = p.gpu_floats(dt, {s.n}, b);
+          const Tensor* bias = with_bias ? &gb : nullptr;
+
+          const Tensor fused_r = p.gpu_floats(dt, {t, s.n}, r);
+          const Tensor scratch = p.gpu_nan(dt, {t, s.n});
+          p.gpu().linear_add(gx, gw, bias, fused_r, scratch);
+          const Tensor seq_r = p.gpu_floats(dt, {t, s.n}, r);
+          const Tensor seq_out = p.gpu_nan(dt, {t, s.n});
+          p.gpu().linear(gx, gw, bias, seq_out);
+          p.gpu().add(seq_r, seq_out);
+          check_same_bits(p, what, fused_r, seq_r);
+          CHECK(all_nan(p, scratch) == fused(t, s.k, false));
+
+          const Tensor cr = p.cpu_f32({t, s.n}, r), cb = p.cpu_f32({s.n}, b);
+          p.cpu().linear_add(p.cpu_f32({t, s.k}, x), p.cpu_f32({s.n, s.k}, w),
+                             with_bias ? &cb : nullptr, cr, p.cpu_nan({t, s.n}));
+          report(what + " vs cpu", norm_error(p.read(fused_r), p.read(cr)), tolerance(dt));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda rms_norm_linear equals rms_norm then linear, and the CPU", "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(22);
+  const float eps = 1e-5f;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const Shape& s : kShapes) {
+      for (int64_t t : kRows) {
+        for (bool with_bias : {false, true}) {
+          const std::string what = fmt::format("rms_norm_linear {} T={} K={} N={}{}", dname(dt), t,
+                                               s.k, s.n, with_bias ? " +bias" : "");
+          const float scale = 1.0f / std::sqrt(float(s.k));
+          const auto x = rounded(random_floats(rng, size_t(t * s.k), -2.0f, 2.0f), dt);
+          const auto nw = rounded(random_floats(rng, size_t(s.k), 0.5f, 1.5f), dt);
+          const auto w = rounded(random_floats(rng, size_t(s.n * s.k), -scale, scale), dt);
+          const auto b = rounded(random_floats(rng, size_t(s.n)), dt);
+          const Tensor gx = p.gpu_floats(dt, {t, s.k}, x), gnw = p.gpu_floats(dt, {s.k}, nw);
+          const Tensor gw = p.gpu_floats(dt, {s.n, s.k}, w), gb = p.gpu_floats(dt, {s.n}, b);
+          const Tensor* bias = with_bias ? &gb : nullptr;
+
+          const Tensor h = p.gpu_nan(dt, {t, s.k}), out = p.gpu_nan(dt, {t, s.n});
+          p.gpu().rms_norm_linear(gx, gnw, eps, h, gw, bias, out);
+          const Tensor seq_h = p.gpu_nan(dt, {t, s.k}), seq_out = p.gpu_nan(dt, {t, s.n});
+          p.gpu().rms_norm(gx, gnw, eps, seq_h);
+          p.gpu().linear(seq_h, gw, bias, seq_out);
+          check_same_bits(p, what, out, seq_out);
+          CHECK(all_nan(p, h) == fused(t, s.k, true));
+
+          const Tensor cb = p.cpu_f32({s.n}, b), c_out = p.cpu_nan({t, s.n});
+          p.cpu().rms_norm_linear(p.cpu_f32({t, s.k}, x), p.cpu_f32({s.k}, nw), eps,
+                                  p.cpu_nan({t, s.k}), p.cpu_f32({s.n, s.k}, w),
+                                  with_bias ? &cb : nullptr, c_out);
+          report(what + " vs cpu", norm_error(p.read(out), p.read(c_out)), tolerance(dt));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda rms_norm_linear_act_mul equals rms_norm, linear, act_mul, and the CPU",
+          "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(23);
+  const float eps = 1e-6f;
+  for (GatedActivation act :
+       {GatedActivation::silu, GatedActivation::gelu_tanh, GatedActivation::gelu}) {
+    for (DType dt : {DType::bf16, DType::f16}) {
+      for (const Shape& s : kShapes) {
+        for (int64_t t : kRows) {
+          for (bool with_bias : {false, true}) {
+            // gelu (erf) only at one shape: it shares every code path but the function.
+            if (act == GatedActivation::gelu && (s.k != 4096 || s.n != 1024)) continue;
+            const std::string what = fmt::format("rms_norm_linear_act_mul {} {} T={} K={} I={}{}",
+                                                 gated_activation_name(act), dname(dt), t, s.k, s.n,
+                                                 with_bias ? " +bias" : "");
+            const int64_t n2 = 2 * s.n;
+            // Gate and up of a few units each, so the activation sees its whole range.
+            const float scale = 3.0f / std::sqrt(float(s.k));
+            const auto x = rounded(random_floats(rng, size_t(t * s.k), -2.0f, 2.0f), dt);
+            const auto nw = rounded(random_floats(rng, size_t(s.k), 0.5f, 1.5f), dt);
+            const auto w = rounded(random_floats(rng, size_t(n2 * s.k), -scale, scale), dt);
+            const auto b = rounded(random_floats(rng, size_t(n2)), dt);
+            const Tensor gx = p.gpu_floats(dt, {t, s.k}, x), gnw = p.gpu_floats(dt, {s.k}, nw);
+            const Tensor gw = p.gpu_floats(dt, {n2, s.k}, w), gb = p.gpu_floats(dt, {n2}, b);
+            const Tensor* bias = with_bias ? &gb : nullptr;
+
+            const Tensor h = p.gpu_nan(dt, {t, s.k}), gu = p.gpu_nan(dt, {t, n2});
+            const Tensor out = p.gpu_nan(dt, {t, s.n});
+            p.gpu().rms_norm_linear_act_mul(gx, gnw, eps, h, gw, bias, act, gu, out);
+            const Tensor seq_h = p.gpu_nan(dt, {t, s.k}), seq_gu = p.gpu_nan(dt, {t, n2});
+            const Tensor seq_out = p.gpu_nan(dt, {t, s.n});
+            p.gpu().rms_norm(gx, gnw, eps, seq_h);
+            p.gpu().linear(seq_h, gw, bias, seq_gu);
+            p.gpu().act_mul(act, seq_gu, seq_out);
+            check_same_bits(p, what, out, seq_out);
+            CHECK(all_nan(p, h) == fused(t, s.k, true));
+            CHECK(all_nan(p, gu) == fused(t, s.k, true));
+
+            const Tensor cb = p.cpu_f32({n2}, b), c_out = p.cpu_nan({t, s.n});
+            p.cpu().rms_norm_linear_act_mul(
+                p.cpu_f32({t, s.k}, x), p.cpu_f32({s.k}, nw), eps, p.cpu_nan({t, s.k}),
+                p.cpu_f32({n2, s.k}, w), with_bias ? &cb : nullptr, act, p.cpu_nan({t, n2}), c_out);
+            report(what + " vs cpu", norm_error(p.read(out), p.read(c_out)), tolerance(dt));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda fused ops run the op sequence where the fused kernel declines",
+          "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(24);
+  const DType dt = DType::bf16;
+  const int64_t t = 2, k = 256, n = 40;
+  const auto x = rounded(random_floats(rng, size_t(t * k), -2.0f, 2.0f), dt);
+  const auto nw = rounded(random_floats(rng, size_t(k), 0.5f, 1.5f), dt);
+  const auto w = rounded(random_floats(rng, size_t(2 * n * k), -0.1f, 0.1f), dt);
+  const Tensor gx = p.gpu_floats(dt, {t, k}, x), gnw = p.gpu_floats(dt, {k}, nw);
+  const Tensor gw = p.gpu_floats(dt, {2 * n, k}, w);
+  // h one element into its buffer: rms_norm takes its scalar path for it, so the fused kernel
+  // (which replays the vectorised one) must not run.
+  const Tensor h = p.gpu_nan(dt, {t * k + 1}).rows(1, t * k + 1).view({t, k});
+  const Tensor out = p.gpu_nan(dt, {t, n}), gu = p.gpu_nan(dt, {t, 2 * n});
+  p.gpu().rms_norm_linear_act_mul(gx, gnw, 1e-5f, h, gw, nullptr, GatedActivation::silu, gu, out);
+  const Tensor seq_h = p.gpu_nan(dt, {t * k + 1}).rows(1, t * k + 1).view({t, k});
+  const Tensor seq_gu = p.gpu_nan(dt, {t, 2 * n}), seq_out = p.gpu_nan(dt, {t, n});
+  p.gpu().rms_norm(gx, gnw, 1e-5f, seq_h);
+  p.gpu().linear(seq_h, gw, nullptr, seq_gu);
+  p.gpu().act_mul(GatedActivation::silu, seq_gu, seq_out);
+  check_same_bits(p, "rms_norm_linear_act_mul bf16, h misaligned", out, seq_out);
+  CHECK_FALSE(all_nan(p, h));
+
+  // An f32 out (logits) is not fused either.
+  const Tensor logits = p.gpu_nan(DType::f32, {t, 2 * n});
+  const Tensor seq_logits = p.gpu_nan(DType::f32, {t, 2 * n});
+  const Tensor h2 = p.gpu_nan(dt, {t, k});
+  p.gpu().rms_norm_linear(gx, gnw, 1e-5f, h2, gw, nullptr, logits);
+  p.gpu().rms_norm(gx, gnw, 1e-5f, seq_h);
+  p.gpu().linear(seq_h, gw, nullptr, seq_logits);
+  check_same_bits(p, "rms_norm_linear bf16 -> f32 logits", logits, seq_logits);
+}
+
+TEST_CASE("cuda add and the fused ops check their arguments", "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  const DType bf = DType::bf16;
+  const Tensor x = p.gpu_nan(bf, {2, 64}), w = p.gpu_nan(bf, {32, 64});
+  const Tensor nw = p.gpu_nan(bf, {64}), r = p.gpu_nan(bf, {2, 32});
+  using Catch::Contains;
+  CHECK_THROWS_WITH(p.gpu().add(r, p.gpu_nan(bf, {2, 31})),
+                    Contains("add") && Contains("residual"));
+  CHECK_THROWS_WITH(p.gpu().add(r, p.gpu_nan(DType::f16, {2, 32})), Contains("add"));
+  CHECK_THROWS_WITH(p.gpu().linear_add(x, w, nullptr, r, p.gpu_nan(bf, {2, 33})),
+                    Contains("linear_add") && Contains("scratch"));
+  CHECK_THROWS_WITH(p.gpu().linear_add(x, w, nullptr, p.gpu_nan(DType::f32, {2, 32}),
+                                       p.gpu_nan(DType::f32, {2, 32})),
+                    Contains("linear_add") && Contains("residual"));
+  CHECK_THROWS_WITH(p.gpu().rms_norm_linear(x, nw, 1e-5f, p.gpu_nan(bf, {2, 63}), w, nullptr, r),
+                    Contains("rms_norm_linear"));
+  // The fused kernel reads x while it writes out, so they may not overlap.
+  CHECK_THROWS_WITH(p.gpu().rms_norm_linear(x, nw, 1e-5f, p.gpu_nan(bf, {2, 64}),
+                                            p.gpu_nan(bf, {64, 64}), nullptr, x),
+                    Contains("rms_norm_linear") && Contains("overlaps"));
+  CHECK_THROWS_WITH(
+      p.gpu().rms_norm_linear_act_mul(x, nw, 1e-5f, p.gpu_nan(bf, {2, 64}), w, nullptr,
+                                      GatedActivation::silu, r, p.gpu_nan(bf, {2, 15})),
+      Contains("rms_norm_linear_act_mul") && Contains("out"));
+}
+
+}  // namespace
+}  // namespace troupe::test
