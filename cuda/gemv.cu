@@ -415,8 +415,8 @@ template <class T>
 cudaError_t allow_staged_rows() {
   cudaError_t first_error = cudaSuccess;
   const auto allow = [&](auto kernel) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxStagedBytes));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(kGemvMaxStagedBytes));
     if (first_error == cudaSuccess) first_error = e;
   };
   const auto per_rows = [&](auto rows) {
@@ -454,6 +454,8 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   // act_mul reads 2n weight rows.
   if (g.n > int64_t(kWarps) * 0x7fffffffLL / (fusion.act >= 0 ? 2 : 1)) return false;
   if (fusion.act > kGeluTanh) return false;
+  const bool fused = fusion.norm_weight != nullptr || fusion.add_to_out || fusion.act >= 0;
+  if (fused && g.t > kGemvMaxFusedRows) return false;
   if (fusion.norm_weight != nullptr) {
     // The prologue replays the vectorised norm block only, and stages whole rows.
     const RmsNormPlan& p = fusion.norm_plan;

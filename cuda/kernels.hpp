@@ -90,6 +90,9 @@ struct GemvFusion {
   int act = -1;
 };
 
+/// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default).
+inline constexpr int64_t kGemvMaxFusedRows = 8;
+
 /// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2).
 inline constexpr int64_t kGemvMaxStagedBytes = int64_t(64) << 10;
 

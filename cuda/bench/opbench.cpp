@@ -201,7 +201,7 @@ void bench_fused(Bench& bench) {
   const Tensor o_w = bench.floats(bf, {kHidden, kHeads * kDim}, 0.02f);
   const Tensor gu_w = bench.floats(bf, {2 * kInter, kHidden}, 0.02f);
   const Tensor down_w = bench.floats(bf, {kHidden, kInter}, 0.02f);
-  for (int64_t t : {1, 8}) {
+  for (int64_t t : {1, 2, 4, 8}) {
     const std::string ts = " T=" + std::to_string(t);
     const Tensor residual = bench.floats(bf, {t, kHidden}), x = bench.alloc(bf, {t, kHidden});
     const Tensor h = bench.alloc(bf, {t, kHidden}), qkv = bench.alloc(bf, {t, qkv_n});
