@@ -22,9 +22,9 @@
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
 //
-// Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows, K % 8 == 0 and every
-// pointer is 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate
-// ops, run).
+// Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows (fused: at most
+// kGemvMaxFusedRows, with the norm prologue kGemvMaxNormRows), K % 8 == 0 and every pointer is
+// 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate ops, run).
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
