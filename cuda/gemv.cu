@@ -22,9 +22,9 @@
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
 //
-// Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows, K % 8 == 0 and every
-// pointer is 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate
-// ops, run).
+// Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows (fused: at most
+// kGemvMaxFusedRows, with the norm prologue kGemvMaxNormRows), K % 8 == 0 and every pointer is
+// 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate ops, run).
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -293,36 +293,39 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
   }
 }
 
-// The plain GEMV and the fused ones are separate kernels only for their launch bounds: under
-// ptxas's default register heuristics the fused bodies spill a few bytes (the plain one's code,
-// measured as it is, stays untouched); asking for two CTAs per SM (at most 128 registers)
-// compiles them without spills at 56-69 registers.
-template <class T, class OutT, int R>
+// Two kernels, for their launch bounds. Without a minimum CTA count (gemv_kernel: the plain
+// GEMV and the residual-add epilogue, which is the plain code plus three instructions) ptxas
+// allocates as for the plain kernel, spilling 4 bytes at R = 1 and 12 at R = 4 as that kernel
+// always has; asked for two CTAs per SM, its add variant compiled spill-free but ran 30-60%
+// slower at T = 2..8 on the H200 (op bench). The rms_norm-prologue kernels, whose bodies differ
+// more, compile spill-free and as fast with two CTAs per SM (56-69 registers), and spill
+// (up to 24 bytes) without.
+template <class T, class OutT, int R, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                 bool bias_f32, OutT* __restrict__ out, int rows, int64_t n, int64_t k,
                 int64_t rows_per_warp, const T* __restrict__ norm_w, float eps, int norm_threads,
                 bool pdl_early) {
-  gemv_body<T, OutT, R, Prologue::none, Epilogue::store, 0>(
+  gemv_body<T, OutT, R, Prologue::none, kEpi, 0>(
       x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
-template <class T, int R, Prologue kPro, Epilogue kEpi, int kAct>
+template <class T, int R, Epilogue kEpi, int kAct>
 __global__ void __launch_bounds__(kThreads, 2)
-    gemv_fused_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                      const void* __restrict__ bias, bool bias_f32, T* __restrict__ out, int rows,
-                      int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
-                      float eps, int norm_threads, bool pdl_early) {
-  gemv_body<T, T, R, kPro, kEpi, kAct>(x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w,
-                                       eps, norm_threads, pdl_early);
+    gemv_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                     const void* __restrict__ bias, bool bias_f32, T* __restrict__ out, int rows,
+                     int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
+                     float eps, int norm_threads, bool pdl_early) {
+  gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(
+      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
 template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
 constexpr auto kernel_of() {
-  if constexpr (P == Prologue::none && E == Epilogue::store)
-    return gemv_kernel<T, OutT, R>;
+  if constexpr (P == Prologue::none)
+    return gemv_kernel<T, OutT, R, E>;
   else
-    return gemv_fused_kernel<T, R, P, E, A>;
+    return gemv_norm_kernel<T, R, E, A>;
 }
 
 // Warps of this kernel that fit on the device at once with `smem` bytes of dynamic shared
@@ -362,14 +365,23 @@ void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_
 
 template <class T, class OutT, Prologue P, Epilogue E, int A = 0>
 void launch_rows(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
-  if (g.t == 1)
-    launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
-  else if (g.t == 2)
-    launch_r<T, OutT, 2, P, E, A>(g, f, bias_f32, stream);
-  else if (g.t <= 4)
-    launch_r<T, OutT, 4, P, E, A>(g, f, bias_f32, stream);
-  else
-    launch_r<T, OutT, 8, P, E, A>(g, f, bias_f32, stream);
+  if constexpr (P == Prologue::rms_norm) {
+    // launch_gemv bounds these to kGemvMaxNormRows rows.
+    static_assert(kGemvMaxNormRows <= 2, "rms_norm-prologue kernels are compiled for R = 1, 2");
+    if (g.t == 1)
+      launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
+    else
+      launch_r<T, OutT, 2, P, E, A>(g, f, bias_f32, stream);
+  } else {
+    if (g.t == 1)
+      launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
+    else if (g.t == 2)
+      launch_r<T, OutT, 2, P, E, A>(g, f, bias_f32, stream);
+    else if (g.t <= 4)
+      launch_r<T, OutT, 4, P, E, A>(g, f, bias_f32, stream);
+    else
+      launch_r<T, OutT, 8, P, E, A>(g, f, bias_f32, stream);
+  }
 }
 
 // Only the combinations the model programs use are compiled: the plain GEMV (out like x or
@@ -421,15 +433,13 @@ cudaError_t allow_staged_rows() {
   };
   const auto per_rows = [&](auto rows) {
     constexpr int R = decltype(rows)::value;
-    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::store, 0>);
-    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kSilu>);
-    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGelu>);
-    allow(gemv_fused_kernel<T, R, Prologue::rms_norm, Epilogue::act_mul, kGeluTanh>);
+    allow(gemv_norm_kernel<T, R, Epilogue::store, 0>);
+    allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kSilu>);
+    allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kGelu>);
+    allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kGeluTanh>);
   };
   per_rows(std::integral_constant<int, 1>{});
   per_rows(std::integral_constant<int, 2>{});
-  per_rows(std::integral_constant<int, 4>{});
-  per_rows(std::integral_constant<int, 8>{});
   return first_error;
 }
 
@@ -454,8 +464,9 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   // act_mul reads 2n weight rows.
   if (g.n > int64_t(kWarps) * 0x7fffffffLL / (fusion.act >= 0 ? 2 : 1)) return false;
   if (fusion.act > kGeluTanh) return false;
-  const bool fused = fusion.norm_weight != nullptr || fusion.add_to_out || fusion.act >= 0;
-  if (fused && g.t > kGemvMaxFusedRows) return false;
+  // Past these row counts the separate ops measured as fast or faster (docs/engine.md).
+  if (fusion.norm_weight != nullptr && g.t > kGemvMaxNormRows) return false;
+  if ((fusion.add_to_out || fusion.act >= 0) && g.t > kGemvMaxFusedRows) return false;
   if (fusion.norm_weight != nullptr) {
     // The prologue replays the vectorised norm block only, and stages whole rows.
     const RmsNormPlan& p = fusion.norm_plan;

@@ -90,10 +90,14 @@ struct GemvFusion {
   int act = -1;
 };
 
-/// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default).
-inline constexpr int64_t kGemvMaxFusedRows = 8;
+/// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default), and
+/// those with the rms_norm prologue: past them the separate ops were as fast or faster on the
+/// H200 (Llama-3-8B shapes; gate_up with its norm and act_mul lost 10% at T = 4).
+inline constexpr int64_t kGemvMaxFusedRows = 4;
+inline constexpr int64_t kGemvMaxNormRows = 2;
 
-/// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2).
+/// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2; K up to 16384 at
+/// kGemvMaxNormRows rows).
 inline constexpr int64_t kGemvMaxStagedBytes = int64_t(64) << 10;
 
 /// Raises the dynamic shared-memory limit of the rms_norm-prologue kernels to
