@@ -6,6 +6,7 @@
 #   batch-1 latency (128 in / 128 out, CUDA graphs) and
 #   throughput 64 x 128/128 and ${BENCH_PROMPTS:-256} x ${BENCH_IN:-512}/${BENCH_OUT:-256},
 # and prints one summary line per variant. Llama-3-8B shape, bf16, dummy weights.
+#   BENCH_LONG=1: also the issue's 1000 x 1000/1000 throughput run (~2 min per variant).
 # Usage: bash tools/device/variants.sh default "TROUPE_PDL=early" ...
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -28,9 +29,15 @@ for variant in "$@"; do
     --output-json "$tmp/t64.json"
   run throughput $common --num-prompts "${BENCH_PROMPTS:-256}" --input-len "${BENCH_IN:-512}" \
     --output-len "${BENCH_OUT:-256}" --output-json "$tmp/tbig.json"
+  if [[ -n ${BENCH_LONG:-} ]]; then
+    run throughput $common --num-prompts 1000 --input-len 1000 --output-len 1000 \
+      --output-json "$tmp/long.json"
+  fi
   line="$variant: b1 $(field "$tmp/lat.json" decode_s_per_token 1000) ms/token;"
   line+=" 64x128/128 $(field "$tmp/t64.json" output_tokens_per_s) tok/s;"
   line+=" ${BENCH_PROMPTS:-256}x${BENCH_IN:-512}/${BENCH_OUT:-256} $(field "$tmp/tbig.json" output_tokens_per_s) tok/s"
+  [[ -n ${BENCH_LONG:-} ]] &&
+    line+="; 1000x1000/1000 $(field "$tmp/long.json" output_tokens_per_s) tok/s ($(field "$tmp/long.json" model_tflops_per_s) TFLOP/s)"
   echo "$line"; summary+=("$line")
   rm -f "$tmp"/*.json
 done
