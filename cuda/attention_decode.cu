@@ -357,8 +357,9 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;
-  const int n = seq_splits(seq.kv_len, splits, a.decode_split_keys);  // parts the decode kernel wrote
-  if (n == 1) return;                            // it wrote the output itself
+  // Parts the decode kernel wrote; with one, it wrote the output itself.
+  const int n = seq_splits(seq.kv_len, splits, a.decode_split_keys);
+  if (n == 1) return;
   const int64_t base = (int64_t(s) * a.num_heads + h) * splits;
   float m_max = -INFINITY;
   for (int i = 0; i < n; ++i) m_max = fmaxf(m_max, part_ml[(base + i) * 2]);

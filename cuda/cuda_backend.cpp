@@ -400,8 +400,9 @@ class CudaBackendImpl final : public CudaBackend {
     }
     const cuda::GemmArgs args{x.dtype,   x.data,   w.data, bias_dt, bias_p,
                               out.dtype, out.data, t,      n,       k};
+    // Decode-sized (at most kGemvMaxRows rows): the skinny kernel.
     if (use_gemv_ && cuda::launch_gemv(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype,
-                                       out.data, t, n, k, stream_)) {  // decode-sized: the skinny kernel
+                                       out.data, t, n, k, stream_)) {
       after_launch("linear");
       return;
     }
