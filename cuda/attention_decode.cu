@@ -193,16 +193,12 @@ __global__ void __launch_bounds__(kThreads)
   if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
   const int grp = int(threadIdx.x) / LPK, li = int(threadIdx.x) % LPK;
   const bool lane_on = li < CH;
-  const int group = a.num_heads / a.num_kv_heads;
-  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
-  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
+  const DecodeInputs<T, D> in = decode_inputs<T, D>(a, c);
 
-  for (int g0 = 0; g0 < group; g0 += GM) {
-    const int gn = min(GM, group - g0);
-    const int head0 = c.kvh * group + g0;
-    begin_pass<T, D, GM>(qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
+  for (int g0 = 0; g0 < in.group; g0 += GM) {
+    const int gn = min(GM, in.group - g0);
+    const int head0 = c.kvh * in.group + g0;
+    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
 #pragma unroll
     for (int gi = 0; gi < GM; ++gi)
@@ -220,10 +216,10 @@ __global__ void __launch_bounds__(kThreads)
         kraw[it] = make_uint4(0u, 0u, 0u, 0u);
         vraw[it] = make_uint4(0u, 0u, 0u, 0u);
         if (jj < cn && lane_on) {
-          const int64_t off = kv_offset(a, table, c0 + jj, c.kvh, D);
+          const int64_t off = kv_offset(a, in.table, c0 + jj, c.kvh, D);
           if (off >= 0) {
-            kraw[it] = __ldg(reinterpret_cast<const uint4*>(kc + off + li * 8));
-            vraw[it] = __ldg(reinterpret_cast<const uint4*>(vc + off + li * 8));
+            kraw[it] = __ldg(reinterpret_cast<const uint4*>(in.kc + off + li * 8));
+            vraw[it] = __ldg(reinterpret_cast<const uint4*>(in.vc + off + li * 8));
           }
         }
       }
@@ -286,11 +282,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int grp = tid / LPK, li = tid % LPK;
   const bool lane_on = li < CH;
-  const int group = a.num_heads / a.num_kv_heads;
-  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
-  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
+  const DecodeInputs<T, D> in = decode_inputs<T, D>(a, c);
 
   // Copies of chunk ci into stage st: every (key, 16-byte chunk) of K and V; keys past the
   // range (or behind a bad block-table entry) are zero-filled.
@@ -300,18 +292,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < SUB * CH; idx += kThreads) {
       const int jj = idx / CH, cc = idx % CH;
       int64_t off = -1;
-      if (jj < cn) off = kv_offset(a, table, c0 + jj, c.kvh, D);
+      if (jj < cn) off = kv_offset(a, in.table, c0 + jj, c.kvh, D);
       const int64_t src = off >= 0 ? off + cc * 8 : 0;
       const int bytes = off >= 0 ? 16 : 0;
-      cp_async16(ks + (st * SUB + jj) * D + cc * 8, kc + src, bytes);
-      cp_async16(vs + (st * SUB + jj) * D + cc * 8, vc + src, bytes);
+      cp_async16(ks + (st * SUB + jj) * D + cc * 8, in.kc + src, bytes);
+      cp_async16(vs + (st * SUB + jj) * D + cc * 8, in.vc + src, bytes);
     }
   };
 
-  for (int g0 = 0; g0 < group; g0 += GM) {
-    const int gn = min(GM, group - g0);
-    const int head0 = c.kvh * group + g0;
-    begin_pass<T, D, GM>(qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
+  for (int g0 = 0; g0 < in.group; g0 += GM) {
+    const int gn = min(GM, in.group - g0);
+    const int head0 = c.kvh * in.group + g0;
+    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
 #pragma unroll
     for (int gi = 0; gi < GM; ++gi)

@@ -40,6 +40,25 @@ struct DecodeCta {
   int n_split, start, end;
 };
 
+/// What a decode CTA reads, typed: its sequence's query row (all heads), the K and V caches,
+/// its block-table row, and the query heads per KV head.
+template <class T, int D>
+struct DecodeInputs {
+  const T* qrow;
+  const T* kc;
+  const T* vc;
+  const int32_t* table;
+  int group;
+};
+
+template <class T, int D>
+__device__ __forceinline__ DecodeInputs<T, D> decode_inputs(const AttentionArgs& a,
+                                                           const DecodeCta& c) {
+  return {static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D,
+          static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache),
+          a.block_tables + int64_t(c.s) * a.max_blocks, a.num_heads / a.num_kv_heads};
+}
+
 /// The start of every decode CTA: waits for the previous kernel (PDL), zeroes its part of the
 /// padding rows, reads its sequence and split. False when the CTA has nothing to do.
 template <class T, int D>

@@ -128,11 +128,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * S * stage_elems<T, D>();
-  const int group = a.num_heads / a.num_kv_heads;
-  const T* qrow = static_cast<const T*>(a.q) + int64_t(c.seq.q_begin) * a.num_heads * D;
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
-  const int32_t* table = a.block_tables + int64_t(c.s) * a.max_blocks;
+  const DecodeInputs<T, D> in = decode_inputs<T, D>(a, c);
   const float scale_log2 = a.scale * kLog2e;
   const int ntiles = (c.end - c.start + kTileKeys - 1) / kTileKeys;
   const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
@@ -149,24 +145,24 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
       for (int idx = lane; idx < kTileKeys * CH; idx += 32) {
         const int r = idx / CH, cc = idx % CH;
         int64_t off = -1;
-        if (k0 + r < c.end) off = kv_offset(a, table, k0 + r, c.kvh, D);
+        if (k0 + r < c.end) off = kv_offset(a, in.table, k0 + r, c.kvh, D);
         const int64_t src = off >= 0 ? off + cc * 8 : 0;
         const int bytes = off >= 0 ? 16 : 0;
-        cp_async16(ks + r * LD + cc * 8, kc + src, bytes);
-        cp_async16(vs + r * LD + cc * 8, vc + src, bytes);
+        cp_async16(ks + r * LD + cc * 8, in.kc + src, bytes);
+        cp_async16(vs + r * LD + cc * 8, in.vc + src, bytes);
       }
     }
     cp_async_commit();
   };
 
-  for (int g0 = 0; g0 < group; g0 += kRows) {
-    const int gn = min(kRows, group - g0);
-    const int head0 = c.kvh * group + g0;
+  for (int g0 = 0; g0 < in.group; g0 += kRows) {
+    const int gn = min(kRows, in.group - g0);
+    const int head0 = c.kvh * in.group + g0;
     // Q as A fragments: rows g and g + 8 are query heads head0 + g, head0 + g + 8 (zeros past
     // the pass's gn heads).
     uint32_t qa[KT][4];
     {
-      const T* qg = qrow + int64_t(head0 + g) * D + 2 * t4;
+      const T* qg = in.qrow + int64_t(head0 + g) * D + 2 * t4;
       const T* qg8 = qg + 8 * D;
       const bool on = g < gn, on8 = g + 8 < gn;
 #pragma unroll
@@ -180,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     float o[DT][4];
 #pragma unroll
     for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // rows g and g + 8
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) issue(st, st);
@@ -204,47 +200,14 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
         mma16816<T>(s[1], qa[kk], {b[2], b[3]});
       }
 
-      // Scale, mask keys past the range, online softmax per row (a row's 4 owners are a quad).
-      float mx_a = -INFINITY, mx_b = -INFINITY;
+      // Scale, mask keys past the range, online softmax per row. This lane's shares of the
+      // row sums accumulate in l; the quad's shares are added at the end.
+      float alpha[2], sum[2];
+      online_softmax_step(
+          s, [&](int nt, int e) { return k0 + nt * 8 + 2 * t4 + (e & 1) < c.end; }, scale_log2,
+          m, o, alpha, sum);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bool valid = k0 + nt * 8 + 2 * t4 + (e & 1) < c.end;
-          const float v = valid ? s[nt][e] * scale_log2 : -INFINITY;
-          s[nt][e] = v;
-          if (e < 2)
-            mx_a = fmaxf(mx_a, v);
-          else
-            mx_b = fmaxf(mx_b, v);
-        }
-      }
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-      // Every tile has a valid key, so the maxima are finite from the first tile on.
-      const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-      const float alpha_a = exp2f(m_a - new_a), alpha_b = exp2f(m_b - new_b);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        s[nt][0] = exp2f(s[nt][0] - new_a);
-        s[nt][1] = exp2f(s[nt][1] - new_a);
-        s[nt][2] = exp2f(s[nt][2] - new_b);
-        s[nt][3] = exp2f(s[nt][3] - new_b);
-      }
-      // This lane's share of the row sums (the quad's shares are added at the end).
-      l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
-      l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
-      m_a = new_a;
-      m_b = new_b;
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[dt][0] *= alpha_a;
-        o[dt][1] *= alpha_a;
-        o[dt][2] *= alpha_b;
-        o[dt][3] *= alpha_b;
-      }
+      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
 
       // O += P V: P's two C fragments are one A fragment (k = the tile's 16 keys). ldmatrix
       // .trans matrices: (keys 0-7, dims +0..7), (keys 8-15, dims +0..7), (keys 0-7, dims
@@ -262,10 +225,8 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
       __syncwarp();  // every lane is done with this stage before the next issue refills it
     }
     cp_async_wait<0>();  // only empty groups can be left, but leave none in flight
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    l[0] = quad_sum(l[0]);
+    l[1] = quad_sum(l[1]);
 
     // Combine the warps: red [kWarps][kRows][D] and ml [kWarps][kRows][2] over the rings.
     __syncthreads();  // every warp is done with its ring
@@ -285,30 +246,30 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
       }
     }
     if (t4 == 0) {  // a warp without tiles leaves (-inf, 0): weight 0 below
-      ml[(warp * kRows + ra) * 2] = m_a;
-      ml[(warp * kRows + ra) * 2 + 1] = l_a;
-      ml[(warp * kRows + rb) * 2] = m_b;
-      ml[(warp * kRows + rb) * 2 + 1] = l_b;
+      ml[(warp * kRows + ra) * 2] = m[0];
+      ml[(warp * kRows + ra) * 2 + 1] = l[0];
+      ml[(warp * kRows + rb) * 2] = m[1];
+      ml[(warp * kRows + rb) * 2 + 1] = l[1];
     }
     __syncthreads();
     for (int idx = tid; idx < gn * D; idx += kThreads) {
       const int r = idx / D, d = idx % D;
-      float m = -INFINITY;
+      float row_m = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, ml[(w * kRows + r) * 2]);
-      float l = 0.0f, acc = 0.0f;
+      for (int w = 0; w < kWarps; ++w) row_m = fmaxf(row_m, ml[(w * kRows + r) * 2]);
+      float row_l = 0.0f, acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(ml[(w * kRows + r) * 2] - m);
-        l += ml[(w * kRows + r) * 2 + 1] * f;
+        const float f = exp2f(ml[(w * kRows + r) * 2] - row_m);
+        row_l += ml[(w * kRows + r) * 2 + 1] * f;
         acc += red[(w * kRows + r) * D + d] * f;
       }
-      write_decode_result<T, D>(a, c, splits, head0 + r, d, acc, m, l, part_o, part_ml);
+      write_decode_result<T, D>(a, c, splits, head0 + r, d, acc, row_m, row_l, part_o, part_ml);
     }
     __syncthreads();  // the next pass refills the rings
   }
   if (c.n_split > 1 && counters != nullptr)
-    combine_if_last<T, D>(a, c, splits, group, part_o, part_ml, counters,
+    combine_if_last<T, D>(a, c, splits, in.group, part_o, part_ml, counters,
                           reinterpret_cast<float*>(smem));
 }
 

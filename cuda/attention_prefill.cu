@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   float o[DT][4];
 #pragma unroll
   for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
   for (int n0 = 0; n0 < n_end; n0 += BN) {
     __syncthreads();  // every warp is done with the previous K/V tile (and Q is stored)
@@ -116,61 +116,17 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
       }
     }
 
-    // Causal mask, scale, row maxima (a row's 4 owners are the lanes of one quad).
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+    // Causal mask, scale, online softmax (a row's 4 owners are the lanes of one quad).
+    float alpha[2], sum[2];
+    online_softmax_step(
+        sc,
+        [&](int nt, int e) {
+          const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
+          return col <= (e < 2 ? pos_a : pos_b) && col < seq.kv_len;
+        },
+        scale_log2, m, o, alpha, sum);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
-        const int pos = e < 2 ? pos_a : pos_b;
-        const bool visible = col <= pos && col < seq.kv_len;
-        const float v = visible ? sc[nt][e] * scale_log2 : -INFINITY;
-        sc[nt][e] = v;
-        if (e < 2)
-          mx_a = fmaxf(mx_a, v);
-        else
-          mx_b = fmaxf(mx_b, v);
-      }
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-    // A row that has seen no visible key yet keeps max -inf; subtract 0 then so that the
-    // exponentials are exp2(-inf) = 0 instead of NaN.
-    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
-    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-    const float alpha_a = exp2f(m_a - use_a), alpha_b = exp2f(m_b - use_b);
-    float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(sc[nt][e] - (e < 2 ? use_a : use_b));
-        sc[nt][e] = p;
-        if (e < 2)
-          sum_a += p;
-        else
-          sum_b += p;
-      }
-    }
-    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 1);
-    sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 2);
-    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 1);
-    sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 2);
-    l_a = l_a * alpha_a + sum_a;
-    l_b = l_b * alpha_b + sum_b;
-    m_a = new_a;
-    m_b = new_b;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      o[dt][0] *= alpha_a;
-      o[dt][1] *= alpha_a;
-      o[dt][2] *= alpha_b;
-      o[dt][3] *= alpha_b;
-    }
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
 
     // O += P V: P's C fragments of two adjacent n8 tiles form one A fragment (k = 16 keys).
     const uint16_t* vs16 = reinterpret_cast<const uint16_t*>(vs);
@@ -191,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   }
 
   // Normalise and store this warp's rows that belong to the sequence.
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;
+  const float inv_b = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
   T* out = static_cast<T*>(a.out);
   T* out_a = out + int64_t(seq.q_begin + row_a) * q_stride + int64_t(h) * D + t4 * 2;
   T* out_b = out + int64_t(seq.q_begin + row_b) * q_stride + int64_t(h) * D + t4 * 2;

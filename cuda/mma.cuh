@@ -47,6 +47,66 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+/// The max / sum of v over the 4 lanes of this lane's quad (the owners of one C-fragment row).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/// One step of FlashAttention's online softmax (base 2) over a warp's score tile in C-fragment
+/// layout: s[NT][4] holds rows g (elements 0, 1) and g + 8 (elements 2, 3) of NT n8 tiles of
+/// keys, as Q K^T left them. Elements with visible(nt, e) false become -inf, the others
+/// s * scale_log2. Per row r (0: g, 1: g + 8): the running max m[r] takes the tile's (over the
+/// quad), s becomes p = 2^(s - m[r]), o[DT][4] (that row's accumulators) is rescaled by
+/// alpha[r] = 2^(old m[r] - m[r]), and sum[r] is this lane's share of the row's sum of p (the
+/// caller adds the quad's shares, now or at the end). A row with no visible key yet keeps
+/// max -inf; its exponents are then taken against 0, so p and alpha are 0 rather than NaN.
+template <int NT, int DT, class Visible>
+__device__ __forceinline__ void online_softmax_step(float (&s)[NT][4], const Visible& visible,
+                                                    float scale_log2, float (&m)[2],
+                                                    float (&o)[DT][4], float (&alpha)[2],
+                                                    float (&sum)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float v = visible(nt, e) ? s[nt][e] * scale_log2 : -INFINITY;
+      s[nt][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+  }
+  float use[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float new_m = fmaxf(m[r], quad_max(mx[r]));
+    use[r] = new_m == -INFINITY ? 0.0f : new_m;
+    alpha[r] = exp2f(m[r] - use[r]);
+    m[r] = new_m;
+    sum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2f(s[nt][e] - use[e >> 1]);
+      s[nt][e] = p;
+      sum[e >> 1] += p;
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
+  }
+}
+
 /// A 32-bit load (two 16-bit elements) from shared or global memory.
 __device__ __forceinline__ uint32_t lds32(const void* p) {
   return *reinterpret_cast<const uint32_t*>(p);
