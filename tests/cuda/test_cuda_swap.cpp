@@ -10,6 +10,7 @@
 #include "runtime/error.hpp"
 #include "runtime/exec/model_runner.hpp"
 #include "tests/cuda/cuda_harness.hpp"
+#include "tests/models/runner_swap_case.hpp"
 
 namespace troupe::test {
 namespace {
@@ -67,59 +68,15 @@ TEST_CASE("cuda swap_blocks: a round trip through pinned host memory is bit for 
   }
 }
 
-ExecutorInit runner_init(int64_t swap_space_bytes) {
-  ExecutorInit init;
-  init.model_dir = std::string(TROUPE_FIXTURES_DIR) + "/models/llama_gqa";
-  init.device = "cuda";
-  init.dtype = "float32";
-  init.block_size = 8;
-  init.max_num_batched_tokens = 64;
-  init.max_num_seqs = 4;
-  init.max_model_len = 64;
-  init.num_gpu_blocks_override = 32;
-  init.swap_space_bytes = swap_space_bytes;
-  return init;
-}
-
 TEST_CASE("cuda runner: swap out, overwrite, swap in elsewhere gives the unswapped logits",
           "[cuda][swap]") {
   TROUPE_REQUIRE_GPU();
-  SeqSampling greedy;
-  greedy.temperature = 0.0f;
-  const std::vector<int32_t> prompt{5, 17, 3, 99, 42, 7, 8, 61, 12, 30, 1, 2, 3, 4, 5, 6, 7, 8};
-  ModelRunner ref(make_cuda_backend(0), runner_init(0));
-  StepPlan p1;
-  p1.step_id = 1;
-  p1.new_seqs.push_back(NewSeq{1, prompt, 18, greedy, {0, 1, 2}, 0, 18});
-  const int32_t t1 = ref.execute(p1).outputs.at(0).token;
-  StepPlan p2;
-  p2.step_id = 2;
-  p2.cached_seqs.push_back(CachedSeq{1, {t1}, {}, 18, 1});
-  const int32_t t2 = ref.execute(p2).outputs.at(0).token;
-  const std::vector<float> ref_logits = ref.last_sampled_logits();
-
-  ModelRunner run(make_cuda_backend(0), runner_init(int64_t(1) << 20));
-  REQUIRE(run.info().num_cpu_blocks >= 3);
-  REQUIRE(run.execute(p1).outputs.at(0).token == t1);
-  StepPlan out;
-  out.step_id = 2;
-  out.finished_seq_ids = {1};
-  out.swap_out = {BlockSwap{0, 2}, BlockSwap{1, 0}, BlockSwap{2, 1}};
-  std::vector<int32_t> other(18);
-  for (size_t i = 0; i < other.size(); ++i) other[i] = int32_t(100 + i);
-  out.new_seqs.push_back(NewSeq{2, other, 18, greedy, {1, 2, 0}, 0, 18});  // overwrites 0..2
-  (void)run.execute(out);
-  StepPlan in;
-  in.step_id = 3;
-  in.finished_seq_ids = {2};
-  in.swap_in = {BlockSwap{30, 2}, BlockSwap{7, 0}, BlockSwap{0, 1}};
-  std::vector<int32_t> tokens = prompt;
-  tokens.push_back(t1);
-  in.new_seqs.push_back(NewSeq{1, tokens, 18, greedy, {30, 7, 0}, 18, 1});
-  CHECK(run.execute(in).outputs.at(0).token == t2);
-  CHECK(run.last_sampled_logits() == ref_logits);
-  CHECK(run.stats().blocks_swapped_out == 3);
-  CHECK(run.stats().blocks_swapped_in == 3);
+  testing::check_swap_round_trip(
+      [](int64_t swap_bytes) {
+        return std::make_unique<ModelRunner>(make_cuda_backend(0),
+                                             testing::swap_runner_init("cuda", 8, swap_bytes));
+      },
+      8);
 }
 
 }  // namespace
