@@ -226,7 +226,11 @@ def case_bench():
         assert j["bench"] == "latency" and j["batch_size"] == 2, j
         assert j["input_len"] == 8 and j["output_len"] == 6, j
         assert len(j["latencies_s"]) == 2 and all(t > 0 for t in j["latencies_s"]), j
-        assert 0 < j["avg_prefill_s"] < j["avg_latency_s"], j
+        # Prefill and decode times come from separate runs: on this tiny model the noise of a
+        # shared machine can put the prefill-only runs above the full ones, so only their
+        # sign is asserted (speed is for benchmarks, not tests).
+        assert j["avg_prefill_s"] > 0 and j["avg_latency_s"] > 0, j
+        assert isinstance(j["decode_s_per_token"], float), j
         s = j["per_step"]
         # Two runs of 6 tokens: at least 6 steps each (a prefill, then one token a step).
         assert s["steps"] >= 12, s
