@@ -46,11 +46,17 @@ __device__ __forceinline__ void unpack16(const uint4& raw, float (&out)[8]) {
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
-/// A pass's gn query heads (from head0), pre-scaled by scale * log2(e), into qs [GM][D], and
-/// its running max and sum reset. The caller's next barrier publishes them.
+/// A pass's gn query heads (from head0), pre-scaled by scale * log2(e), into qs [GM][D], its
+/// running max and sum reset, and this thread's accumulators zeroed. The caller's next barrier
+/// publishes the shared ones.
 template <class T, int D, int GM>
 __device__ __forceinline__ void begin_pass(const T* qrow, int head0, int gn, float scale_log2,
-                                           float* qs, float* m_s, float* l_s) {
+                                           float* qs, float* m_s, float* l_s,
+                                           float (&acc)[GM][8]) {
+#pragma unroll
+  for (int gi = 0; gi < GM; ++gi)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
   for (int idx = threadIdx.x; idx < gn * D; idx += kThreads) {
     const int gi = idx / D, d = idx % D;
     qs[gi * D + d] = to_f32(qrow[int64_t(head0 + gi) * D + d]) * scale_log2;
@@ -198,12 +204,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int g0 = 0; g0 < in.group; g0 += GM) {
     const int gn = min(GM, in.group - g0);
     const int head0 = c.kvh * in.group + g0;
-    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
-#pragma unroll
-    for (int gi = 0; gi < GM; ++gi)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
+    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s, acc);
     __syncthreads();
 
     for (int c0 = c.start; c0 < c.end; c0 += SUB) {
@@ -303,12 +305,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int g0 = 0; g0 < in.group; g0 += GM) {
     const int gn = min(GM, in.group - g0);
     const int head0 = c.kvh * in.group + g0;
-    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s);
     float acc[GM][8];
-#pragma unroll
-    for (int gi = 0; gi < GM; ++gi)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[gi][e] = 0.0f;
+    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s, acc);
 
     issue(0, 0);
     cp_async_commit();
