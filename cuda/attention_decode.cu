@@ -404,7 +404,13 @@ cudaError_t attention_decode_init(const DecodeOptions& o) {
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
                              const DecodeOptions& o, const DecodeWorkspace& ws,
                              cudaStream_t stream) {
-  const DecodeKernel kernel = o.kernel;
+  // The tensor-core kernel indexes cache rows (slot * num_kv_heads + head) in 32 bits; a cache
+  // of more rows (only possible at head dims below 64) takes the pipelined CUDA-core kernel.
+  const bool rows_fit_int32 =
+      int64_t(a.num_blocks) * a.block_size * a.num_kv_heads <= int64_t(INT32_MAX);
+  const DecodeKernel kernel = o.kernel == DecodeKernel::tensor_cores && !rows_fit_int32
+                                  ? DecodeKernel::pipelined
+                                  : o.kernel;
   // Launched even when the host maxima say there is nothing to do: every CTA checks its
   // sequence against them, so inconsistent metadata is reported rather than left unwritten.
   if (a.num_seqs <= 0 || a.num_heads <= 0) return;

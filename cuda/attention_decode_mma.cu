@@ -134,20 +134,28 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
 
   // This warp's i-th tile (keys from tile_key(i)) into stage st, one commit group either way.
-  // Keys past the range, or behind a bad block-table entry, are zero-filled.
+  // Keys past the range, or behind a bad block-table entry, are zero-filled. The tile's 16
+  // cache offsets come from key_offset (lane r and r + 16 hold key r's), read a tile ahead so
+  // the block-table load is not on the copy's path; each lane then takes the offsets of the
+  // rows it copies by shuffle.
   const auto tile_key = [&](int i) { return c.start + (warp + i * kWarps) * kTileKeys; };
-  const auto issue = [&](int i, int st) {
-    if (i < my_tiles) {
+  // The offset travels as a cache row index (offset / D: slot * num_kv_heads + kvh, below
+  // 2^31 rows for any cache that fits in memory), -1 for none.
+  const auto key_offset = [&](int i) -> int {
+    const int key = tile_key(i) + (lane & (kTileKeys - 1));
+    return i < my_tiles && key < c.end ? int(kv_offset(a, in.table, key, c.kvh, D) / D) : -1;
+  };
+  const auto issue = [&](int i, int st, int off) {
+    if (i < my_tiles) {  // warp-uniform
       T* ks = ring + st * stage_elems<T, D>();
       T* vs = ks + kTileKeys * LD;
-      const int k0 = tile_key(i);
-#pragma unroll 1
+      static_assert(kTileKeys * CH % 32 == 0, "every lane copies the same number of chunks");
+#pragma unroll
       for (int idx = lane; idx < kTileKeys * CH; idx += 32) {
         const int r = idx / CH, cc = idx % CH;
-        int64_t off = -1;
-        if (k0 + r < c.end) off = kv_offset(a, in.table, k0 + r, c.kvh, D);
-        const int64_t src = off >= 0 ? off + cc * 8 : 0;
-        const int bytes = off >= 0 ? 16 : 0;
+        const int row = __shfl_sync(0xffffffffu, off, r);
+        const int64_t src = row >= 0 ? int64_t(row) * D + cc * 8 : 0;
+        const int bytes = row >= 0 ? 16 : 0;
         cp_async16(ks + r * LD + cc * 8, in.kc + src, bytes);
         cp_async16(vs + r * LD + cc * 8, in.vc + src, bytes);
       }
@@ -179,9 +187,11 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
 #pragma unroll
-    for (int st = 0; st < S - 1; ++st) issue(st, st);
+    for (int st = 0; st < S - 1; ++st) issue(st, st, key_offset(st));
+    int next_off = key_offset(S - 1);
     for (int i = 0; i < my_tiles; ++i) {
-      issue(i + S - 1, (i + S - 1) % S);
+      issue(i + S - 1, (i + S - 1) % S, next_off);
+      next_off = key_offset(i + S);
       cp_async_wait<S - 1>();  // this lane's copies of tile i have landed
       __syncwarp();                  // and every lane's
       const T* ks = ring + (i % S) * stage_elems<T, D>();

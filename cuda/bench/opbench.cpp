@@ -361,13 +361,27 @@ int main(int argc, char** argv) {
       return 0;
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-    const bool dense_only = argc > 2 && std::string(argv[2]) == "dense";
+    // A second argument picks one group: "dense" (dense and fused ops only) or "decode" (the
+    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh).
+    const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
+    if (!only.empty() && only != "dense" && only != "decode") {
+      std::fprintf(stderr, "troupe_cuda_opbench: group = %s: allowed: dense, decode\n",
+                   only.c_str());
+      return 2;
+    }
     Bench bench(iters);
     std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
                 iters);
+    if (only == "decode") {
+      bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
+      bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
+      bench_attention(bench, "attention decode 232 seqs x 1536 ctx", 232, 1, 1536);
+      bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);
+      return 0;
+    }
     bench_dense(bench);
     bench_fused(bench);
-    if (dense_only) return 0;
+    if (only == "dense") return 0;
     bench_attention(bench, "attention decode 64 seqs x 1024 ctx, 32/8 heads d=128", 64, 1, 1024);
     bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
     bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);

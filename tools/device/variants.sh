@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of the experimental CUDA switches on the GPU machine (after gpu_check.sh or
 # run_cuda_tests.sh unpacked the bundle into /tmp/troupe_cuda): for each argument, an
-# environment assignment list ("default" for none, e.g. "TROUPE_PDL=early" or
-# "TROUPE_DECODE_ATTENTION=pipelined TROUPE_PDL=0"), runs
+# list of environment assignments and bench flags ("default" for none, e.g. "TROUPE_PDL=early",
+# "TROUPE_DECODE_ATTENTION=pipelined TROUPE_PDL=0" or "--max-num-seqs=512"; words that start with
+# "--" go to every bench command of the variant), runs
 #   batch-1 latency (128 in / 128 out, CUDA graphs) and
 #   throughput 64 x 128/128 and ${BENCH_PROMPTS:-256} x ${BENCH_IN:-512}/${BENCH_OUT:-256},
 # and prints one summary line per variant. Llama-3-8B shape, bf16, dummy weights.
@@ -20,8 +21,15 @@ field() {
 }
 summary=()
 for variant in "$@"; do
-  envs=(); [[ $variant != default ]] && read -ra envs <<< "$variant"
-  run() { env "${envs[@]}" timeout 240 "$root/bin/troupe" --log-level warn bench "$@" > /dev/null; }
+  words=(); [[ $variant != default ]] && read -ra words <<< "$variant"
+  envs=(); flags=()
+  for w in "${words[@]}"; do
+    if [[ $w == --* ]]; then flags+=("$w"); else envs+=("$w"); fi
+  done
+  run() {
+    env "${envs[@]}" timeout 240 "$root/bin/troupe" --log-level warn bench "$@" "${flags[@]}" \
+      > /dev/null
+  }
   echo "=== variant: $variant ==="
   run latency $common --batch-size 1 --input-len 128 --output-len 128 --num-iters-warmup 1 \
     --num-iters 3 --output-json "$tmp/lat.json"
