@@ -1,4 +1,4 @@
-// Skinny GEMM for decode steps: out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]) for T <= 2 rows,
+// Skinny GEMM for decode steps: out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]) for T = 1 row,
 // f16/bf16 inputs, out in the input dtype or f32 (logits), f32 accumulation.
 //
 // At a few rows a linear layer is a stream over its weights (batch-1 decode reads 16 GB of
@@ -365,13 +365,11 @@ void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_
 
 template <class T, class OutT, Prologue P, Epilogue E, int A = 0>
 void launch_rows(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
-  // launch_gemv bounds every variant to kGemvMaxRows rows.
-  static_assert(kGemvMaxRows <= 2 && kGemvMaxNormRows <= 2 && kGemvMaxFusedRows <= 2,
-                "the skinny GEMM is compiled for R = 1, 2");
-  if (g.t == 1)
-    launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
-  else
-    launch_r<T, OutT, 2, P, E, A>(g, f, bias_f32, stream);
+  // launch_gemv bounds every variant to kGemvMaxRows rows. The kernels take any R; only the
+  // row counts that launch_gemv accepts are compiled.
+  static_assert(kGemvMaxRows == 1 && kGemvMaxNormRows == 1 && kGemvMaxFusedRows == 1,
+                "the skinny GEMM is compiled for R = 1");
+  launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
 }
 
 // Only the combinations the model programs use are compiled: the plain GEMV (out like x or
@@ -429,7 +427,6 @@ cudaError_t allow_staged_rows() {
     allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kGeluTanh>);
   };
   per_rows(std::integral_constant<int, 1>{});
-  per_rows(std::integral_constant<int, 2>{});
   return first_error;
 }
 

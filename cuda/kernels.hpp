@@ -68,12 +68,12 @@ void launch_add(DType dt, void* residual, const void* x, int64_t n, cudaStream_t
 void launch_act_mul(int act, DType dt, const void* gate_up, void* out, int64_t rows, int64_t inter,
                     cudaStream_t stream);
 
-/// Rows up to which linear runs the skinny-GEMM kernel (gemv.cu) instead of cuBLASLt. On the
-/// H200 (op bench, Llama-3-8B shapes) it matches or beats cuBLASLt at 1-2 rows, but at 4 and 8
-/// rows its per-chunk x loads and FMAs make it compute-bound: qkv 4096x6144 took 28.6 us
-/// (with its norm) at T = 4 and 46.8 us at T = 8, o_proj + add 32.6 us at T = 8, where
-/// cuBLASLt's kernels stay weight-bound (qkv 15.7 us, o_proj 12.3 us even at T = 16).
-inline constexpr int64_t kGemvMaxRows = 2;
+/// Rows up to which linear runs the skinny-GEMM kernel (gemv.cu) instead of cuBLASLt: one. On
+/// the H200 (op bench, Llama-3-8B shapes, 2026-12-03) it matches or beats cuBLASLt at one row,
+/// but already at two its per-chunk x loads and FMAs slow it down: with their fusions, qkv
+/// took 20.8 us, o_proj 15.2, gate_up 74.5 and down 48.5 at T = 2, where cuBLASLt and the
+/// separate ops take 18.3, 14.5, 66.3 and 34.0 at T = 4 (at T = 8, 46.8 us for qkv).
+inline constexpr int64_t kGemvMaxRows = 1;
 
 /// What the skinny GEMM does besides out = x w^T (+ bias); the default is nothing. Each option
 /// reproduces the separate ops it replaces bit for bit (same roundings, same sum orders).
@@ -95,11 +95,9 @@ struct GemvFusion {
 };
 
 /// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default), and
-/// those with the rms_norm prologue: past them the separate ops were as fast or faster on the
-/// H200 (Llama-3-8B shapes; gate_up with its norm and act_mul lost 10% at T = 4), and past
-/// kGemvMaxRows cuBLASLt runs the linear anyway.
-inline constexpr int64_t kGemvMaxFusedRows = 2;
-inline constexpr int64_t kGemvMaxNormRows = 2;
+/// those with the rms_norm prologue: as kGemvMaxRows (past it cuBLASLt runs the linear).
+inline constexpr int64_t kGemvMaxFusedRows = kGemvMaxRows;
+inline constexpr int64_t kGemvMaxNormRows = kGemvMaxRows;
 
 /// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2; K up to 16384 at
 /// kGemvMaxNormRows rows).

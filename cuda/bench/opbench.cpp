@@ -121,7 +121,7 @@ void bench_dense(Bench& bench) {
   for (const Lin& l : {Lin{kHidden, kHidden, "o_proj"}, Lin{kHidden, kInter, "up"},
                        Lin{kInter, kHidden, "down"}, Lin{kHidden, 6144, "qkv"}}) {
     const Tensor w = bench.floats(bf, {l.n, l.k}, 0.02f);
-    for (int64_t t : {1, 16, 256, 4096}) {
+    for (int64_t t : {1, 2, 16, 256, 512, 4096}) {
       const Tensor x = bench.floats(bf, {t, l.k});
       const Tensor out = bench.alloc(bf, {t, l.n});
       bench.time("linear " + std::string(l.what) + " " + std::to_string(l.k) + "x" +

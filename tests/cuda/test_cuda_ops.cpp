@@ -91,9 +91,9 @@ TEST_CASE("cuda linear matches the CPU, with and without bias, f32 logits", "[cu
   struct Shape {
     int64_t t, k, n;
   };
-  // T <= kGemvMaxRows (2) with K % 8 == 0 runs the skinny kernel (gemv.cu): both row counts
-  // it instantiates, K that leave a remainder after its unrolled loop (72, 4104), one N row;
-  // the other shapes run cuBLASLt.
+  // T <= kGemvMaxRows (1) with K % 8 == 0 runs the skinny kernel (gemv.cu): K that leave a
+  // remainder after its unrolled loop (72, 4104), one N row; the other shapes (two rows too)
+  // run cuBLASLt.
   const Shape shapes[] = {{1, 512, 1024},  {17, 256, 300},  {64, 1024, 512}, {5, 13, 7},
                           {128, 4096, 256}, {3, 4096, 4096}, {200, 96, 2},  {2, 4096, 1000},
                           {4, 72, 9},      {6, 4104, 33},   {8, 14336, 64}, {7, 8, 1},
