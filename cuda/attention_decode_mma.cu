@@ -143,7 +143,9 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   // 2^31 rows for any cache that fits in memory), -1 for none.
   const auto key_offset = [&](int i) -> int {
     const int key = tile_key(i) + (lane & (kTileKeys - 1));
-    return i < my_tiles && key < c.end ? int(kv_offset(a, in.table, key, c.kvh, D) / D) : -1;
+    if (i >= my_tiles || key >= c.end) return -1;
+    const int64_t off = kv_offset(a, in.table, key, c.kvh, D);  // -1: a bad table entry
+    return off >= 0 ? int(off / D) : -1;
   };
   const auto issue = [&](int i, int st, int off) {
     if (i < my_tiles) {  // warp-uniform

@@ -329,6 +329,17 @@ TEST_CASE("cuda kernels report bad index values at the next synchronisation", "[
     CHECK_THROWS_WITH(p.gpu().synchronize(), Contains("block_tables"));
   }
   {
+    // Three decodes (one query token each): the decode kernel's table lookups report it too.
+    AttnCall c(p);
+    c.batch.query_start_loc = p.gpu_i32({4}, {0, 1, 2, 3});
+    c.batch.seq_lens = p.gpu_i32({3}, {20, 20, 20});
+    c.batch.block_tables = p.gpu_i32({3, 3}, {2, 0, 1, 3, 4, 1, 0, 1, 2});  // seq 1: block 4
+    c.batch.num_seqs = 3;
+    c.batch.max_query_len = 1;
+    p.gpu().attention(c.q, c.kc, c.vc, c.batch, c.shape, c.out);
+    CHECK_THROWS_WITH(p.gpu().synchronize(), Contains("block_tables"));
+  }
+  {
     AttnCall c(p);
     c.batch.seq_lens = p.gpu_i32({1}, {2});  // fewer keys than its 3 query tokens
     p.gpu().attention(c.q, c.kc, c.vc, c.batch, c.shape, c.out);
