@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call's worth of checks (about 7 minutes of an H200), with .carry/cuda carried
+# (tools/device/bundle_cuda_tests.sh here first):
+#   1. the CUDA test cases (run_cuda_tests.sh tests);
+#   2. the op bench (all groups) into $OUT/opbench.txt;
+#   3. batch-1 latency and the short throughput runs (variants.sh default);
+#   4. the 1000 x 1000 run (long_variants.sh default).
+# Extra arguments are variants for steps 3 and 4 besides the default (see those scripts), e.g.
+#   bash tools/device/session.sh TROUPE_DECODE_STAGES=2
+# Each step has its own time limit, so a hang cannot take the whole call.
+set -uo pipefail
+out=${OUT:-/tmp/troupe_cuda_out}
+mkdir -p "$out"
+here=$(dirname "$0")
+OUT=$out bash "$here/run_cuda_tests.sh" tests > "$out/tests.txt" 2>&1
+echo "tests: exit $?"
+grep -E "test cases|assertions|FAILED" "$out/tests.txt" | tail -n 5
+source "$here/env.sh"
+timeout 150 "$root/bin/troupe_cuda_opbench" 10 > "$out/opbench.txt" 2>&1
+echo "opbench: exit $? ($(wc -l < "$out/opbench.txt") lines in opbench.txt)"
+timeout 200 bash "$here/variants.sh" default "$@" 2>&1 | sed -n '/=== summary ===/,$p'
+timeout 300 bash "$here/long_variants.sh" default "$@" 2>&1 | sed -n '/=== summary ===/,$p'
