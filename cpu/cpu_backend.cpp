@@ -15,6 +15,7 @@
 #include "cpu/paged_attention.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_math.hpp"
+#include "runtime/backend/op_shapes.hpp"
 #include "runtime/sampling/sampler.hpp"
 
 namespace troupe {
@@ -396,12 +397,7 @@ class CpuBackend final : public Backend {
     const OpCheck check("act_mul");
     check.tensor("gate_up", gate_up, DType::f32, 2);
     check.tensor("out", out, DType::f32, 2);
-    if (gate_up.dim(1) % 2 != 0)
-      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
-                 gate_up.dim(1));
-    const int64_t inter = gate_up.dim(1) / 2;
-    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
-    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
+    const int64_t inter = check_gate_up_halves(check, gate_up, out);
     const float* gu = gate_up.as<const float>();
     float* o = out.as<float>();
     pool_.parallel_for(out.dim(0), grain_for(inter), [&](int64_t begin, int64_t end) {

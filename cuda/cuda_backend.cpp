@@ -17,6 +17,7 @@
 #include "cuda/device_buffer.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/lt_gemm.hpp"
+#include "runtime/backend/op_shapes.hpp"
 
 namespace troupe {
 
@@ -764,12 +765,7 @@ class CudaBackendImpl final : public CudaBackend {
     check.tensor("gate_up", gate_up, 2);
     check.float_dtype("gate_up", gate_up);
     check.tensor("out", out, gate_up.dtype, 2);
-    if (gate_up.dim(1) % 2 != 0)
-      check.fail("gate_up {}: row of {} is not [gate | up] of two equal halves", describe(gate_up),
-                 gate_up.dim(1));
-    const int64_t inter = gate_up.dim(1) / 2;
-    check.dim("out", out, 0, gate_up.dim(0), fmt::format("T of gate_up {}", describe(gate_up)));
-    check.dim("out", out, 1, inter, fmt::format("half the row of gate_up {}", describe(gate_up)));
+    check_gate_up_halves(check, gate_up, out);
     check.disjoint("out", out, "gate_up", gate_up);
   }
 
