@@ -99,8 +99,8 @@ struct GemvFusion {
 inline constexpr int64_t kGemvMaxFusedRows = kGemvMaxRows;
 inline constexpr int64_t kGemvMaxNormRows = kGemvMaxRows;
 
-/// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2; K up to 16384 at
-/// kGemvMaxNormRows rows).
+/// Bytes of x rows the rms_norm prologue may stage per CTA (t * k * 2: K up to 32768 at
+/// kGemvMaxNormRows = 1 row).
 inline constexpr int64_t kGemvMaxStagedBytes = int64_t(64) << 10;
 
 /// Raises the dynamic shared-memory limit of the rms_norm-prologue kernels to

@@ -1,7 +1,7 @@
 // The fused ops (linear_add, rms_norm_linear, rms_norm_linear_act_mul) and add on CUDA: each
 // fused op equals the same op sequence run on the same CUDA backend bit for bit (the contract
 // of backend.hpp's fused ops), whether the skinny GEMM fuses it (T = 1: its scratch is left
-// untouched) or the backend runs the sequence (T > 2, or pointers the fused kernel does not
+// untouched) or the backend runs the sequence (T > 1, or pointers the fused kernel does not
 // take: the scratch is written); and against the CPU reference within the usual tolerance.
 #include <cstring>
 
@@ -49,7 +49,7 @@ struct Shape {
 
 // K: one vectorised rms_norm block of 4096 / 8 = 512 threads (two of the norm's warps per GEMV
 // warp), 1024 (fewer norm warps than GEMV warps), 4104 (17 norm warps), 72 (one warp, most
-// lanes idle) and 16384 (1024 threads, two vectors each; staged only up to T = 2).
+// lanes idle) and 16384 (1024 threads, two vectors each).
 // N: Llama-sized rows, and odd counts that leave warps of the last CTA without rows.
 const Shape kShapes[] = {{4096, 1024}, {1024, 33}, {4104, 300}, {72, 9}, {16384, 64}, {4096, 1}};
 const int64_t kRows[] = {1, 2, 3, 8, 12};  // past kGemvMaxRows (1) the op sequence runs

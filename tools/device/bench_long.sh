@@ -6,10 +6,8 @@
 set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
 source "$(dirname "$0")/env.sh"
-extra=""
-[[ -n ${BENCH_MAX_NUM_SEQS:-} ]] && extra="--max-num-seqs $BENCH_MAX_NUM_SEQS"
-echo "=== bench throughput: 1000 prompts, 1000 in, 1000 out ${extra} ==="
-timeout 420 "$root/bin/troupe" --log-level info bench throughput \
-  --model configs/models/llama-3-8b --load-format dummy --dtype bfloat16 --max-model-len 4096 \
-  --num-prompts 1000 --input-len 1000 --output-len 1000 $extra \
+extra=()
+[[ -n ${BENCH_MAX_NUM_SEQS:-} ]] && extra=(--max-num-seqs "$BENCH_MAX_NUM_SEQS")
+echo "=== bench throughput: 1000 prompts, 1000 in, 1000 out ${extra[*]} ==="
+timeout 420 "$root/bin/troupe" --log-level info bench "${long_args[@]}" "${extra[@]}" \
   --output-json "$out/throughput_1000.json" 2>&1 | grep -vE "it/s|^\s*$" | tail -n 20

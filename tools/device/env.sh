@@ -12,3 +12,27 @@ if [[ -z $cublas ]]; then
   [[ -n $found ]] && cublas=$(dirname "$found")
 fi
 export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# The Llama-3-8B benchmark model and the issue's 1000 prompts x 1000 in / 1000 out throughput
+# run, as `troupe bench` arguments (bench_long.sh, long_variants.sh).
+model_args=(--model configs/models/llama-3-8b --load-format dummy --dtype bfloat16
+            --max-model-len 4096)
+long_args=(throughput "${model_args[@]}" --num-prompts 1000 --input-len 1000 --output-len 1000)
+
+# split_variant "WORDS": a variant of the A/B scripts (variants.sh, long_variants.sh) into
+# envs (the NAME=VALUE words) and flags (every other word, e.g. "--max-num-seqs 440");
+# "default" gives neither.
+split_variant() {
+  local words=() w
+  envs=(); flags=()
+  [[ $1 != default ]] && read -ra words <<< "$1"
+  for w in "${words[@]}"; do
+    if [[ $w != -* && $w == *=* ]]; then envs+=("$w"); else flags+=("$w"); fi
+  done
+}
+
+# field FILE KEY [SCALE]: a number from a bench JSON, times SCALE, or n/a.
+field() {
+  python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[sys.argv[2]] * float(sys.argv[3]), 3))" \
+    "$1" "$2" "${3:-1}" 2>/dev/null || echo n/a
+}
