@@ -35,6 +35,11 @@ struct scheduler_state {
   struct Timings {
     uint64_t steps = 0;
     double plan = 0, round_trip = 0, inside = 0, finish = 0;
+    // By kind (SchedulerStats): the step in flight's, then the sums.
+    bool step_has_prompt = false;
+    uint64_t step_tokens = 0;
+    uint64_t prompt_steps = 0, prompt_tokens = 0, decode_steps = 0, decode_tokens = 0;
+    double prompt_seconds = 0, decode_seconds = 0;
     Clock::time_point step_start, plan_sent;
     ~Timings() {
       if (steps == 0) return;
@@ -73,7 +78,18 @@ void finish_step(self_ptr self) {
     fail_everything(self, st.step_error, false);
   } else {
     const auto t0 = Clock::now();
-    st.timings.round_trip += std::chrono::duration<double>(t0 - st.timings.plan_sent).count();
+    auto& t = st.timings;
+    const double trip = std::chrono::duration<double>(t0 - t.plan_sent).count();
+    t.round_trip += trip;
+    if (t.step_has_prompt) {
+      ++t.prompt_steps;
+      t.prompt_tokens += t.step_tokens;
+      t.prompt_seconds += trip;
+    } else {
+      ++t.decode_steps;
+      t.decode_tokens += t.step_tokens;
+      t.decode_seconds += trip;
+    }
     const StepResult& r = st.results.front();
     st.timings.inside += r.execute_seconds;
     SeqUpdates ups{st.sched->on_result(r)};
@@ -87,9 +103,19 @@ void finish_step(self_ptr self) {
 
 void run_plan(self_ptr self, StepPlan plan) {
   auto& st = self->state;
-  for (const auto& n : plan.new_seqs) st.prompt_tokens += uint64_t(n.num_new_tokens);
-  for (const auto& c : plan.cached_seqs)
-    if (c.num_new_tokens > 1) st.prompt_tokens += uint64_t(c.num_new_tokens);
+  st.timings.step_has_prompt = !plan.new_seqs.empty();
+  st.timings.step_tokens = 0;
+  for (const auto& n : plan.new_seqs) {
+    st.prompt_tokens += uint64_t(n.num_new_tokens);
+    st.timings.step_tokens += uint64_t(n.num_new_tokens);
+  }
+  for (const auto& c : plan.cached_seqs) {
+    if (c.num_new_tokens > 1) {
+      st.prompt_tokens += uint64_t(c.num_new_tokens);
+      st.timings.step_has_prompt = true;
+    }
+    st.timings.step_tokens += uint64_t(c.num_new_tokens);
+  }
   st.results.assign(st.executors.size(), StepResult{});
   st.replies = 0;
   st.step_failed = false;
@@ -243,6 +269,12 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorC
         ss.round_trip_seconds = t.round_trip;
         ss.executor_seconds = t.inside;
         ss.apply_seconds = t.finish;
+        ss.prompt_steps = t.prompt_steps;
+        ss.prompt_step_tokens = t.prompt_tokens;
+        ss.prompt_step_seconds = t.prompt_seconds;
+        ss.decode_steps = t.decode_steps;
+        ss.decode_step_tokens = t.decode_tokens;
+        ss.decode_step_seconds = t.decode_seconds;
         return ss;
       },
       [=](tick_atom) {

@@ -67,6 +67,24 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
               j["inside_executor_ms"].get<double>());
   std::printf("  %-34s %10.3f ms\n", "per step: applying results",
               j["applying_results_ms"].get<double>());
+  // Where the time goes by kind of step (round trips: the GPU's time plus the messages).
+  const auto kind = [&](const char* name, uint64_t n, uint64_t tokens, double secs) {
+    nlohmann::ordered_json k;
+    k["steps"] = n;
+    k["seconds"] = secs;
+    k["tokens_per_step"] = n == 0 ? 0.0 : double(tokens) / double(n);
+    k["ms_per_step"] = n == 0 ? 0.0 : 1e3 * secs / double(n);
+    std::printf("  %-34s %10llu steps, %8.3f s, %8.1f tokens and %7.3f ms per step\n", name,
+                static_cast<unsigned long long>(n), secs, k["tokens_per_step"].get<double>(),
+                k["ms_per_step"].get<double>());
+    return k;
+  };
+  j["prompt_steps"] = kind("steps with prompt tokens", b.prompt_steps - a.prompt_steps,
+                           b.prompt_step_tokens - a.prompt_step_tokens,
+                           b.prompt_step_seconds - a.prompt_step_seconds);
+  j["decode_steps"] = kind("decode-only steps", b.decode_steps - a.decode_steps,
+                           b.decode_step_tokens - a.decode_step_tokens,
+                           b.decode_step_seconds - a.decode_step_seconds);
   return j;
 }
 

@@ -236,6 +236,7 @@ def case_bench():
         assert s["steps"] >= 12, s
         assert 0 < s["inside_executor_ms"] <= s["executor_round_trip_ms"], s
         assert s["planning_ms"] >= 0 and s["applying_results_ms"] >= 0, s
+        check_step_kinds(s, max_decode_tokens=2)
 
         thr = pathlib.Path(d) / "throughput.json"
         p = run("bench", "throughput", "--input-len", "16", "--output-len", "5",
@@ -247,6 +248,20 @@ def case_bench():
         assert abs(j["output_tokens_per_s"] * j["elapsed_s"] - 35) < 1e-6, j
         assert j["model_tflops_per_s"] > 0 and j["parameters"] > 4e6, j
         assert j["per_step"]["steps"] >= 5, j["per_step"]
+        check_step_kinds(j["per_step"], max_decode_tokens=7)
+
+
+def check_step_kinds(s, max_decode_tokens):
+    """The per-step breakdown's split by kind: every step is a prompt step or a decode-only
+    one, their round trips add up to the total, and a decode-only step runs at most one token
+    per sequence."""
+    p, d = s["prompt_steps"], s["decode_steps"]
+    assert p["steps"] + d["steps"] == s["steps"] and p["steps"] >= 1 and d["steps"] >= 1, s
+    total = s["executor_round_trip_ms"] * s["steps"] / 1e3
+    assert abs(p["seconds"] + d["seconds"] - total) <= 1e-6 * max(1.0, total), s
+    assert abs(d["ms_per_step"] - 1e3 * d["seconds"] / d["steps"]) < 1e-9, s
+    assert 1 <= d["tokens_per_step"] <= max_decode_tokens, s
+    assert p["tokens_per_step"] > 1, s
 
 
 def case_readme_example():

@@ -3,7 +3,8 @@
 # argument a list of extra `troupe bench throughput` flags and environment assignments
 # ("default" for none; env.sh's split_variant), e.g.
 #   bash tools/device/long_variants.sh default "--max-num-seqs 440" TROUPE_DECODE_STAGES=2
-# One summary line per variant: seconds, output tokens/s, model TFLOP/s, preemptions.
+# One summary line per variant: seconds, output tokens/s, model TFLOP/s, preemptions; then the
+# time of its prompt steps and of its decode-only steps.
 # On the GPU machine after run_cuda_tests.sh or gpu_check.sh unpacked the bundle.
 set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
@@ -22,6 +23,9 @@ for variant in "$@"; do
     res="no result: $(tail -n 3 "$tmp/log.txt" | tr '\n' ' ')"
   fi
   summary+=("$variant: $res; ${pre:-Preemptions: n/a}")
+  # The bench's split of the run by kind of step (prompt steps, decode-only steps).
+  while read -r kind; do summary+=("    $kind"); done \
+    < <(grep -E "steps with prompt tokens|decode-only steps" "$tmp/log.txt" | sed 's/^ *//')
   echo "${summary[-1]}"
   rm -f "$tmp/long.json"
 done
