@@ -265,3 +265,50 @@ TEST_CASE("cuda add and the fused ops check their arguments", "[cuda][ops][fused
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+TEST_CASE("TROUPE_GEMV_SM_WARPS sizes the skinny GEMM's grid, not its values",
+          "[cuda][ops][fused]") {
+  using Catch::Contains;
+  TROUPE_REQUIRE_GPU();
+  Pair plain;
+  setenv("TROUPE_GEMV_SM_WARPS", "8", 1);  // one CTA per SM: each warp takes many rows
+  Pair capped;
+  unsetenv("TROUPE_GEMV_SM_WARPS");
+  std::mt19937_64 rng(25);
+  const DType dt = DType::bf16;
+  const int64_t k = 4096, n = 4096, inter = 2048;
+  const auto x = rounded(random_floats(rng, size_t(k), -2.0f, 2.0f), dt);
+  const auto nw = rounded(random_floats(rng, size_t(k), 0.5f, 1.5f), dt);
+  const auto w = rounded(random_floats(rng, size_t(n * k), -0.05f, 0.05f), dt);
+  const auto wgu = rounded(random_floats(rng, size_t(2 * inter * k), -0.05f, 0.05f), dt);
+  const auto r = rounded(random_floats(rng, size_t(n), -2.0f, 2.0f), dt);
+  std::vector<std::vector<float>> results[2];
+  for (int i = 0; i < 2; ++i) {
+    Pair& p = i == 0 ? plain : capped;
+    const Tensor gx = p.gpu_floats(dt, {1, k}, x), gnw = p.gpu_floats(dt, {k}, nw);
+    const Tensor gw = p.gpu_floats(dt, {n, k}, w), ggu = p.gpu_floats(dt, {2 * inter, k}, wgu);
+    const Tensor out = p.gpu_nan(dt, {1, n}), res = p.gpu_floats(dt, {1, n}, r);
+    const Tensor act = p.gpu_nan(dt, {1, inter});
+    p.gpu().linear(gx, gw, nullptr, out);
+    p.gpu().linear_add(gx, gw, nullptr, res, p.gpu_nan(dt, {1, n}));
+    p.gpu().rms_norm_linear_act_mul(gx, gnw, 1e-5f, p.gpu_nan(dt, {1, k}), ggu, nullptr,
+                                    GatedActivation::silu, p.gpu_nan(dt, {1, 2 * inter}), act);
+    results[i] = {p.read(out), p.read(res), p.read(act)};
+  }
+  for (size_t j = 0; j < 3; ++j) {
+    INFO("result " << j);
+    CHECK(results[0][j] == results[1][j]);
+  }
+
+  for (const char* bad : {"12", "72", "-8", "x"}) {
+    setenv("TROUPE_GEMV_SM_WARPS", bad, 1);
+    CHECK_THROWS_WITH(make_cuda_backend(0), Contains("TROUPE_GEMV_SM_WARPS") && Contains(bad));
+  }
+  unsetenv("TROUPE_GEMV_SM_WARPS");
+}
+
+}  // namespace
+}  // namespace troupe::test
