@@ -17,6 +17,7 @@
 #include "cuda/device_buffer.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/lt_gemm.hpp"
+#include "cuda/op_profile.hpp"
 #include "runtime/backend/op_shapes.hpp"
 
 namespace troupe {
@@ -211,6 +212,7 @@ class CudaBackendImpl final : public CudaBackend {
     check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");
     check_cuda(cudaStreamSynchronize(stream_), "make_cuda_backend: stream");
     sync_check_ = env_flag("TROUPE_CUDA_SYNC_CHECK");
+    if (env_flag("TROUPE_OP_PROFILE")) profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
   }
 
   ~CudaBackendImpl() override {
@@ -307,6 +309,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void copy(const Tensor& dst, const Tensor& src) override {
     const OpCheck check("copy", device_);
+    const auto prof = profile("copy", 0);
     check.tensor("src", src, src.ndim);
     check.tensor("dst", dst, src.dtype, dst.ndim);
     if (dst.numel() != src.numel())
@@ -339,6 +342,7 @@ class CudaBackendImpl final : public CudaBackend {
   void swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
                    std::span<const BlockCopy> pairs) override {
     not_capturing("swap_blocks");
+    const auto prof = profile("swap_blocks", int64_t(pairs.size()));
     const size_t block_bytes = check_swap_blocks(dst_cache, src_cache, pairs, device_);
     const cudaMemcpyKind kind =
         dst_cache.device.kind == DeviceKind::cpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
@@ -366,6 +370,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
     const OpCheck check("embedding", device_);
+    const auto prof = profile("embedding", rows_of(ids));
     check.tensor("ids", ids, DType::i32, 1);
     check.tensor("table", table, 2);
     check.float_dtype("table", table);
@@ -381,6 +386,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     const OpCheck check("rms_norm", device_);
+    const auto prof = profile("rms_norm", rows_of(x));
     check_norm(check, x, weight, eps, out);
     check.disjoint("out", out, "x", x);
     cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0), x.dim(1),
@@ -391,6 +397,7 @@ class CudaBackendImpl final : public CudaBackend {
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     const Tensor& out) override {
     const OpCheck check("add_rms_norm", device_);
+    const auto prof = profile("add_rms_norm", rows_of(x));
     check_norm(check, x, weight, eps, out);
     check.tensor("residual", residual, x.ndim);
     check.same_shape("residual", residual, "x", x);
@@ -404,6 +411,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("linear", device_);
+    const auto prof = profile("linear", rows_of(x), w);
     check_linear(check, x, w, bias, out);
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     if (t == 0 || n == 0) return;
@@ -440,6 +448,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void add(const Tensor& residual, const Tensor& x) override {
     const OpCheck check("add", device_);
+    const auto prof = profile("add", rows_of(x));
     check.tensor("x", x, 2);
     check.float_dtype("x", x);
     check.tensor("residual", residual, x.dtype, 2);
@@ -455,6 +464,7 @@ class CudaBackendImpl final : public CudaBackend {
   void linear_add(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                   const Tensor& scratch) override {
     const OpCheck check("linear_add", device_);
+    const auto prof = profile("linear_add", rows_of(x), w);
     check_linear(check, x, w, bias, residual);
     if (residual.dtype != x.dtype)
       check.fail("residual {} must be {} like x", describe(residual), dtype_name(x.dtype));
@@ -473,6 +483,7 @@ class CudaBackendImpl final : public CudaBackend {
   void rms_norm_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& h,
                        const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("rms_norm_linear", device_);
+    const auto prof = profile("rms_norm_linear", rows_of(x), w);
     check_norm(check, x, norm_weight, eps, h);
     check.disjoint("h", h, "x", x);
     check_linear(check, h, w, bias, out);
@@ -489,6 +500,7 @@ class CudaBackendImpl final : public CudaBackend {
                                GatedActivation act, const Tensor& gate_up,
                                const Tensor& out) override {
     const OpCheck check("rms_norm_linear_act_mul", device_);
+    const auto prof = profile("rms_norm_linear_act_mul", rows_of(x), w);
     check_norm(check, x, norm_weight, eps, h);
     check.disjoint("h", h, "x", x);
     check_linear(check, h, w, bias, gate_up);
@@ -508,6 +520,7 @@ class CudaBackendImpl final : public CudaBackend {
   void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
             int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
     const OpCheck check("rope", device_);
+    const auto prof = profile("rope", rows_of(positions));
     if (head_dim <= 0) check.fail("head_dim = {} must be > 0", head_dim);
     if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
       check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
@@ -538,6 +551,7 @@ class CudaBackendImpl final : public CudaBackend {
   void write_kv(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                 const Tensor& slot_mapping) override {
     const OpCheck check("write_kv", device_);
+    const auto prof = profile("write_kv", rows_of(slot_mapping));
     check.tensor("k_cache", k_cache, 4);
     check.float_dtype("k_cache", k_cache);
     check.tensor("v_cache", v_cache, k_cache.dtype, 4);
@@ -562,6 +576,7 @@ class CudaBackendImpl final : public CudaBackend {
                          int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
                          const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rope_qkv_to_cache", device_);
+    const auto prof = profile("rope_qkv_to_cache", rows_of(positions));
     if (head_dim <= 0 || num_heads <= 0 || num_kv_heads <= 0)
       check.fail("head_dim = {}, num_heads = {} and num_kv_heads = {} must be > 0", head_dim,
                  num_heads, num_kv_heads);
@@ -606,6 +621,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void prefetch_weight(const Tensor& w, int64_t tokens) override {
     const OpCheck check("prefetch_weight", device_);
+    const auto prof = profile("prefetch_weight", tokens, w);
     check.tensor("w", w, w.ndim);
     if (tokens < 0) check.fail("tokens = {} must be >= 0", tokens);
     // Past a few rows the attention before the weight's op streams the KV cache itself.
@@ -618,6 +634,8 @@ class CudaBackendImpl final : public CudaBackend {
                  const AttentionBatch& batch, const AttentionShape& shape,
                  const Tensor& out) override {
     const OpCheck check("attention", device_);
+    const auto prof =
+        profile(batch.max_query_len == 1 ? "attention (decode)" : "attention (prompt)", rows_of(q));
     check_attention(check, q, k_cache, v_cache, batch, shape, out);
     int log2_bs = 0;
     while ((1 << log2_bs) < shape.block_size) ++log2_bs;
@@ -656,6 +674,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
+    const auto prof = profile("act_mul", rows_of(gate_up));
     check_act_mul(check, gate_up, out);
     cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), out.dim(1),
                          stream_);
@@ -664,6 +683,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
     const OpCheck check("gather_rows", device_);
+    const auto prof = profile("gather_rows", rows_of(indices));
     check.tensor("x", x, 2);
     check.tensor("indices", indices, DType::i32, 1);
     check.tensor("out", out, x.dtype, 2);
@@ -679,6 +699,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<SampledToken> sample(const Tensor& logits,
                                    std::span<const SamplingRow> rows) override {
     const OpCheck check("sample", device_);
+    const auto prof = profile("sample", rows_of(logits));
     not_capturing("sample");
     check.tensor("logits", logits, DType::f32, 2);
     if (int64_t(rows.size()) != logits.dim(0))
@@ -731,6 +752,21 @@ class CudaBackendImpl final : public CudaBackend {
     fail("{}: bad index values reached the GPU since the last check: {}", op,
          device_error_text(bits));
   }
+
+  [[nodiscard]] std::string op_profile_report() override {
+    return profiler_ == nullptr ? std::string() : profiler_->report();
+  }
+
+  // TROUPE_OP_PROFILE: times the op until the returned scope ends (inert without the
+  // profiler and while capturing). The label: op, weight shape ("N x K") and rows bucket.
+  cuda::OpProfiler::Scope profile(std::string_view op, int64_t rows, const Tensor& w = {}) {
+    if (profiler_ == nullptr || capturing_) return {nullptr, {}};
+    std::string label(op);
+    if (w.ndim == 2) label += fmt::format(" {}x{}", w.shape[0], w.shape[1]);
+    label += " [T " + cuda::OpProfiler::rows_bucket(rows) + "]";
+    return {profiler_.get(), std::move(label)};
+  }
+  static int64_t rows_of(const Tensor& t) { return t.ndim > 0 ? t.shape[0] : 0; }
 
   void after_launch(const char* op) {
     check_cuda(cudaGetLastError(), fmt::format("{}: kernel launch", op));
@@ -900,10 +936,11 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
   size_t l2_prefetch_bytes_ = 0;  // prefetch_weight's budget (TROUPE_L2_PREFETCH), 0 = off
-  bool use_gemv_ = true;
-  int gemv_sm_warps_ = 0;  // GemvFusion::sm_warps_cap (TROUPE_GEMV_SM_WARPS)  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
+  bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
+  int gemv_sm_warps_ = 0;  // GemvFusion::sm_warps_cap (TROUPE_GEMV_SM_WARPS)
   cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
+  std::unique_ptr<cuda::OpProfiler> profiler_;  // TROUPE_OP_PROFILE; last: goes first
 };
 
 }  // namespace

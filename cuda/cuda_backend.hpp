@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "runtime/backend/backend.hpp"
 
@@ -88,6 +89,10 @@ class CudaBackend : public Backend {
   [[nodiscard]] virtual void* stream() const = 0;
   /// Multiprocessor count of the device (sizes the decode attention split).
   [[nodiscard]] virtual int num_sms() const = 0;
+  /// With TROUPE_OP_PROFILE=1 set when the backend was made: the GPU time of each op run
+  /// outside graphs so far, one line per op label (op, weight shape, rows bucket), the same
+  /// table the backend prints to stderr when it goes away. Empty without the profiler.
+  [[nodiscard]] virtual std::string op_profile_report() = 0;
 
  protected:
   /// For implementations: wraps an instantiated graph (CudaGraph's constructor is private).

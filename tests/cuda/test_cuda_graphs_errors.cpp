@@ -423,3 +423,55 @@ TEST_CASE("TROUPE_L2_PREFETCH refuses what is not a size in MiB within L2", "[cu
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+TEST_CASE("TROUPE_OP_PROFILE times each op outside graphs, fused ops with their parts",
+          "[cuda][graphs]") {
+  TROUPE_REQUIRE_GPU();
+  Pair plain;
+  CHECK(plain.cuda().op_profile_report().empty());
+  setenv("TROUPE_OP_PROFILE", "1", 1);
+  Pair p;
+  unsetenv("TROUPE_OP_PROFILE");
+  std::mt19937_64 rng(9);
+  const DType bf = DType::bf16;
+  const Tensor w = p.gpu_floats(bf, {512, 256}, random_floats(rng, size_t(512) * 256, -0.1f, 0.1f));
+  const Tensor x1 = p.gpu_floats(bf, {1, 256}, random_floats(rng, 256));
+  const Tensor x100 = p.gpu_floats(bf, {100, 256}, random_floats(rng, size_t(100) * 256));
+  p.gpu().linear(x1, w, nullptr, p.gpu_nan(bf, {1, 512}));
+  p.gpu().linear(x1, w, nullptr, p.gpu_nan(bf, {1, 512}));
+  // At 100 rows linear_add runs its sequence: linear, then add, each under the parent.
+  p.gpu().linear_add(x100, w, nullptr, p.gpu_floats(bf, {100, 512}, random_floats(rng, 51200)),
+                     p.gpu_nan(bf, {100, 512}));
+  // Captured ops are not timed.
+  CudaBackend& cuda = p.cuda();
+  cuda.begin_capture();
+  p.gpu().linear(x100, w, nullptr, p.gpu_nan(bf, {100, 512}));
+  CudaGraph graph = cuda.end_capture();
+  graph.replay();
+  p.gpu().synchronize();
+  const std::string report = cuda.op_profile_report();
+  INFO(report);
+  CHECK_THAT(report, Contains("GPU time per op"));
+  const auto line_of = [&](const std::string& label) {
+    const size_t at = report.find("\n" + label + " ");  // a whole label starts a line
+    if (at == std::string::npos) return std::string();
+    return report.substr(at + 1, report.find('\n', at + 1) - at - 1);
+  };
+  // label, then its call count as the first number after it
+  const auto calls = [&](const std::string& label) {
+    const std::string line = line_of(label);
+    if (line.empty()) return -1L;
+    return std::strtol(line.c_str() + label.size(), nullptr, 10);
+  };
+  CHECK(calls("linear 512x256 [T 1]") == 2);
+  CHECK(calls("linear_add 512x256 [T 65-512]") == 1);
+  CHECK(calls("linear_add 512x256 [T 65-512] > linear 512x256 [T 65-512]") == 1);
+  CHECK(calls("linear_add 512x256 [T 65-512] > add [T 65-512]") == 1);
+  CHECK(calls("linear 512x256 [T 65-512]") == -1);  // only inside the graph
+}
+
+}  // namespace
+}  // namespace troupe::test
