@@ -74,7 +74,6 @@ namespace {
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 constexpr size_t kDecodeWorkspaceBytes = size_t(64) << 20;
-constexpr int64_t kL2PrefetchMaxTokens = 8;  // prefetch_weight acts for ops of <= 8 rows
 constexpr size_t kDecodeCounters = size_t(1) << 16;  // (sequence, KV head) pairs of one step
 
 bool env_flag(const char* name) {
@@ -117,20 +116,6 @@ cuda::DecodeOptions decode_options_from_env() {
                                  {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
   o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   return o;
-}
-
-/// TROUPE_L2_PREFETCH: how many MiB of a weight prefetch_weight may move into L2 (0, the
-/// default, turns the hint off), at most `l2_mib` (the device's L2).
-size_t l2_prefetch_budget_from_env(int l2_mib) {
-  const char* v = std::getenv("TROUPE_L2_PREFETCH");
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > l2_mib)
-    throw std::invalid_argument(std::string("TROUPE_L2_PREFETCH: '") + v +
-                                "' is not a whole number of MiB in [0, " +
-                                std::to_string(l2_mib) + "] (the L2 of this device)");
-  return size_t(n) << 20;
 }
 
 std::string device_error_text(int bits) {
@@ -182,7 +167,6 @@ class CudaBackendImpl final : public CudaBackend {
                "make_cuda_backend: cudaGetDeviceProperties");
     num_sms_ = prop.multiProcessorCount;
     gpu_name_ = prop.name;
-    l2_prefetch_bytes_ = l2_prefetch_budget_from_env(prop.l2CacheSize >> 20);
     cudaStream_t s = nullptr;
     check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                "make_cuda_backend: cudaStreamCreate");
@@ -202,8 +186,6 @@ class CudaBackendImpl final : public CudaBackend {
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
     decode_ = decode_options_from_env();
-    gemv_sm_warps_ = env_choice("TROUPE_GEMV_SM_WARPS", 0, {0, 8, 16, 24, 32, 40, 48, 56, 64},
-                                "0 or a multiple of 8 up to 64 warps per SM");
     check_cuda(cuda::attention_decode_init(decode_),
                "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>();
@@ -619,17 +601,6 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("rope_qkv_to_cache");
   }
 
-  void prefetch_weight(const Tensor& w, int64_t tokens) override {
-    const OpCheck check("prefetch_weight", device_);
-    const auto prof = profile("prefetch_weight", tokens, w);
-    check.tensor("w", w, w.ndim);
-    if (tokens < 0) check.fail("tokens = {} must be >= 0", tokens);
-    // Past a few rows the attention before the weight's op streams the KV cache itself.
-    if (l2_prefetch_bytes_ == 0 || tokens > kL2PrefetchMaxTokens || w.data == nullptr) return;
-    cuda::launch_l2_prefetch(w.data, std::min(w.nbytes(), l2_prefetch_bytes_), num_sms_, stream_);
-    after_launch("prefetch_weight");
-  }
-
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionBatch& batch, const AttentionShape& shape,
                  const Tensor& out) override {
@@ -847,10 +818,9 @@ class CudaBackendImpl final : public CudaBackend {
   // False, launching nothing, when it does not take these shapes, dtypes or pointers, or the
   // skinny GEMM is off (TROUPE_GEMV=0): the caller then runs the separate ops.
   bool fused_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
-                  int64_t n, cuda::GemvFusion fusion) {
+                  int64_t n, const cuda::GemvFusion& fusion) {
     const int64_t t = x.dim(0), k = x.dim(1);
     if (!use_gemv_ || t == 0 || n == 0 || k == 0) return false;
-    fusion.sm_warps_cap = gemv_sm_warps_;
     return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
                              bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
                              stream_, fusion);
@@ -935,9 +905,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_workspace_;
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
-  size_t l2_prefetch_bytes_ = 0;  // prefetch_weight's budget (TROUPE_L2_PREFETCH), 0 = off
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  int gemv_sm_warps_ = 0;  // GemvFusion::sm_warps_cap (TROUPE_GEMV_SM_WARPS)
   cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TROUPE_OP_PROFILE; last: goes first

@@ -329,30 +329,22 @@ constexpr auto kernel_of() {
 }
 
 // Warps of this kernel that fit on the device at once with `smem` bytes of dynamic shared
-// memory per CTA (occupancy x SMs; at most sm_warps_cap per SM when that is > 0), cached per
-// kernel, size and cap.
+// memory per CTA (occupancy x SMs), cached per kernel and size.
 template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
-int64_t resident_warps(size_t smem, int sm_warps_cap) {
-  struct Entry {
-    size_t smem;
-    int cap;
-    int64_t warps;
-  };
+int64_t resident_warps(size_t smem) {
   static std::mutex mu;
-  static std::vector<Entry> cache;
+  static std::vector<std::pair<size_t, int64_t>> cache;  // (smem, warps)
   const std::lock_guard<std::mutex> lock(mu);
-  for (const Entry& e : cache)
-    if (e.smem == smem && e.cap == sm_warps_cap) return e.warps;
+  for (const auto& [bytes, warps] : cache)
+    if (bytes == smem) return warps;
   int dev = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of<T, OutT, R, P, E, A>(),
                                                     kThreads, smem) != cudaSuccess)
     return int64_t(1) << 40;  // unknown: one row per warp
-  int64_t per_sm_warps = int64_t(per_sm > 0 ? per_sm : 1) * kWarps;
-  if (sm_warps_cap > 0 && sm_warps_cap < per_sm_warps) per_sm_warps = sm_warps_cap;
-  const int64_t warps = int64_t(sms) * per_sm_warps;
-  cache.push_back({smem, sm_warps_cap, warps});
+  const int64_t warps = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
+  cache.emplace_back(smem, warps);
   return warps;
 }
 
@@ -363,7 +355,7 @@ void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_
   const size_t smem = P == Prologue::rms_norm ? size_t(g.t * g.k) * sizeof(T) : 0;
   // Every warp gets the same number of whole rows and all warps are resident at once, so the
   // weight stream never drains into a last partial wave.
-  const int64_t warps = resident_warps<T, OutT, R, P, E, A>(smem, f.sm_warps_cap);
+  const int64_t warps = resident_warps<T, OutT, R, P, E, A>(smem);
   const int64_t rpw = (g.n + warps - 1) / warps;
   const int64_t ctas = (g.n + kWarps * rpw - 1) / (kWarps * rpw);
   launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), smem, stream, static_cast<const T*>(g.x),
@@ -459,7 +451,6 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   // act_mul reads 2n weight rows.
   if (g.n > int64_t(kWarps) * 0x7fffffffLL / (fusion.act >= 0 ? 2 : 1)) return false;
   if (fusion.act > kGeluTanh) return false;
-  if (fusion.sm_warps_cap < 0 || fusion.sm_warps_cap % kWarps != 0) return false;
   // Past these row counts the separate ops measured as fast or faster (docs/engine.md).
   if (fusion.norm_weight != nullptr && g.t > kGemvMaxNormRows) return false;
   if ((fusion.add_to_out || fusion.act >= 0) && g.t > kGemvMaxFusedRows) return false;

@@ -42,11 +42,6 @@ void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,
                      const int32_t* slots, int64_t n_tokens, int64_t n_slots, int64_t row_bytes,
                      int* err, cudaStream_t stream);
 
-/// Starts moving bytes [p, p + bytes) of device memory into L2 (bulk prefetches from a small
-/// grid that exits at once; the data arrives while later kernels run). A hint: no value
-/// changes. The unaligned edges (below 16 bytes) are left out.
-void launch_l2_prefetch(const void* p, size_t bytes, int num_sms, cudaStream_t stream);
-
 // ---- elementwise ----
 
 /// How the rms_norm kernel lays out one row: `threads` threads in one block, each taking
@@ -97,10 +92,6 @@ struct GemvFusion {
   /// bias 2n values), and out[t, j] = act(gate) * up of the rounded products j and n + j:
   /// linear into gate_up and act_mul, with the same roundings.
   int act = -1;
-  /// How the grid is sized, not what it computes: when > 0, at most this many warps per SM
-  /// (a multiple of 8) stream weight rows at once, each taking more rows (TROUPE_GEMV_SM_WARPS,
-  /// experimental). 0: as many as fit.
-  int sm_warps_cap = 0;
 };
 
 /// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default), and

@@ -205,15 +205,6 @@ class Backend {
   virtual std::vector<SampledToken> sample(const Tensor& logits,
                                            std::span<const SamplingRow> rows) = 0;
 
-  /// A hint, with no effect on any value: a coming op of `tokens` rows reads the weight `w`,
-  /// and the ops before it leave memory bandwidth unused (decode attention of a few short
-  /// sequences). A backend may start moving w toward its compute units now (CUDA: into L2,
-  /// when TROUPE_L2_PREFETCH allows). The default does nothing.
-  virtual void prefetch_weight(const Tensor& w, int64_t tokens) {
-    (void)w;
-    (void)tokens;
-  }
-
   /// The attention inputs of one layer in one op (vLLM's rotary embedding and
   /// reshape_and_cache together): qkv [T, (num_heads + 2 num_kv_heads) d] holds each token's
   /// q heads, then k heads, then v heads (one fused GEMM's output). Rotates q and k as `rope`

@@ -397,7 +397,6 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
     backend_.rms_norm_linear(residual, Lw.input_norm, eps, h, Lw.qkv_w,
                              Lw.qkv_b.empty() ? nullptr : &Lw.qkv_b,
                              qkv);  // [T, (nh + 2 nkv) d]
-    backend_.prefetch_weight(Lw.o_w, T);  // into L2 while rope and attention run
     backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
                                RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
                                in.slot_mapping, q);                         // q [T, nh d]
