@@ -3,14 +3,13 @@
 //
 // - One CTA of 4 warps per (64-query tile, query head, sequence); each warp owns 16 query rows.
 // - The CTA walks the keys its tile can see in tiles of BN (64; 32 for d = 256 to bound
-//   registers), copying each K/V tile from the paged cache (through the block table) into
-//   shared memory, then computes S = Q K^T and O += P V with mma.sync.m16n8k16 (f32
-//   accumulators) and an online softmax in f32 (base-2, the scale folded into the exponent).
-// - Fragments are read from shared memory with plain 32-bit loads (A = Q or P, B = K rows) and,
-//   for V, two 16-bit loads per register; rows are padded by 8 elements so that these reads are
-//   free of bank conflicts. No cp.async pipeline, no ldmatrix, no K/V reuse across the heads of a
-//   GQA group: correct and simple first (later: cp.async double buffering, ldmatrix.trans,
-//   GQA packing, wgmma).
+//   registers). K/V tiles come from the paged cache (through the block table) by cp.async into
+//   a two-stage ring in shared memory: tile i + 1 is in flight while tile i is multiplied.
+// - S = Q K^T and O += P V with mma.sync.m16n8k16 (f32 accumulators), fragments read with
+//   ldmatrix (Q and K as stored, V transposed), and an online softmax in f32 (base-2, the scale
+//   folded into the exponent). Rows are padded by 8 elements, so the ldmatrix row addresses
+//   of a matrix fall in distinct banks.
+// - No K/V reuse across the query heads of a GQA group (the group's CTAs meet in L2).
 //
 // (Fragment layouts: cuda/mma.cuh.)
 #include "cuda/attention_common.cuh"
@@ -27,9 +26,11 @@ constexpr int block_n() {
   return D > 128 ? 32 : 64;
 }
 
+constexpr int kStages = 2;  // K/V tiles in the cp.async ring
+
 template <int D>
 constexpr int smem_bytes() {
-  return (kBlockM + 2 * block_n<D>()) * (D + 8) * 2;
+  return (kBlockM + 2 * kStages * block_n<D>()) * (D + 8) * 2;
 }
 
 template <class T, int D>
@@ -40,9 +41,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   constexpr int NT = BN / 8;  // n8 tiles of S per warp
   constexpr int DT = D / 8;   // n8 tiles of O per warp
   extern __shared__ __align__(16) unsigned char smem[];
-  T* qs = reinterpret_cast<T*>(smem);  // [kBlockM][LD]
-  T* ks = qs + kBlockM * LD;           // [BN][LD]
-  T* vs = ks + BN * LD;                // [BN][LD]
+  T* qs = reinterpret_cast<T*>(smem);    // [kBlockM][LD]
+  T* ks = qs + kBlockM * LD;             // [kStages][BN][LD]
+  T* vs = ks + kStages * BN * LD;        // [kStages][BN][LD]
 
   const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kBlockM;
   const SeqInfo seq = load_seq(a, s);
@@ -65,15 +66,27 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   // Q tile [kBlockM, D]; rows past the sequence are zeros (computed, never written).
   for (int idx = tid; idx < kBlockM * CH; idx += kThreads) {
     const int r = idx / CH, c = idx % CH;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (m0 + r < seq.q_len)
-      v = *reinterpret_cast<const uint4*>(q + int64_t(seq.q_begin + m0 + r) * q_stride +
-                                          int64_t(h) * D + c * 8);
-    *reinterpret_cast<uint4*>(qs + r * LD + c * 8) = v;
+    const bool in = m0 + r < seq.q_len;
+    const T* src = in ? q + int64_t(seq.q_begin + m0 + r) * q_stride + int64_t(h) * D + c * 8 : q;
+    cp_async16(qs + r * LD + c * 8, src, in ? 16 : 0);
   }
+  // K/V tile of keys [n0, n0 + BN) into ring stage `stage`; keys past kv_len, and keys whose
+  // block-table entry is bad (reported), are zeros.
+  const auto load_tile = [&](int n0, int stage) {
+    T* kd = ks + stage * BN * LD;
+    T* vd = vs + stage * BN * LD;
+    for (int idx = tid; idx < BN * CH; idx += kThreads) {
+      const int r = idx / CH, c = idx % CH, j = n0 + r;
+      const int64_t off = j < seq.kv_len ? kv_offset(a, table, j, kvh, D) : -1;
+      const int bytes = off >= 0 ? 16 : 0;
+      cp_async16(kd + r * LD + c * 8, off >= 0 ? kc + off + c * 8 : kc, bytes);
+      cp_async16(vd + r * LD + c * 8, off >= 0 ? vc + off + c * 8 : vc, bytes);
+    }
+  };
 
   // Keys [0, n_end) are visible to at least one row of the tile.
   const int n_end = ctx + min(m0 + kBlockM, seq.q_len);
+  const int tiles = (n_end + BN - 1) / BN;
   const int row_a = m0 + warp * 16 + g, row_b = row_a + 8;  // query rows within the sequence
   const int pos_a = ctx + row_a, pos_b = ctx + row_b;
   const float scale_log2 = a.scale * kLog2e;
@@ -83,22 +96,25 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
-  for (int n0 = 0; n0 < n_end; n0 += BN) {
-    __syncthreads();  // every warp is done with the previous K/V tile (and Q is stored)
-    for (int idx = tid; idx < BN * CH; idx += kThreads) {
-      const int r = idx / CH, c = idx % CH, j = n0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-      if (j < seq.kv_len) {
-        const int64_t off = kv_offset(a, table, j, kvh, D);
-        if (off >= 0) {
-          kv = *reinterpret_cast<const uint4*>(kc + off + c * 8);
-          vv = *reinterpret_cast<const uint4*>(vc + off + c * 8);
-        }
-      }
-      *reinterpret_cast<uint4*>(ks + r * LD + c * 8) = kv;
-      *reinterpret_cast<uint4*>(vs + r * LD + c * 8) = vv;
-    }
-    __syncthreads();
+  load_tile(0, 0);
+  cp_async_commit();  // group 0: Q and the first K/V tile
+  // ldmatrix row addresses of this lane: A (Q) rows lane % 16, column half lane / 16; B of
+  // S (K rows) key (lane % 8) + 8 (lane / 16), column half (lane / 8) % 2; B of O (V
+  // transposed) key lane % 16, column half lane / 16.
+  const T* qa = qs + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+  const int k_row = ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
+  const int v_row = (lane & 15) * LD + (lane >> 4) * 8;
+
+  for (int it = 0; it < tiles; ++it) {
+    const int stage = it % kStages, n0 = it * BN;
+    // The next tile goes into the other stage, which every warp left at the barrier that
+    // ended the previous iteration.
+    if (it + 1 < tiles) load_tile(n0 + BN, (it + 1) % kStages);
+    cp_async_commit();  // (possibly empty) group it + 1
+    cp_async_wait<1>();  // group it (this tile, and Q) has landed for this thread
+    __syncthreads();     // ... and for every thread
+    const T* kt = ks + stage * BN * LD;
+    const T* vt = vs + stage * BN * LD;
 
     // S = Q K^T for this warp's 16 rows x BN keys.
     float sc[NT][4];
@@ -106,13 +122,15 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
     for (int i = 0; i < NT; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const T* qa = qs + (warp * 16 + g) * LD + kk * 16 + t4 * 2;
-      const uint32_t af[4] = {lds32(qa), lds32(qa + 8 * LD), lds32(qa + 8), lds32(qa + 8 * LD + 8)};
+      uint32_t af[4];
+      ldmatrix_x4(af, qa + kk * 16);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const T* kb = ks + (nt * 8 + g) * LD + kk * 16 + t4 * 2;
-        const uint32_t bf[2] = {lds32(kb), lds32(kb + 8)};
-        mma16816<T>(sc[nt], af, bf);
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, kt + np * 16 * LD + k_row + kk * 16);
+        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
+        mma16816<T>(sc[2 * np], af, b0);
+        mma16816<T>(sc[2 * np + 1], af, b1);
       }
     }
 
@@ -129,7 +147,6 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
 
     // O += P V: P's C fragments of two adjacent n8 tiles form one A fragment (k = 16 keys).
-    const uint16_t* vs16 = reinterpret_cast<const uint16_t*>(vs);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint32_t af[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
@@ -137,14 +154,17 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
                               pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                               pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        const uint16_t* vb = vs16 + (kk * 16 + t4 * 2) * LD + dt * 8 + g;
-        const uint32_t bf[2] = {uint32_t(vb[0]) | (uint32_t(vb[LD]) << 16),
-                                uint32_t(vb[8 * LD]) | (uint32_t(vb[9 * LD]) << 16)};
-        mma16816<T>(o[dt], af, bf);
+      for (int dp = 0; dp < DT / 2; ++dp) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, vt + kk * 16 * LD + v_row + dp * 16);
+        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
+        mma16816<T>(o[2 * dp], af, b0);
+        mma16816<T>(o[2 * dp + 1], af, b1);
       }
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait<0>();
 
   // Normalise and store this warp's rows that belong to the sequence.
   const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;

@@ -724,6 +724,10 @@ class CudaBackendImpl final : public CudaBackend {
          device_error_text(bits));
   }
 
+  [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t rows) const override {
+    return use_gemv_ && rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
+  }
+
   [[nodiscard]] std::string op_profile_report() override {
     return profiler_ == nullptr ? std::string() : profiler_->report();
   }

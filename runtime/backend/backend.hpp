@@ -170,6 +170,16 @@ class Backend {
                                        GatedActivation act, const Tensor& gate_up,
                                        const Tensor& out);
 
+  /// Whether this backend runs linear_add, rms_norm_linear and rms_norm_linear_act_mul as
+  /// single kernels for `rows` rows (CUDA's skinny GEMM at decode sizes). Model programs call
+  /// those fused ops where it does, and elsewhere plain linears with add_rms_norm between them
+  /// (one pass over the residual where the fused ops' sequences take two); both programs give
+  /// the same bits. The default: false.
+  [[nodiscard]] virtual bool fuses_norm_and_add_into_linear(int64_t rows) const {
+    (void)rows;
+    return false;
+  }
+
   /// Rotates q [T, num_heads * d] and k [T, num_kv_heads * d] in place by position.
   /// cos_sin [max_positions, rotary_dim] f32 holds cos in the first rotary_dim/2 columns and
   /// sin in the rest; only the first rotary_dim features of each head rotate.

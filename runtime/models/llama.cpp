@@ -11,9 +11,13 @@
 //              act = silu(gate) * up, gate|up = rms_norm(residual) @ W_gu^T   [T, 2I] -> [T, I]
 //              residual += act @ W_down^T                        [T, H]
 //   h = rms_norm(residual); logits = h[logits_indices] @ W_lm^T   [L, V] f32
-// Each norm is fused with the GEMV after it and each residual add with the GEMV before it
-// (the Backend's fused ops); the values are those of adding each branch's output inside the
-// next norm (add_rms_norm), whose residual update rounds exactly like `add`.
+// Two programs of the same values, picked per step by the backend
+// (Backend::fuses_norm_and_add_into_linear): where it runs them as single kernels (CUDA's
+// skinny GEMM at one row), each norm is fused with the GEMM after it and each residual add
+// with the GEMM before it (the Backend's fused ops); elsewhere plain GEMMs with one
+// add_rms_norm between them, which adds each branch's output inside the next norm (one pass
+// over the residual instead of an add and a norm). add_rms_norm's residual update rounds
+// exactly like `add`, so both give the same bits.
 //
 // q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
 // buffer, so the projection is one GEMM into a [T, (nh + 2 nkv) d] buffer; rope_qkv_to_cache
@@ -391,25 +395,45 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
 
   // The CUDA backend runs each fused op as one skinny-GEMM kernel at decode sizes; h, gate_up
   // and x are the scratch of backends (and sizes) that run the ops one by one.
+  const bool fused = backend_.fuses_norm_and_add_into_linear(T);
+  const auto bias_of = [](const Tensor& b) { return b.empty() ? nullptr : &b; };
   backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& Lw = layers_[li];
-    backend_.rms_norm_linear(residual, Lw.input_norm, eps, h, Lw.qkv_w,
-                             Lw.qkv_b.empty() ? nullptr : &Lw.qkv_b,
-                             qkv);  // [T, (nh + 2 nkv) d]
+    if (fused) {
+      backend_.rms_norm_linear(residual, Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b),
+                               qkv);  // [T, (nh + 2 nkv) d]
+    } else {
+      if (li == 0)
+        backend_.rms_norm(residual, Lw.input_norm, eps, h);
+      else  // the previous layer's MLP output joins the residual here
+        backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);
+      backend_.linear(h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
+    }
     backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
                                RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
                                in.slot_mapping, q);                         // q [T, nh d]
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
-    backend_.linear_add(attn, Lw.o_w, Lw.o_b.empty() ? nullptr : &Lw.o_b, residual,
-                        x);  // residual += attn out [T, H]
-    backend_.rms_norm_linear_act_mul(residual, Lw.post_norm, eps, h, Lw.gate_up_w,
-                                     Lw.gate_up_b.empty() ? nullptr : &Lw.gate_up_b, mlp_act_,
-                                     gate_up, act);  // [T, 2I] -> [T, I]
-    backend_.linear_add(act, Lw.down_w, Lw.down_b.empty() ? nullptr : &Lw.down_b, residual,
-                        x);  // residual += mlp out [T, H]
+    if (fused) {
+      backend_.linear_add(attn, Lw.o_w, bias_of(Lw.o_b), residual,
+                          x);  // residual += attn out [T, H]
+      backend_.rms_norm_linear_act_mul(residual, Lw.post_norm, eps, h, Lw.gate_up_w,
+                                       bias_of(Lw.gate_up_b), mlp_act_, gate_up,
+                                       act);  // [T, 2I] -> [T, I]
+      backend_.linear_add(act, Lw.down_w, bias_of(Lw.down_b), residual,
+                          x);  // residual += mlp out [T, H]
+    } else {
+      backend_.linear(attn, Lw.o_w, bias_of(Lw.o_b), x);  // attn out [T, H]
+      backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);
+      backend_.linear(h, Lw.gate_up_w, bias_of(Lw.gate_up_b), gate_up);  // [T, 2I]
+      backend_.act_mul(mlp_act_, gate_up, act);                           // [T, I]
+      backend_.linear(act, Lw.down_w, bias_of(Lw.down_b), x);  // mlp out [T, H], added next
+    }
   }
-  backend_.rms_norm(residual, final_norm_, eps, h);   // [T, H]
+  if (fused)
+    backend_.rms_norm(residual, final_norm_, eps, h);  // [T, H]
+  else
+    backend_.add_rms_norm(residual, x, final_norm_, eps, h);
   backend_.gather_rows(h, in.logits_indices, h_sel);  // [L, H]
   backend_.linear(h_sel, lm_head_, nullptr, logits);  // [L, V] f32
   return logits;

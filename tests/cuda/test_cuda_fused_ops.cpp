@@ -265,3 +265,34 @@ TEST_CASE("cuda add and the fused ops check their arguments", "[cuda][ops][fused
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+TEST_CASE("cuda add_rms_norm equals add then rms_norm bit for bit", "[cuda][ops][fused]") {
+  // The model's add_rms_norm program (batches past the skinny GEMM) and its fused-op program
+  // (add inside linear_add, norm inside the next GEMM) must agree exactly.
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(26);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const auto& [t, h] : std::vector<std::pair<int64_t, int64_t>>{{3, 64}, {256, 4096},
+                                                                        {17, 3584}}) {
+      const auto r = rounded(random_floats(rng, size_t(t * h), -4.0f, 4.0f), dt);
+      const auto x = rounded(random_floats(rng, size_t(t * h), -1.0f, 1.0f), dt);
+      const auto w = rounded(random_floats(rng, size_t(h), 0.5f, 1.5f), dt);
+      const Tensor gx = p.gpu_floats(dt, {t, h}, x), gw = p.gpu_floats(dt, {h}, w);
+      const Tensor fused_r = p.gpu_floats(dt, {t, h}, r), fused_h = p.gpu_nan(dt, {t, h});
+      p.gpu().add_rms_norm(fused_r, gx, gw, 1e-5f, fused_h);
+      const Tensor seq_r = p.gpu_floats(dt, {t, h}, r), seq_h = p.gpu_nan(dt, {t, h});
+      p.gpu().add(seq_r, gx);
+      p.gpu().rms_norm(seq_r, gw, 1e-5f, seq_h);
+      const std::string what = fmt::format("add_rms_norm {} T={} H={}", dname(dt), t, h);
+      check_same_bits(p, what + " residual", fused_r, seq_r);
+      check_same_bits(p, what + " out", fused_h, seq_h);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace troupe::test

@@ -82,7 +82,119 @@ Loaded load(const std::filesystem::path& dir, int32_t max_tokens = 64, int32_t m
   return l;
 }
 
+/// The CPU backend, reporting fuses_norm_and_add_into_linear as told: the model then runs its
+/// fused-op program (the ops' default sequences) instead of the add_rms_norm one.
+class ProgramChoice final : public Backend {
+ public:
+  ProgramChoice(Backend& inner, bool fused) : in_(inner), fused_(fused) {}
+  bool fused_calls = false;  // a fused op was called
+
+  [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t) const override { return fused_; }
+  [[nodiscard]] std::string name() const override { return in_.name(); }
+  [[nodiscard]] Device device() const override { return in_.device(); }
+  [[nodiscard]] DType compute_dtype(DType r) const override { return in_.compute_dtype(r); }
+  [[nodiscard]] Buffer allocate(size_t bytes) override { return in_.allocate(bytes); }
+  void upload(const Tensor& d, const void* h, size_t n) override { in_.upload(d, h, n); }
+  void download(void* h, const Tensor& s, size_t n) override { in_.download(h, s, n); }
+  void copy(const Tensor& d, const Tensor& s) override { in_.copy(d, s); }
+  void synchronize() override { in_.synchronize(); }
+  [[nodiscard]] MemoryInfo memory_info() const override { return in_.memory_info(); }
+  void embedding(const Tensor& i, const Tensor& t, const Tensor& o) override {
+    in_.embedding(i, t, o);
+  }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& o) override {
+    in_.rms_norm(x, w, eps, o);
+  }
+  void add_rms_norm(const Tensor& r, const Tensor& x, const Tensor& w, float eps,
+                    const Tensor& o) override {
+    in_.add_rms_norm(r, x, w, eps, o);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& o) override {
+    in_.linear(x, w, b, o);
+  }
+  void add(const Tensor& r, const Tensor& x) override { in_.add(r, x); }
+  // The fused ops run their default sequences through the ops above.
+  void linear_add(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& r,
+                  const Tensor& s) override {
+    fused_calls = true;
+    Backend::linear_add(x, w, b, r, s);
+  }
+  void rms_norm_linear(const Tensor& x, const Tensor& nw, float eps, const Tensor& h,
+                       const Tensor& w, const Tensor* b, const Tensor& o) override {
+    fused_calls = true;
+    Backend::rms_norm_linear(x, nw, eps, h, w, b, o);
+  }
+  void rms_norm_linear_act_mul(const Tensor& x, const Tensor& nw, float eps, const Tensor& h,
+                               const Tensor& w, const Tensor* b, GatedActivation act,
+                               const Tensor& gu, const Tensor& o) override {
+    fused_calls = true;
+    Backend::rms_norm_linear_act_mul(x, nw, eps, h, w, b, act, gu, o);
+  }
+  void rope(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& cs, int32_t d,
+            int32_t rd, RopeStyle st) override {
+    in_.rope(q, k, p, cs, d, rd, st);
+  }
+  void write_kv(const Tensor& k, const Tensor& v, const Tensor& kc, const Tensor& vc,
+                const Tensor& sm) override {
+    in_.write_kv(k, v, kc, vc, sm);
+  }
+  void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const AttentionBatch& b,
+                 const AttentionShape& sh, const Tensor& o) override {
+    in_.attention(q, kc, vc, b, sh, o);
+  }
+  void act_mul(GatedActivation a, const Tensor& gu, const Tensor& o) override {
+    in_.act_mul(a, gu, o);
+  }
+  void gather_rows(const Tensor& x, const Tensor& i, const Tensor& o) override {
+    in_.gather_rows(x, i, o);
+  }
+  std::vector<SampledToken> sample(const Tensor& l, std::span<const SamplingRow> r) override {
+    return in_.sample(l, r);
+  }
+  void rope_qkv_to_cache(const Tensor& qkv, const Tensor& p, const Tensor& cs, int32_t d,
+                         int32_t rd, RopeStyle st, int32_t nh, int32_t nkv, const Tensor& kc,
+                         const Tensor& vc, const Tensor& sm, const Tensor& q) override {
+    in_.rope_qkv_to_cache(qkv, p, cs, d, rd, st, nh, nkv, kc, vc, sm, q);
+  }
+
+ private:
+  Backend& in_;
+  bool fused_;
+};
+
 }  // namespace
+
+TEST_CASE("llama family: the fused-op and add_rms_norm programs give the same bits", "[models]") {
+  // The backend picks the program per step; on the CPU both run the same additions, so the
+  // logits of a prefill, a chunk and decodes agree exactly.
+  for (const auto& v : variants()) {
+    INFO(v.label);
+    TempDir dir("programs");
+    write_synthetic(dir.path(), v.config, 13, v.st_dtype);
+    std::vector<std::vector<std::vector<float>>> logits(2);
+    for (int fused = 0; fused < 2; ++fused) {
+      const ModelConfig config = load_model_config(dir.path());
+      auto cpu = make_cpu_backend(1);
+      ProgramChoice be(*cpu, fused == 1);
+      const auto ck = CheckpointReader::open(dir.path());
+      auto model = make_causal_lm(config, be);
+      model->load_weights(ck);
+      model->reserve(32, 32);
+      PagedRunner runner(be, *model, 4, 16, 3);
+      PagedSeq sa, sb;
+      const auto a = random_ids(12, int32_t(config.vocab_size), 7);
+      const auto b = random_ids(6, int32_t(config.vocab_size), 8);
+      auto& out = logits[size_t(fused)];
+      for (auto& row : runner.step({&sa, &sb}, {{a.begin(), a.begin() + 9}, b}, true))
+        out.push_back(row);
+      for (size_t i = 9; i < a.size(); ++i)
+        for (auto& row : runner.step({&sa}, {{a[i]}}, false)) out.push_back(row);
+      CHECK(be.fused_calls == (fused == 1));
+    }
+    REQUIRE(logits[0].size() == 18);
+    CHECK(logits[0] == logits[1]);
+  }
+}
 
 TEST_CASE("llama family: prefill logits of every position match float64", "[models]") {
   for (const auto& v : variants()) {
