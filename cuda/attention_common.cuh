@@ -95,7 +95,9 @@ cudaError_t for_each_half_dim(F&& f) {
 // ---- per-file launchers (attention.cu chooses among them) ----
 
 /// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
-void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream);
+/// keys_per_tile: 32, or anything else for the default (64; 32 at d = 256).
+void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
+                              cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
 /// Split-KV decode over sequences with q_len == 1 with o.kernel (+ the reduction when

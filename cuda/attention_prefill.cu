@@ -21,21 +21,21 @@ namespace {
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kBlockM = 64;    // query rows per CTA
 
+/// Keys per K/V tile by default: 64, and 32 for d = 256 (registers).
 template <int D>
-constexpr int block_n() {
+constexpr int default_block_n() {
   return D > 128 ? 32 : 64;
 }
 
 constexpr int kStages = 2;  // K/V tiles in the cp.async ring
 
-template <int D>
+template <int D, int BN>
 constexpr int smem_bytes() {
-  return (kBlockM + 2 * kStages * block_n<D>()) * (D + 8) * 2;
+  return (kBlockM + 2 * kStages * BN) * (D + 8) * 2;
 }
 
-template <class T, int D>
+template <class T, int D, int BN>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a) {
-  constexpr int BN = block_n<D>();
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // n8 tiles of S per warp
@@ -183,14 +183,19 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
 
 }  // namespace
 
-void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream) {
+void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
+                              cudaStream_t stream) {
   if (a.num_seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
                     unsigned(a.num_seqs));
-    prefill_kernel<T, D><<<grid, kThreads, smem_bytes<D>(), stream>>>(a);
+    if (keys_per_tile == 32 && default_block_n<D>() != 32)
+      prefill_kernel<T, D, 32><<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a);
+    else
+      prefill_kernel<T, D, default_block_n<D>()>
+          <<<grid, kThreads, smem_bytes<D, default_block_n<D>()>(), stream>>>(a);
   });
 }
 
@@ -198,8 +203,14 @@ cudaError_t attention_prefill_init() {
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    return cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                smem_bytes<D>());
+    constexpr int BN = default_block_n<D>();
+    cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D, BN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes<D, BN>());
+    if (e == cudaSuccess && BN != 32)
+      e = cudaFuncSetAttribute(prefill_kernel<T, D, 32>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, 32>());
+    return e;
   });
 }
 

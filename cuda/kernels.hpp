@@ -207,6 +207,9 @@ struct DecodeOptions {
   /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
   /// or 2 (three).
   int32_t stages = 3;
+  /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 for its
+  /// default (64 keys; 32 at d = 256) or 32 (experimental, TROUPE_PREFILL_KEYS).
+  int32_t prefill_keys = 0;
 };
 
 /// A decode launch: the grid's split count and the shortest split a sequence takes.

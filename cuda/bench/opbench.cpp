@@ -388,6 +388,19 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 4 x 1024 (causal)", 4, 1024, 1024);
     bench_attention(bench, "attention prefill 1 x 8192 (causal)", 1, 8192, 8192);
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
+    bench_attention(bench, "attention prefill 8 x 1000 (causal; a 1000 x 1000 prompt step)", 8,
+                    1000, 1000);
+    {
+      ::setenv("TROUPE_PREFILL_KEYS", "32", 1);  // the prefill kernel's 32-key tiles
+      Bench other(iters);
+      ::unsetenv("TROUPE_PREFILL_KEYS");
+      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=32", 4,
+                      1024, 1024);
+      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=32", 8,
+                      1000, 1000);
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=32",
+                      8, 512, 4096);
+    }
     bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
                     1, 1536);
     // The tensor-core kernel's experimental knobs (docs/engine.md).
