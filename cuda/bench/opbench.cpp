@@ -361,11 +361,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-    // A second argument picks one group: "dense" (dense and fused ops only) or "decode" (the
-    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh).
+    // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
+    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
+    // or "prefill" (the prefill-attention cases, both tile sizes).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
-    if (!only.empty() && only != "dense" && only != "decode") {
-      std::fprintf(stderr, "troupe_cuda_opbench: group = %s: allowed: dense, decode\n",
+    if (!only.empty() && only != "dense" && only != "decode" && only != "prefill") {
+      std::fprintf(stderr, "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill\n",
                    only.c_str());
       return 2;
     }
@@ -379,8 +380,10 @@ int main(int argc, char** argv) {
       bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);
       return 0;
     }
-    bench_dense(bench);
-    bench_fused(bench);
+    if (only != "prefill") {
+      bench_dense(bench);
+      bench_fused(bench);
+    }
     if (only == "dense") return 0;
     bench_attention(bench, "attention decode 64 seqs x 1024 ctx, 32/8 heads d=128", 64, 1, 1024);
     bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
@@ -401,6 +404,7 @@ int main(int argc, char** argv) {
       bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=32",
                       8, 512, 4096);
     }
+    if (only == "prefill") return 0;
     bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
                     1, 1536);
     // The tensor-core kernel's experimental knobs (docs/engine.md).
