@@ -84,8 +84,10 @@ struct RunnerStats {
   int64_t blocks_swapped_in = 0;
 };
 
-/// Decode batch sizes that get a graph: powers of two up to min(max_num_seqs,
-/// max_num_batched_tokens, 512), plus that limit itself when it is not one.
+/// Decode batch sizes that get a graph (vLLM's): 1, 2, 4, then multiples of 8 up to 256 and
+/// of 16 past it, up to min(max_num_seqs, max_num_batched_tokens, 512), plus that limit
+/// itself when it is not one. A step pads to the next size; each size is captured at its
+/// first step.
 [[nodiscard]] std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs,
                                                         int32_t max_num_batched_tokens);
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,13 +24,20 @@
 using namespace troupe;
 using namespace troupe::testing;
 
-TEST_CASE("decode capture sizes are powers of two up to max_num_seqs, at most 512",
+TEST_CASE("decode capture sizes are vLLM's (1, 2, 4, every 8, every 16 past 256), at most 512",
           "[exec][graphs]") {
-  CHECK(decode_capture_sizes(256, 8192) ==
-        std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
-  CHECK(decode_capture_sizes(100, 8192) == std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64, 100});
-  CHECK(decode_capture_sizes(1024, 8192).back() == 512);
+  std::vector<int32_t> to_256{1, 2, 4};
+  for (int32_t s = 8; s <= 256; s += 8) to_256.push_back(s);
+  CHECK(decode_capture_sizes(256, 8192) == to_256);
+  CHECK(decode_capture_sizes(100, 8192) ==
+        std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 100});
+  const auto big = decode_capture_sizes(1024, 8192);
+  CHECK(big.back() == 512);
+  CHECK(big.size() == to_256.size() + 16);  // 272, 288, ..., 512
+  CHECK(std::find(big.begin(), big.end(), 264) == big.end());
+  CHECK(std::find(big.begin(), big.end(), 272) != big.end());
   CHECK(decode_capture_sizes(16, 6) == std::vector<int32_t>{1, 2, 4, 6});
+  CHECK(decode_capture_sizes(3, 8192) == std::vector<int32_t>{1, 2, 3});
   CHECK(decode_capture_sizes(1, 8192) == std::vector<int32_t>{1});
   CHECK(decode_capture_sizes(0, 8192).empty());
 }
