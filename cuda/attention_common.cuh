@@ -95,7 +95,7 @@ cudaError_t for_each_half_dim(F&& f) {
 // ---- per-file launchers (attention.cu chooses among them) ----
 
 /// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
-/// keys_per_tile: 32, or anything else for the default (64; 32 at d = 256).
+/// keys_per_tile: 64 (up to d = 128), or anything else for the default, 32.
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
                               cudaStream_t stream);
 cudaError_t attention_prefill_init();

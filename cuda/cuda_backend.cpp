@@ -116,7 +116,7 @@ cuda::DecodeOptions decode_options_from_env() {
                                  {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
   o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
-                              "0 or 64 (the default) or 32 keys per prefill tile");
+                              "0 or 32 (the default) or 64 keys per prefill tile");
   return o;
 }
 

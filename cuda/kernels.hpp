@@ -207,8 +207,8 @@ struct DecodeOptions {
   /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
   /// or 2 (three).
   int32_t stages = 3;
-  /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 for its
-  /// default (64 keys; 32 at d = 256) or 32 (experimental, TROUPE_PREFILL_KEYS).
+  /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 or 32 for
+  /// its default of 32 keys, or 64 (up to d = 128; TROUPE_PREFILL_KEYS, for comparison).
   int32_t prefill_keys = 0;
 };
 

@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
     // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
-    // or "prefill" (the prefill-attention cases, both tile sizes).
+    // or "prefill" (the prefill-attention cases, at both tile sizes).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill") {
       std::fprintf(stderr, "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill\n",
@@ -394,14 +394,14 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 8 x 1000 (causal; a 1000 x 1000 prompt step)", 8,
                     1000, 1000);
     {
-      ::setenv("TROUPE_PREFILL_KEYS", "32", 1);  // the prefill kernel's 32-key tiles
+      ::setenv("TROUPE_PREFILL_KEYS", "64", 1);  // the prefill kernel's 64-key tiles
       Bench other(iters);
       ::unsetenv("TROUPE_PREFILL_KEYS");
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=32", 4,
+      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=64", 4,
                       1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=32", 8,
+      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=64", 8,
                       1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=32",
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=64",
                       8, 512, 4096);
     }
     if (only == "prefill") return 0;

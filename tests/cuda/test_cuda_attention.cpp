@@ -213,23 +213,23 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
   refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
-  refused("TROUPE_PREFILL_KEYS", "16", "0 or 64 (the default) or 32");
+  refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
 }
 
-// TROUPE_PREFILL_KEYS=32: the prefill kernel walks the keys in tiles of 32 (smaller rings, more
-// CTAs per SM) at every head dim; the mixed batches and the long prefill against the CPU.
-TEST_CASE("cuda attention: 32-key prefill tiles match the CPU", "[cuda][attention]") {
+// TROUPE_PREFILL_KEYS=64: the prefill kernel walks the keys in tiles of 64 (the default is 32)
+// up to d = 128; the mixed batches and the long prefill against the CPU at every head dim.
+TEST_CASE("cuda attention: 64-key prefill tiles match the CPU", "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_KEYS", "32", 1);
+  ::setenv("TROUPE_PREFILL_KEYS", "64", 1);
   Pair p;
   ::unsetenv("TROUPE_PREFILL_KEYS");
   std::mt19937_64 rng(15);
   for (DType dt : kFloatTypes) {
     for (int d : {16, 32, 64, 80, 96, 128, 256})
-      for (int bs : {8, 16, 32}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "32-key tiles"}, rng);
-    run_case(p, dt, {8, 8, 128, 32, {{300, 300}}, 0, "32-key tiles, long prefill"}, rng);
+      for (int bs : {8, 16, 32}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "64-key tiles"}, rng);
+    run_case(p, dt, {8, 8, 128, 32, {{300, 300}}, 0, "64-key tiles, long prefill"}, rng);
     run_case(p, dt, {8, 2, 96, 8, {{2, 2}, {3, 500}, {65, 65}, {64, 128}}, 0,
-                     "32-key tiles, short chunks and tile edges"}, rng);
+                     "64-key tiles, short chunks and tile edges"}, rng);
   }
 }
 
