@@ -49,6 +49,9 @@ void check_shapes(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
   check.same_shape("v_cache", v_cache, "k_cache", k_cache);
 
   if (batch.num_seqs < 0) check.fail("num_seqs = {} must be >= 0", batch.num_seqs);
+  if (batch.num_prefill_seqs < -1 || batch.num_prefill_seqs > batch.num_seqs)
+    check.fail("num_prefill_seqs = {} must be -1 (unknown) or in [0, num_seqs = {}]",
+               batch.num_prefill_seqs, batch.num_seqs);
   const int64_t s = batch.num_seqs;
   check.tensor("query_start_loc", batch.query_start_loc, DType::i32, 1);
   check.dim("query_start_loc", batch.query_start_loc, 0, s + 1, "num_seqs + 1");
@@ -79,6 +82,11 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
     if (q_len > batch.max_query_len)
       check.fail("sequence {} has {} query tokens, more than max_query_len = {}", s, q_len,
                  batch.max_query_len);
+    if (batch.num_prefill_seqs >= 0 && (s < batch.num_prefill_seqs) != (q_len >= 2))
+      check.fail(
+          "num_prefill_seqs = {} says sequences [0, {}) are those with two or more query "
+          "tokens, but sequence {} has {}",
+          batch.num_prefill_seqs, batch.num_prefill_seqs, s, q_len);
     if (seq_lens[s] < q_len)
       check.fail("seq_lens[{}] = {} is less than its {} query tokens", s, seq_lens[s], q_len);
     if (seq_lens[s] > batch.max_seq_len)

@@ -189,12 +189,15 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
 
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
                               cudaStream_t stream) {
-  if (a.num_seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
+  // With the prompts ordered first, the grid spans them only: every other sequence would add
+  // a slab of CTAs that read its lengths and exit.
+  const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
+  if (seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
-                    unsigned(a.num_seqs));
+                    unsigned(seqs));
     if (keys_per_tile == 64 && wide_block_n<D>() != 32)
       prefill_kernel<T, D, wide_block_n<D>()>
           <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a);

@@ -632,7 +632,8 @@ class CudaBackendImpl final : public CudaBackend {
                                 log2_bs,
                                 shape.scale,
                                 err(),
-                                0};  // decode_split_keys: the launch plans it
+                                0,  // decode_split_keys: the launch plans it
+                                batch.num_prefill_seqs};
     if (q.dtype == DType::f32) {
       cuda::launch_attention_f32(a, stream_);
     } else {
@@ -875,6 +876,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (batch.num_seqs < 0 || batch.num_seqs > 65535)
       check.fail("num_seqs = {} must be in [0, 65535]", batch.num_seqs);
     if (batch.max_query_len < 0) check.fail("max_query_len = {} must be >= 0", batch.max_query_len);
+    if (batch.num_prefill_seqs < -1 || batch.num_prefill_seqs > batch.num_seqs)
+      check.fail("num_prefill_seqs = {} must be -1 (unknown) or in [0, num_seqs = {}]",
+                 batch.num_prefill_seqs, batch.num_seqs);
     if (batch.max_seq_len < 0) check.fail("max_seq_len = {} must be >= 0", batch.max_seq_len);
     const int64_t s = batch.num_seqs;
     check.tensor("query_start_loc", batch.query_start_loc, DType::i32, 1);

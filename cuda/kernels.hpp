@@ -169,6 +169,9 @@ struct AttentionArgs {
   float scale;
   int* err;
   int32_t decode_split_keys;  // the shortest split of a decode sequence (launch_attention_half)
+  /// AttentionBatch::num_prefill_seqs: when >= 0 the prefill grid covers only sequences
+  /// [0, num_prefill_seqs); -1: all of them (each one with fewer than two rows exits at once).
+  int32_t num_prefill_seqs = -1;
 };
 
 /// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival

@@ -39,6 +39,10 @@ struct AttentionBatch {
   int32_t num_seqs = 0;
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
+  // When >= 0: sequences [0, num_prefill_seqs) are exactly those with two or more query rows
+  // (the model runner orders a step's prompts and chunks first), so a backend may size its
+  // prefill grid to them alone. -1: not known. Backends refuse values outside [-1, num_seqs].
+  int32_t num_prefill_seqs = -1;
 };
 
 /// Shapes of one attention layer. The KV caches are [num_blocks, block_size, num_kv_heads, d].

@@ -427,6 +427,12 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     s.block_table.insert(s.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
     sched.push_back(Scheduled{c.seq_id, &s, c.num_computed_tokens, c.num_new_tokens});
   }
+  // Prompts and chunks (two or more new tokens) first, decodes after, each in plan order: the
+  // attention backends then launch their prefill grid over the first ones only
+  // (AttentionBatch::num_prefill_seqs). Outputs carry their sequence ids.
+  const auto prefill_end = std::stable_partition(
+      sched.begin(), sched.end(), [](const Scheduled& s) { return s.count >= 2; });
+  const auto num_prefill_seqs = int32_t(prefill_end - sched.begin());
   StepResult result;
   result.step_id = plan.step_id;
   if (sched.empty()) return result;
@@ -515,8 +521,9 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
   // A padded step's attention bounds are the graph's: the same kernels and splits whether
   // it is replayed or (first step of its size, enforce_eager) run eagerly.
-  const ForwardInputs in = padded > 0 ? forward_inputs(all, layout, 1, max_seq_len_to_capture_)
-                                      : forward_inputs(all, layout, max_query, max_seq);
+  ForwardInputs in = padded > 0 ? forward_inputs(all, layout, 1, max_seq_len_to_capture_)
+                                : forward_inputs(all, layout, max_query, max_seq);
+  in.attention.num_prefill_seqs = padded > 0 ? 0 : num_prefill_seqs;  // padded: decodes only
 
   for (const Scheduled& s : sched) s.seq->num_computed = s.start + s.count;
 

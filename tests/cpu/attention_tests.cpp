@@ -248,3 +248,28 @@ TEST_CASE("attention rejects bad shapes and bad batch metadata", "[cpu][ops]") {
       run(good, sh, h.f32({good.rows, 31}, std::vector<float>(size_t(good.rows * 31))), out),
       Error);
 }
+
+TEST_CASE("attention checks num_prefill_seqs, the prompts-first hint, exactly", "[cpu][ops]") {
+  OpHarness h(1);
+  std::mt19937_64 rng(14);
+  const AttentionShape sh{4, 2, 8, 4, 0.35f};
+  // Two prompts (5 and 2 new tokens), then two decodes and an idle sequence.
+  const HostBatch b = make_batch({{3, 5}, {0, 2}, {6, 1}, {0, 1}, {4, 0}}, sh.block_size, rng);
+  const int64_t cache_elems = int64_t(b.num_blocks) * sh.block_size * sh.num_kv_heads * 8;
+  const auto kc = random_floats(rng, size_t(cache_elems));
+  const Tensor q = h.f32({b.rows, 32}, random_floats(rng, size_t(b.rows * 32)));
+  const auto run = [&](int32_t hint) {
+    DeviceBatch db = upload_batch(h, b, sh, kc, kc);
+    db.batch.num_prefill_seqs = hint;
+    const Tensor out = h.f32_nan({b.rows, 32});
+    h.backend().attention(q, db.k_cache, db.v_cache, db.batch, sh, out);
+    return h.read(out);
+  };
+  CHECK(run(2) == run(-1));  // a hint changes no value
+  CHECK_THROWS_WITH(run(1), Catch::Contains("num_prefill_seqs = 1") &&
+                                Catch::Contains("sequence 1 has 2"));
+  CHECK_THROWS_WITH(run(3), Catch::Contains("sequence 2 has 1"));
+  CHECK_THROWS_WITH(run(6), Catch::Contains("num_prefill_seqs = 6") &&
+                                Catch::Contains("[0, num_seqs = 5]"));
+  CHECK_THROWS_WITH(run(-2), Catch::Contains("num_prefill_seqs = -2"));
+}

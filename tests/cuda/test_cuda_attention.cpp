@@ -61,6 +61,7 @@ struct AttnCase {
   std::vector<SeqSpec> seqs;
   int padding_rows;
   std::string label;
+  int32_t num_prefill_seqs = -1;  // AttentionBatch's hint (the CPU checks that it is exact)
 };
 
 void run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
@@ -86,6 +87,7 @@ void run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
   gb.num_seqs = b.num_seqs;
   gb.max_query_len = b.max_query_len;
   gb.max_seq_len = b.max_seq_len;
+  gb.num_prefill_seqs = c.num_prefill_seqs;
   p.gpu().attention(gq, gk, gv, gb, shape, g_out);
 
   const Tensor cq = p.cpu_f32({b.tokens, q_row}, q);
@@ -144,6 +146,23 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
 // The CUDA-core decode kernels (TROUPE_DECODE_ATTENTION=registers: K/V through registers;
 // =pipelined: a two-stage cp.async ring), the default being the tensor-core one: every case
 // above again, with every head dim and block size.
+// The model runner's order (prompts and chunks first) with AttentionBatch::num_prefill_seqs
+// set: the prefill grid spans the first sequences only, the decode kernel the rest.
+TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(16);
+  const std::vector<SeqSpec> ordered = {{37, 37}, {20, 90}, {70, 200}, {1, 130}, {1, 1}, {1, 33}};
+  for (DType dt : kFloatTypes) {
+    for (int d : {64, 128, 256})
+      run_case(p, dt, {8, 2, d, 16, ordered, 3, "prompts first, hint 3", 3}, rng);
+    run_case(p, dt, {32, 8, 128, 16, {{300, 300}}, 0, "one prompt, hint 1", 1}, rng);
+    run_case(p, dt, {8, 2, 128, 16, {{1, 50}, {1, 7}}, 0, "decodes only, hint 0", 0}, rng);
+  }
+  CHECK_THROWS_WITH(run_case(p, DType::bf16, {8, 2, 64, 16, {{1, 50}}, 0, "bad hint", 2}, rng),
+                    Catch::Contains("num_prefill_seqs = 2"));
+}
+
 TEST_CASE("cuda attention: the CUDA-core decode kernels match the CPU too", "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
   for (const char* kernel : {"registers", "pipelined"}) {
