@@ -242,17 +242,32 @@ void bench_fused(Bench& bench) {
 }
 
 // `seqs` sequences of (query length, context) with Llama-3 heads, block size 16.
-void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, int32_t q_len,
-                     int32_t ctx) {
+// One attention launch over sequences of (new query rows, keys in the cache after the step),
+// with AttentionBatch::num_prefill_seqs = hint.
+void bench_attention_batch(Bench& bench, const std::string& name,
+                           const std::vector<std::pair<int32_t, int32_t>>& seqs,
+                           int32_t hint = -1) {
   const DType bf = DType::bf16;
-  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
-  const int64_t tokens = int64_t(num_seqs) * q_len;
+  const int32_t bs = 16;
+  const auto num_seqs = int32_t(seqs.size());
+  int32_t max_q = 0, max_ctx = 0;
+  for (const auto& [q_len, ctx] : seqs) {
+    max_q = std::max(max_q, q_len);
+    max_ctx = std::max(max_ctx, ctx);
+  }
+  const int32_t blocks_per_seq = (max_ctx + bs - 1) / bs;
   std::vector<int32_t> qsl{0}, lens, tables;
+  double pairs = 0, kv_rows = 0;  // causal (query, key) pairs; cached rows read
   for (int32_t s = 0; s < num_seqs; ++s) {
+    const auto [q_len, ctx] = seqs[size_t(s)];
     qsl.push_back(qsl.back() + q_len);
     lens.push_back(ctx);
     for (int32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
+    // Each query row i (of q_len) sees ctx - q_len + i + 1 keys.
+    for (int32_t i = 0; i < q_len; ++i) pairs += double(ctx - q_len + i + 1);
+    kv_rows += ctx;
   }
+  const int64_t tokens = qsl.back();
   const Tensor q = bench.floats(bf, {tokens, kHeads * kDim});
   const Tensor out = bench.alloc(bf, {tokens, kHeads * kDim});
   const int64_t blocks = int64_t(num_seqs) * blocks_per_seq;
@@ -263,19 +278,32 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
   batch.seq_lens = bench.ints({num_seqs}, lens);
   batch.block_tables = bench.ints({num_seqs, blocks_per_seq}, tables);
   batch.num_seqs = num_seqs;
-  batch.max_query_len = q_len;
-  batch.max_seq_len = ctx;
+  batch.max_query_len = max_q;
+  batch.max_seq_len = max_ctx;
+  batch.num_prefill_seqs = hint;
   const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
                              1.0f / std::sqrt(float(kDim))};
-  // Causal pairs: each query row i (of q_len) sees ctx - q_len + i + 1 keys.
-  double pairs = 0;
-  for (int32_t i = 0; i < q_len; ++i) pairs += double(ctx - q_len + i + 1);
-  pairs *= num_seqs;
   const double flops = 4.0 * pairs * kHeads * kDim;
-  const double bytes =
-      kBf * (2.0 * double(num_seqs) * ctx * kKvHeads * kDim + 2.0 * double(tokens) * kHeads * kDim);
+  const double bytes = kBf * (2.0 * kv_rows * kKvHeads * kDim + 2.0 * double(tokens) * kHeads * kDim);
   bench.time(name, bytes, flops, [&] { bench.b().attention(q, kc, vc, batch, shape, out); });
   bench.release();
+}
+
+void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, int32_t q_len,
+                     int32_t ctx) {
+  bench_attention_batch(bench, name, std::vector<std::pair<int32_t, int32_t>>(
+                                         size_t(num_seqs), std::pair{q_len, ctx}));
+}
+
+// A prompt step of the 1000 x 1000 run: eight 1,000-token prompts and `decodes` sequences
+// decoding at 1,000 keys, with the prompts first and the hint set or not.
+void bench_prompt_step(Bench& bench, int32_t decodes, bool hint) {
+  std::vector<std::pair<int32_t, int32_t>> seqs(8, std::pair{1000, 1000});
+  seqs.resize(size_t(8 + decodes), std::pair{1, 1000});
+  bench_attention_batch(bench,
+                        fmt::format("attention prompt step: 8 x 1000 prompts + {} decodes, {}",
+                                    decodes, hint ? "num_prefill_seqs = 8" : "no hint"),
+                        seqs, hint ? 8 : -1);
 }
 
 // Sampler row kinds: each line of the bench uses one kind for every row.
@@ -404,6 +432,8 @@ int main(int argc, char** argv) {
       bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=64",
                       8, 512, 4096);
     }
+    for (int32_t decodes : {0, 128})
+      for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);
     if (only == "prefill") return 0;
     bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
                     1, 1536);
