@@ -132,9 +132,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t bk[4];
         ldmatrix_x4(bk, kt + np * 16 * LD + k_row + kk * 16);
-        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
-        mma16816<T>(sc[2 * np], af, b0);
-        mma16816<T>(sc[2 * np + 1], af, b1);
+        mma16816_x2<T>(sc[2 * np], sc[2 * np + 1], af, bk);
       }
     }
 
@@ -161,9 +159,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t bv[4];
         ldmatrix_x4_trans(bv, vt + kk * 16 * LD + v_row + dp * 16);
-        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
-        mma16816<T>(o[2 * dp], af, b0);
-        mma16816<T>(o[2 * dp + 1], af, b1);
+        mma16816_x2<T>(o[2 * dp], o[2 * dp + 1], af, bv);
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled

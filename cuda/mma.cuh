@@ -35,6 +35,16 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
   }
 }
 
+/// c0 += a * b[0..1] and c1 += a * b[2..3]: two adjacent n8 tiles whose B fragments one
+/// ldmatrix_x4 (or ldmatrix_x4_trans) loaded.
+template <class T>
+__device__ __forceinline__ void mma16816_x2(float (&c0)[4], float (&c1)[4],
+                                            const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  mma16816<T>(c0, a, b0);
+  mma16816<T>(c1, a, b1);
+}
+
 /// Two floats rounded to T and packed, `lo` in the low half.
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

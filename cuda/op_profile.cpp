@@ -65,7 +65,6 @@ void OpProfiler::resolve() {
       Stat& s = stats_[pd.label];
       ++s.calls;
       s.ms += ms;
-      s.top_level = pd.top_level;
       if (pd.top_level) top_level_ms_ += ms;
     } else {
       cudaGetLastError();

@@ -50,7 +50,6 @@ class OpProfiler {
   struct Stat {
     uint64_t calls = 0;
     double ms = 0;
-    bool top_level = true;
   };
   cudaEvent_t event();
   void resolve();
