@@ -201,6 +201,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
   ctx.scheduler.policy.max_model_len = max_len;
   ctx.scheduler.policy.enable_chunked_prefill = chunked;
+  ctx.scheduler.policy.async_scheduling = args.async_scheduling;
   ctx.scheduler.log_stats = !args.disable_log_stats;
   m.engine = spawn_engine_actor(sys, std::move(ctx));
   m.info.load_seconds =

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 
 namespace troupe {
@@ -18,13 +19,23 @@ struct scheduler_state {
   cache_manager_actor cache_manager;
   std::vector<executor_actor> executors;
   engine_actor engine;
-  bool busy = false;
+  bool planning = false;  // waiting for the cache manager's grant
   bool executors_lost = false;
-  // Step fan-out: results from every executor of the group; rank 0's is used.
-  std::vector<StepResult> results;
-  size_t replies = 0;
-  bool step_failed = false;
-  std::string step_error;
+  // Steps sent to the executors, oldest first (two with async scheduling: the one running and
+  // the one planned ahead). Each collects a result from every executor of the group; rank 0's
+  // is used. Results are applied in step order.
+  struct StepInFlight {
+    uint64_t step_id = 0;
+    std::vector<StepResult> results;
+    size_t replies = 0;
+    bool failed = false;
+    bool discard = false;  // planned before a failure: its results are dropped
+    std::string error;
+    bool has_prompt = false;
+    uint64_t tokens = 0;
+    Clock::time_point sent;
+  };
+  std::deque<StepInFlight> in_flight;
   // Stats since the last log line.
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   Clock::time_point last_log = Clock::now();
@@ -35,12 +46,11 @@ struct scheduler_state {
   struct Timings {
     uint64_t steps = 0;
     double plan = 0, round_trip = 0, inside = 0, finish = 0;
-    // By kind (SchedulerStats): the step in flight's, then the sums.
-    bool step_has_prompt = false;
-    uint64_t step_tokens = 0;
+    // By kind (SchedulerStats). A step's time is from when it was sent, or from when the
+    // step before it returned if that is later (steps planned ahead overlap), to its result.
     uint64_t prompt_steps = 0, prompt_tokens = 0, decode_steps = 0, decode_tokens = 0;
     double prompt_seconds = 0, decode_seconds = 0;
-    Clock::time_point step_start, plan_sent;
+    Clock::time_point step_start, last_result;
     ~Timings() {
       if (steps == 0) return;
       const double ms = 1000.0 / double(steps);
@@ -70,27 +80,36 @@ void fail_everything(self_ptr self, const std::string& why, bool fatal) {
   self->send(st.cache_manager, reset_atom::value);
 }
 
-void finish_step(self_ptr self) {
+/// Applies the results of the oldest steps in flight that have all their replies.
+void finish_steps(self_ptr self) {
   auto& st = self->state;
-  st.busy = false;
-  if (st.step_failed) {
-    spdlog::error("scheduler: step failed: {}", st.step_error);
-    fail_everything(self, st.step_error, false);
-  } else {
+  while (!st.in_flight.empty() && st.in_flight.front().replies == st.executors.size()) {
+    scheduler_state::StepInFlight done = std::move(st.in_flight.front());
+    st.in_flight.pop_front();
+    if (done.discard) continue;
+    if (done.failed) {
+      spdlog::error("scheduler: step {} failed: {}", done.step_id, done.error);
+      // The steps planned after it were built on its outcome: drop their results too.
+      for (auto& later : st.in_flight) later.discard = true;
+      fail_everything(self, done.error, false);
+      continue;
+    }
     const auto t0 = Clock::now();
     auto& t = st.timings;
-    const double trip = std::chrono::duration<double>(t0 - t.plan_sent).count();
-    t.round_trip += trip;
-    if (t.step_has_prompt) {
+    t.round_trip += std::chrono::duration<double>(t0 - done.sent).count();
+    const auto from = std::max(done.sent, t.last_result);
+    const double took = std::chrono::duration<double>(t0 - from).count();
+    t.last_result = t0;
+    if (done.has_prompt) {
       ++t.prompt_steps;
-      t.prompt_tokens += t.step_tokens;
-      t.prompt_seconds += trip;
+      t.prompt_tokens += done.tokens;
+      t.prompt_seconds += took;
     } else {
       ++t.decode_steps;
-      t.decode_tokens += t.step_tokens;
-      t.decode_seconds += trip;
+      t.decode_tokens += done.tokens;
+      t.decode_seconds += took;
     }
-    const StepResult& r = st.results.front();
+    const StepResult& r = done.results.front();
     st.timings.inside += r.execute_seconds;
     SeqUpdates ups{st.sched->on_result(r)};
     for (const auto& u : ups.items) st.generated_tokens += u.new_token_ids.size();
@@ -103,59 +122,73 @@ void finish_step(self_ptr self) {
 
 void run_plan(self_ptr self, StepPlan plan) {
   auto& st = self->state;
-  st.timings.step_has_prompt = !plan.new_seqs.empty();
-  st.timings.step_tokens = 0;
+  scheduler_state::StepInFlight f;
+  f.step_id = plan.step_id;
+  f.has_prompt = !plan.new_seqs.empty();
   for (const auto& n : plan.new_seqs) {
     st.prompt_tokens += uint64_t(n.num_new_tokens);
-    st.timings.step_tokens += uint64_t(n.num_new_tokens);
+    f.tokens += uint64_t(n.num_new_tokens);
   }
   for (const auto& c : plan.cached_seqs) {
     if (c.num_new_tokens > 1) {
       st.prompt_tokens += uint64_t(c.num_new_tokens);
-      st.timings.step_has_prompt = true;
+      f.has_prompt = true;
     }
-    st.timings.step_tokens += uint64_t(c.num_new_tokens);
+    f.tokens += uint64_t(c.num_new_tokens);
   }
-  st.results.assign(st.executors.size(), StepResult{});
-  st.replies = 0;
-  st.step_failed = false;
-  st.timings.plan_sent = Clock::now();
-  st.timings.plan +=
-      std::chrono::duration<double>(st.timings.plan_sent - st.timings.step_start).count();
+  f.results.assign(st.executors.size(), StepResult{});
+  f.sent = Clock::now();
+  st.timings.plan += std::chrono::duration<double>(f.sent - st.timings.step_start).count();
+  const uint64_t id = plan.step_id;
+  st.in_flight.push_back(std::move(f));
+  auto find = [self](uint64_t step_id) -> scheduler_state::StepInFlight* {
+    for (auto& g : self->state.in_flight)
+      if (g.step_id == step_id) return &g;
+    return nullptr;  // dropped by fail_everything's reset
+  };
   for (size_t i = 0; i < st.executors.size(); ++i) {
     self->request(st.executors[i], caf::infinite, execute_atom::value, plan)
         .then(
             [=](StepResult& r) {
-              auto& s = self->state;
-              s.results[i] = std::move(r);
-              if (++s.replies == s.executors.size()) finish_step(self);
+              auto* g = find(id);
+              if (g == nullptr) return;
+              g->results[i] = std::move(r);
+              if (++g->replies == self->state.executors.size()) finish_steps(self);
             },
             [=](caf::error& e) {
-              auto& s = self->state;
-              if (!s.step_failed) {
-                s.step_failed = true;
-                s.step_error = fmt::format("executor {} failed: {}", i, error_text(e));
+              auto* g = find(id);
+              if (g == nullptr) return;
+              if (!g->failed) {
+                g->failed = true;
+                g->error = fmt::format("executor {} failed: {}", i, error_text(e));
               }
-              if (++s.replies == s.executors.size()) finish_step(self);
+              if (++g->replies == self->state.executors.size()) finish_steps(self);
             });
   }
 }
 
 void step(self_ptr self) {
   auto& st = self->state;
-  if (st.busy || st.executors_lost) return;
+  if (st.planning || st.executors_lost) return;
   if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
-  st.busy = true;
+  // One step at a time, or a second one planned ahead (async scheduling). A step sent with no
+  // sequences (only releases or swaps) is not in the scheduler's count but is in ours.
+  if (st.in_flight.size() >= 2) return;
+  if (st.in_flight.size() == 1 &&
+      !(st.sched->steps_in_flight() == 0 || st.sched->can_plan_ahead()))
+    return;
+  st.planning = true;
   st.timings.step_start = Clock::now();
   KVAsk ask = st.sched->propose();
   self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
       .then(
           [=](KVGrant& grant) {
             auto& s = self->state;
+            s.planning = false;
             StepPlan plan = s.sched->apply(grant);
             if (plan.empty() && plan.finished_seq_ids.empty() && !plan.has_swaps()) {
-              s.busy = false;
-              if (s.sched->has_work() && s.sched->stats().num_running == 0) {
+              if (s.in_flight.empty() && s.sched->has_work() &&
+                  s.sched->stats().num_running == 0) {
                 // Nothing runs and the head of the queue does not fit an empty cache: it never
                 // will (the engine checks lengths, so this is a bug to surface, not hide).
                 fail_everything(self, "scheduler: a waiting request cannot fit in the KV cache",
@@ -164,9 +197,10 @@ void step(self_ptr self) {
               return;
             }
             run_plan(self, std::move(plan));
+            step(self);  // plans the next step ahead when async scheduling allows
           },
           [=](caf::error& e) {
-            self->state.busy = false;
+            self->state.planning = false;
             fail_everything(self, "cache manager failed: " + error_text(e), false);
           });
 }

@@ -94,6 +94,18 @@ int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int
   throw std::invalid_argument(std::string(name) + ": '" + v + "' is not allowed (" + what + ")");
 }
 
+/// An integer environment variable in [lo, hi] (described by `what`), or `fallback` when unset
+/// or empty.
+int32_t env_int(const char* name, int32_t fallback, int32_t lo, int32_t hi, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < lo || n > hi)
+    throw std::invalid_argument(std::string(name) + ": '" + v + "' is not allowed (" + what + ")");
+  return int32_t(n);
+}
+
 /// How decode attention runs, from the environment (docs/engine.md):
 /// TROUPE_DECODE_ATTENTION mma (tensor cores, the default), registers or pipelined (CUDA cores);
 /// experimental: TROUPE_DECODE_SPLIT_KEYS and TROUPE_DECODE_STAGES.
@@ -170,7 +182,20 @@ class CudaBackendImpl final : public CudaBackend {
     num_sms_ = prop.multiProcessorCount;
     gpu_name_ = prop.name;
     cudaStream_t s = nullptr;
-    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+    // Experimental (the overlap op bench): TROUPE_STREAM_PRIORITY=high|low gives the stream
+    // the device's greatest or least priority; unset, the default one.
+    int prio_least = 0, prio_greatest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
+               "make_cuda_backend: cudaDeviceGetStreamPriorityRange");
+    int priority = 0;
+    if (const char* p = std::getenv("TROUPE_STREAM_PRIORITY"); p != nullptr && *p != '\0') {
+      const std::string_view v(p);
+      if (v != "high" && v != "low")
+        throw std::invalid_argument(std::string("TROUPE_STREAM_PRIORITY: '") + p +
+                                    "' is not allowed (high or low)");
+      priority = v == "high" ? prio_greatest : prio_least;
+    }
+    check_cuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
                "make_cuda_backend: cudaStreamCreate");
     stream_holder_.reset(s);
     stream_ = s;
@@ -190,7 +215,8 @@ class CudaBackendImpl final : public CudaBackend {
     decode_ = decode_options_from_env();
     check_cuda(cuda::attention_decode_init(decode_),
                "make_cuda_backend: decode attention kernel attributes");
-    lt_ = std::make_unique<cuda::LtGemm>();
+    lt_ = std::make_unique<cuda::LtGemm>(
+        env_int("TROUPE_GEMM_SM_TARGET", 0, 0, num_sms_, "0 (all) to the SM count"));
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
     check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");

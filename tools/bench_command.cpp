@@ -59,6 +59,7 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
   j["executor_round_trip_ms"] = (b.round_trip_seconds - a.round_trip_seconds) * ms;
   j["inside_executor_ms"] = (b.executor_seconds - a.executor_seconds) * ms;
   j["applying_results_ms"] = (b.apply_seconds - a.apply_seconds) * ms;
+  j["steps_planned_ahead"] = b.steps_planned_ahead - a.steps_planned_ahead;
   std::printf("  %-34s %10llu\n", "steps", static_cast<unsigned long long>(steps));
   std::printf("  %-34s %10.3f ms\n", "per step: planning", j["planning_ms"].get<double>());
   std::printf("  %-34s %10.3f ms\n", "per step: executor round trip",
@@ -67,6 +68,8 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
               j["inside_executor_ms"].get<double>());
   std::printf("  %-34s %10.3f ms\n", "per step: applying results",
               j["applying_results_ms"].get<double>());
+  std::printf("  %-34s %10llu\n", "steps planned ahead (async)",
+              static_cast<unsigned long long>(j["steps_planned_ahead"].get<uint64_t>()));
   // Where the time goes by kind of step (round trips: the GPU's time plus the messages).
   const auto kind = [&](const char* name, uint64_t n, uint64_t tokens, double secs) {
     nlohmann::ordered_json k;

@@ -423,7 +423,23 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     auto it = seqs_.find(c.seq_id);
     if (it == seqs_.end()) fail("step {}: unknown sequence {}", plan.step_id, c.seq_id);
     LiveSeq& s = it->second;
-    s.tokens.insert(s.tokens.end(), c.appended_token_ids.begin(), c.appended_token_ids.end());
+    for (int32_t t : c.appended_token_ids) {
+      if (s.num_unconfirmed == 0) {  // an executor that did not sample it (no logits head)
+        s.tokens.push_back(t);
+        continue;
+      }
+      // The scheduler's token wins (in a group, rank 0 samples for all) unless a step made
+      // ahead already computed on this executor's own.
+      const size_t at = s.tokens.size() - size_t(s.num_unconfirmed);
+      if (s.tokens[at] != t) {
+        if (int32_t(at) < s.num_computed)
+          fail("step {}: sequence {}: the scheduler has token {} at position {}, where this "
+               "executor sampled {} and has computed on it",
+               plan.step_id, c.seq_id, t, at, s.tokens[at]);
+        s.tokens[at] = t;
+      }
+      --s.num_unconfirmed;
+    }
     s.block_table.insert(s.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
     sched.push_back(Scheduled{c.seq_id, &s, c.num_computed_tokens, c.num_new_tokens});
   }
@@ -578,6 +594,11 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     for (size_t r = 0; r < sampled.size(); ++r) {
       SeqStepOutput& o = result.outputs[sampled[r]];
       const SampledToken& tok = tokens[r];
+      // The next step may be planned before the scheduler sees this token (async scheduling):
+      // it is the sequence's next input either way.
+      LiveSeq& s = *sched[sampled[r]].seq;
+      s.tokens.push_back(tok.token);
+      ++s.num_unconfirmed;
       o.sampled = true;
       o.token = tok.token;
       o.logprobs.chosen = LogprobEntry{tok.token, tok.logprob, tok.rank};

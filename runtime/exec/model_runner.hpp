@@ -126,6 +126,11 @@ class ModelRunner {
     SeqSampling sampling;
     std::vector<int32_t> block_table;
     int32_t num_computed = 0;
+    // The last tokens of `tokens` that this executor sampled and the scheduler has not
+    // confirmed yet (CachedSeq::appended_token_ids confirms them in order). A plan made ahead
+    // (async scheduling) computes such a token before the scheduler knows it. A confirmation
+    // that differs replaces the token if no step has computed on it yet.
+    int32_t num_unconfirmed = 0;
   };
   struct Scheduled {
     uint64_t seq_id;

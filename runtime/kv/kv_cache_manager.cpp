@@ -138,10 +138,21 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
     SeqState& s = it->second;
     s.tokens.insert(s.tokens.end(), r.appended_token_ids.begin(), r.appended_token_ids.end());
     const int32_t total = r.num_computed_tokens + r.num_new_tokens;
-    if (total > int32_t(s.tokens.size()))
-      fail("KVCacheManager: sequence {} asks for {} tokens but {} are known", r.seq_id, total,
-           s.tokens.size());
+    const int32_t known = int32_t(s.tokens.size());
+    if (r.num_unknown_tokens < 0 || r.num_unknown_tokens > 1 ||
+        total > known + r.num_unknown_tokens)
+      fail("KVCacheManager: sequence {} asks for {} tokens but {} are known ({} unknown)",
+           r.seq_id, total, known, r.num_unknown_tokens);
     KVRunningGrant g{r.seq_id, {}};
+    if (!ask.allow_preemption) {
+      if (!grow(s, total, &g.new_block_ids)) {
+        out.short_of_blocks = true;  // sits this step out; nobody is preempted
+        continue;
+      }
+      register_full_blocks(s, std::min(total, known));
+      out.running.push_back(std::move(g));
+      continue;
+    }
     bool self_preempted = false;
     // grow() takes all the blocks it needs or none, so a victim's table is what it held.
     while (!grow(s, total, &g.new_block_ids)) {
@@ -152,12 +163,12 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
       if (self_preempted) break;
     }
     if (self_preempted) break;
-    register_full_blocks(s, total);
+    register_full_blocks(s, std::min(total, known));
     out.running.push_back(std::move(g));
   }
   // No swap-ins or admissions while memory is short (this also keeps a step from both
   // swapping out and swapping in, so their CPU blocks never overlap).
-  if (!out.preempted.empty() || !out.swapped_out.empty()) return out;
+  if (!out.preempted.empty() || !out.swapped_out.empty() || out.short_of_blocks) return out;
 
   int32_t running_count = int32_t(out.running.size());
   // Swapped-out sequences come back first, oldest first, each when all its blocks fit.

@@ -38,6 +38,10 @@ struct KVRunningAsk {
   std::vector<int32_t> appended_token_ids;  // tokens known since the last ask
   int32_t num_computed_tokens = 0;
   int32_t num_new_tokens = 0;
+  // Tokens past the known ones that this step computes: the token a step still in flight
+  // samples for it (asynchronous scheduling; 0 or 1). Its KV slot is granted now; the block
+  // it completes is registered for prefix reuse once the token is known (a later ask).
+  int32_t num_unknown_tokens = 0;
 };
 
 /// A waiting sequence asking to be admitted with up to `max_new_tokens` tokens this step.
@@ -72,6 +76,11 @@ struct KVAsk {
   std::vector<KVSwappedAsk> swapped;  // swapped-out sequences, oldest first
   std::vector<KVWaitingAsk> waiting;  // in admission order (only when every swapped one asks)
   int32_t max_running_seqs = 0;       // cap on running.size() after admission
+  // false while a step is in flight (asynchronous scheduling plans the next one meanwhile): a
+  // running sequence that cannot grow sits this step out instead of preempting anyone, and the
+  // grant says so (KVGrant::short_of_blocks) so that the scheduler preempts in a later step
+  // made with nothing in flight.
+  bool allow_preemption = true;
 };
 
 struct KVRunningGrant {
@@ -100,6 +109,9 @@ struct KVGrant {
   std::vector<KVAdmission> admitted;    // a prefix of the waiting asks
   std::vector<BlockSwap> swap_out;      // copies for swapped_out, made before this step
   std::vector<BlockSwap> swap_in;       // copies for swapped_in, made after swap_out
+  // Only when !allow_preemption: some running sequences were left out for lack of blocks (and
+  // nothing was swapped in or admitted).
+  bool short_of_blocks = false;
 };
 
 enum class PreemptionMode : uint8_t { recompute, swap };

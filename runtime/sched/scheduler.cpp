@@ -45,7 +45,7 @@ void Scheduler::retire(uint64_t seq_id) {
   Seq& s = it->second;
   if (s.running) {
     running_.erase(std::find(running_.begin(), running_.end(), seq_id));
-    releases_.push_back(KVRelease{seq_id, std::move(s.pending), s.num_computed});
+    releases_.push_back(KVRelease{seq_id, std::move(s.pending_kv), s.num_computed});
   } else if (s.swapped) {
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq_id));
     releases_.push_back(KVRelease{seq_id, {}, 0});  // frees its CPU blocks
@@ -63,10 +63,15 @@ bool Scheduler::abort(uint64_t seq_id) {
 }
 
 KVAsk Scheduler::propose() {
+  const bool ahead = !in_flight_.empty();
+  if (ahead && !can_plan_ahead())
+    fail("scheduler: propose() with {} step(s) in flight (async_scheduling {})", in_flight_.size(),
+         config_.async_scheduling ? "on, but the next plan must wait" : "off");
   KVAsk ask;
   ask.released = std::move(releases_);
   releases_.clear();
   ask.max_running_seqs = config_.max_num_seqs;
+  ask.allow_preemption = !ahead;
   int32_t budget = config_.max_num_batched_tokens;
   int32_t logprob_rows = prompt_logprob_rows_per_step(config_.max_num_batched_tokens);
   // A chunk of a sequence that wants prompt logprobs costs one logits row per prompt position.
@@ -84,12 +89,22 @@ KVAsk Scheduler::propose() {
   for (uint64_t id : running_) {
     Seq& s = seqs_.at(id);
     s.num_scheduled = 0;
-    const int32_t remaining = int32_t(s.tokens.size()) - s.num_computed;
-    const int32_t n = cap_for_prompt_logprobs(s, s.num_computed, std::min(remaining, budget));
+    // Planning ahead: the step in flight computes num_in_flight more tokens and may sample one
+    // more, whose id only the executor will know.
+    const int32_t unknown = s.samples_in_flight;
+    if (unknown > 1) fail("scheduler: sequence {} samples in {} steps in flight", id, unknown);
+    const auto known = int32_t(s.tokens.size());
+    if (unknown > 0 && (s.num_outputs() + 1 >= s.spec.stop.max_tokens ||
+                        (config_.max_model_len > 0 && known + 1 >= config_.max_model_len)))
+      continue;  // that token is its last (length): nothing more to schedule
+    const int32_t start = s.num_computed + s.num_in_flight;
+    const int32_t remaining = known + unknown - start;
+    const int32_t n = cap_for_prompt_logprobs(s, start, std::min(remaining, budget));
     if (n <= 0) continue;
     s.num_scheduled = n;
     budget -= n;
-    ask.running.push_back(KVRunningAsk{id, s.pending, s.num_computed, n});
+    ask.running.push_back(KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown});
+    s.pending_kv.clear();
   }
   int32_t count = int32_t(running_.size());
   // Swapped-out sequences, oldest first, continue from where they were.
@@ -135,21 +150,37 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
   plan.step_id = next_step_++;
   plan.finished_seq_ids = std::move(forget_);
   forget_.clear();
-  in_flight_.clear();
+  const bool ahead = !in_flight_.empty();
+  if (ahead && (!grant.preempted.empty() || !grant.swapped_out.empty()))
+    fail("scheduler: a plan made ahead of step {} preempts", in_flight_.back().step_id);
+  // A plan made ahead that left sequences out for lack of blocks: the next waits for the
+  // steps in flight, so that it may preempt.
+  sync_needed_ = grant.short_of_blocks;
+  InFlight step{plan.step_id, {}};
+  // Books `n` tokens of `s` from `start` into this step; true when they end at its next token.
+  auto book = [&](uint64_t id, Seq& s, int32_t start, int32_t n) {
+    const bool samples = start + n == int32_t(s.tokens.size()) + s.samples_in_flight;
+    step.seqs.emplace(id, Scheduled{id, start, n, samples});
+    s.num_in_flight += n;
+    s.samples_in_flight += samples ? 1 : 0;
+  };
 
   for (uint64_t id : grant.preempted) {
+    if (!seqs_.contains(id)) continue;
     Seq& s = seqs_.at(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
     waiting_.push_front(id);
     s.running = false;
     s.num_computed = 0;
     s.num_scheduled = 0;
-    s.pending.clear();
+    s.pending_kv.clear();
+    s.pending_exec.clear();
     if (s.known_to_executors) plan.finished_seq_ids.push_back(id);
     s.known_to_executors = false;
     ++preemptions_;
   }
   for (uint64_t id : grant.swapped_out) {
+    if (!seqs_.contains(id)) continue;  // its release (queued by retire) frees the CPU blocks
     Seq& s = seqs_.at(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
     auto pos = std::find_if(swapped_.begin(), swapped_.end(),
@@ -158,7 +189,8 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.running = false;
     s.swapped = true;
     s.num_scheduled = 0;  // num_computed stays: the KV is kept in CPU blocks
-    s.pending.clear();    // the swap-in re-sends every token
+    s.pending_kv.clear();  // the swap-in re-sends every token
+    s.pending_exec.clear();
     if (s.known_to_executors) plan.finished_seq_ids.push_back(id);
     s.known_to_executors = false;
     ++preemptions_;
@@ -166,14 +198,23 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
   }
   plan.swap_out = grant.swap_out;
   plan.swap_in = grant.swap_in;
+  // A sequence aborted while the cache manager was granting: a running one's release is
+  // queued already (retire); a waiting or swapped one the grant took in is released here.
   for (const KVRunningGrant& g : grant.running) {
-    Seq& s = seqs_.at(g.seq_id);
-    plan.cached_seqs.push_back(CachedSeq{g.seq_id, std::move(s.pending), g.new_block_ids,
-                                         s.num_computed, s.num_scheduled});
-    s.pending.clear();
-    in_flight_.push_back(g.seq_id);
+    auto it = seqs_.find(g.seq_id);
+    if (it == seqs_.end()) continue;
+    Seq& s = it->second;
+    const int32_t start = s.num_computed + s.num_in_flight;
+    plan.cached_seqs.push_back(CachedSeq{g.seq_id, std::move(s.pending_exec), g.new_block_ids,
+                                         start, s.num_scheduled});
+    s.pending_exec.clear();
+    book(g.seq_id, s, start, s.num_scheduled);
   }
   for (const KVSwappedIn& g : grant.swapped_in) {
+    if (!seqs_.contains(g.seq_id)) {
+      releases_.push_back(KVRelease{g.seq_id, {}, 0});
+      continue;
+    }
     if (swapped_.empty() || swapped_.front() != g.seq_id)
       fail("scheduler: swap-in of sequence {} out of queue order", g.seq_id);
     swapped_.pop_front();
@@ -181,15 +222,19 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.swapped = false;
     s.running = true;
     running_.push_back(g.seq_id);
-    s.pending.clear();
+    s.pending_kv.clear();
+    s.pending_exec.clear();
     s.known_to_executors = true;
     plan.new_seqs.push_back(NewSeq{g.seq_id, s.tokens, s.num_prompt, s.spec.sampling, g.block_ids,
                                    s.num_computed, s.num_scheduled});
-    in_flight_.push_back(g.seq_id);
+    book(g.seq_id, s, s.num_computed, s.num_scheduled);
     ++swap_ins_;
   }
-  for (uint64_t id : swapped_) seqs_.at(id).num_scheduled = 0;
   for (const KVAdmission& a : grant.admitted) {
+    if (!seqs_.contains(a.seq_id)) {
+      releases_.push_back(KVRelease{a.seq_id, {}, 0});
+      continue;
+    }
     if (waiting_.empty() || waiting_.front() != a.seq_id)
       fail("scheduler: admission of sequence {} out of queue order", a.seq_id);
     waiting_.pop_front();
@@ -197,15 +242,20 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.running = true;
     running_.push_back(a.seq_id);
     s.num_computed = a.num_cached_tokens;
-    s.num_scheduled = a.num_new_tokens;
-    s.pending.clear();
+    s.pending_kv.clear();
+    s.pending_exec.clear();
     s.known_to_executors = true;
     plan.new_seqs.push_back(NewSeq{a.seq_id, s.tokens, s.num_prompt, s.spec.sampling, a.block_ids,
                                    a.num_cached_tokens, a.num_new_tokens});
-    in_flight_.push_back(a.seq_id);
+    book(a.seq_id, s, a.num_cached_tokens, a.num_new_tokens);
   }
-  // Waiting sequences asked for but not admitted stay queued with nothing scheduled.
-  for (uint64_t id : waiting_) seqs_.at(id).num_scheduled = 0;
+  // Sequences asked for but not granted (waiting, swapped, or left out of a plan made ahead)
+  // have nothing scheduled.
+  for (auto& [id, s] : seqs_) s.num_scheduled = 0;
+  if (!step.seqs.empty()) {
+    if (ahead) ++planned_ahead_;
+    in_flight_.push_back(std::move(step));
+  }
   return plan;
 }
 
@@ -228,14 +278,31 @@ FinishReason Scheduler::check_stop(const Seq& s, std::optional<int32_t>* stop_to
 
 std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
   std::vector<SeqUpdate> updates;
+  if (in_flight_.empty() || in_flight_.front().step_id != result.step_id) {
+    if (result.outputs.empty()) return updates;  // a plan with no sequences
+    fail("scheduler: result of step {} while step {} is the oldest in flight", result.step_id,
+         in_flight_.empty() ? std::string("none") : std::to_string(in_flight_.front().step_id));
+  }
+  const InFlight step = std::move(in_flight_.front());
+  in_flight_.pop_front();
   updates.reserve(result.outputs.size());
   for (const SeqStepOutput& out : result.outputs) {
     auto it = seqs_.find(out.seq_id);
-    if (it == seqs_.end()) continue;  // aborted while the step ran
+    if (it == seqs_.end()) continue;  // finished, or aborted, while the step ran
+    auto booked = step.seqs.find(out.seq_id);
+    if (booked == step.seqs.end())
+      fail("scheduler: step {} returned sequence {}, which it did not schedule", result.step_id,
+           out.seq_id);
+    const Scheduled& b = booked->second;
     Seq& s = it->second;
+    if (b.start != s.num_computed || out.sampled != b.samples)
+      fail("scheduler: step {} of sequence {}: tokens from {} (computed {}), sampled {} (booked "
+           "{})",
+           result.step_id, out.seq_id, b.start, s.num_computed, out.sampled, b.samples);
     const int32_t chunk_start = s.num_computed;
-    s.num_computed += s.num_scheduled;
-    s.num_scheduled = 0;
+    s.num_computed += b.count;
+    s.num_in_flight -= b.count;
+    if (b.samples) --s.samples_in_flight;
     SeqUpdate u;
     u.seq_id = out.seq_id;
     // Prompt logprobs: entry j belongs to position chunk_start + j (predicting the token after
@@ -248,7 +315,8 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
     }
     if (out.sampled) {
       s.tokens.push_back(out.token);
-      s.pending.push_back(out.token);
+      s.pending_kv.push_back(out.token);
+      s.pending_exec.push_back(out.token);
       u.new_token_ids.push_back(out.token);
       u.logprobs.push_back(out.logprobs);  // the chosen token's logprob is always there
       u.finish = check_stop(s, &u.stop_token);
@@ -258,7 +326,6 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
       updates.push_back(std::move(u));
     if (finished) retire(out.seq_id);
   }
-  in_flight_.clear();
   return updates;
 }
 
@@ -277,6 +344,7 @@ std::vector<SeqUpdate> Scheduler::fail_all() {
   releases_.clear();
   forget_.clear();
   in_flight_.clear();
+  sync_needed_ = false;
   return updates;
 }
 
@@ -289,6 +357,7 @@ SchedulerStats Scheduler::stats() const {
   st.num_swapped = int32_t(swapped_.size());
   st.num_swap_outs = swap_outs_;
   st.num_swap_ins = swap_ins_;
+  st.steps_planned_ahead = planned_ahead_;
   return st;
 }
 

@@ -13,6 +13,18 @@
 // Finished and aborted sequences are released in the next ask and forgotten by the executors
 // in the next plan.
 //
+// Asynchronous scheduling (SchedulerConfig::async_scheduling, vLLM's --async-scheduling): while
+// one step is in flight the next may be planned (can_plan_ahead()), so the executor finds it
+// waiting when the first ends and the GPU does not idle through planning and applying. A
+// sequence that samples in the step in flight is scheduled for the token after it, which only
+// the executor knows yet: executors append the tokens they sample themselves, and the plans'
+// appended_token_ids confirm them later. What cannot be known ahead costs at most one wasted
+// step per sequence: one that stops on a token (eos, stop_token_ids) or is aborted also ran in
+// the step planned ahead, whose output for it is dropped. Stops by length are known ahead and
+// never scheduled. A plan made ahead preempts nobody (KVAsk::allow_preemption = false): a
+// sequence that cannot grow sits it out, and the next plan is made with nothing in flight,
+// where vLLM's preemption rules apply as in synchronous scheduling.
+//
 // Swapped-out sequences ask to come back after the running ones and before any waiting one
 // (waiting sequences are only proposed when every swapped one is). The executors forget a
 // swapped-out sequence and learn it again as a NewSeq on swap-in, with its tokens so far and
@@ -36,6 +48,7 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_model_len = 0;
   bool enable_chunked_prefill = true;
+  bool async_scheduling = false;  // plan a step while the one before runs (see above)
 };
 
 /// When a sequence stops, besides the engine's stop strings.
@@ -76,6 +89,7 @@ struct SchedulerStats {
   int32_t num_swapped = 0;     // sequences swapped out now
   uint64_t num_swap_outs = 0;  // sequences swapped out so far
   uint64_t num_swap_ins = 0;   // sequences swapped back in so far
+  uint64_t steps_planned_ahead = 0;  // async scheduling: plans made while a step was in flight
   // Host time of the step loop so far, over `timed_steps` steps with a result (filled by the
   // scheduler actor; zero from Scheduler::stats()): planning (propose, the cache manager's
   // grant, apply), the executor round trip (plan sent to result back), the executor's own
@@ -107,9 +121,20 @@ class Scheduler {
     return !releases_.empty() || !forget_.empty();
   }
 
+  /// With nothing in flight, or when can_plan_ahead().
   [[nodiscard]] KVAsk propose();
   [[nodiscard]] StepPlan apply(const KVGrant& grant);
+  /// Results come in plan order (a plan with no sequences needs none).
   [[nodiscard]] std::vector<SeqUpdate> on_result(const StepResult& result);
+
+  /// Steps planned whose results are not in yet (plans with no sequences do not count).
+  [[nodiscard]] size_t steps_in_flight() const { return in_flight_.size(); }
+  /// Whether the next step may be planned now, before the one in flight returns: async
+  /// scheduling is on, one step is in flight, and the last plan made ahead did not run short
+  /// of blocks (then the next plan waits, so that it may preempt).
+  [[nodiscard]] bool can_plan_ahead() const {
+    return config_.async_scheduling && in_flight_.size() == 1 && !sync_needed_;
+  }
 
   /// Fails every sequence (the executors are gone): returns one error update per sequence,
   /// and leaves the scheduler empty.
@@ -122,10 +147,14 @@ class Scheduler {
     SeqSpec spec;
     std::vector<int32_t> tokens;  // prompt followed by outputs
     int32_t num_prompt = 0;
-    int32_t num_computed = 0;
-    int32_t num_scheduled = 0;      // tokens in the step in flight
+    int32_t num_computed = 0;       // tokens whose KV steps that returned computed
+    int32_t num_in_flight = 0;      // tokens of it in steps in flight
+    int32_t samples_in_flight = 0;  // steps in flight that sample its next token (0 or 1
+                                    // when planning; 2 between planning ahead and a result)
+    int32_t num_scheduled = 0;      // tokens proposed for the step being planned
     int32_t prompt_logprobs_sent = 0;  // prompt positions delivered (after position 0)
-    std::vector<int32_t> pending;   // tokens appended since executors / KV last heard
+    std::vector<int32_t> pending_kv;    // sampled tokens the cache manager has not heard of
+    std::vector<int32_t> pending_exec;  // sampled tokens the executors have not had confirmed
     bool known_to_executors = false;
     bool running = false;
     bool swapped = false;  // in swapped_: its KV is in CPU blocks
@@ -143,11 +172,23 @@ class Scheduler {
   std::deque<uint64_t> swapped_;  // by arrival
   std::vector<KVRelease> releases_;
   std::vector<uint64_t> forget_;
-  std::vector<uint64_t> in_flight_;  // sequences scheduled in the step in flight
+  // Steps in flight, oldest first: what each scheduled, so its result can be applied.
+  struct Scheduled {
+    uint64_t seq_id = 0;
+    int32_t start = 0, count = 0;
+    bool samples = false;
+  };
+  struct InFlight {
+    uint64_t step_id = 0;
+    std::unordered_map<uint64_t, Scheduled> seqs;
+  };
+  std::deque<InFlight> in_flight_;
+  bool sync_needed_ = false;  // a plan made ahead ran short of blocks
   uint64_t next_step_ = 1;
   uint64_t preemptions_ = 0;
   uint64_t next_arrival_ = 0;
   uint64_t swap_outs_ = 0, swap_ins_ = 0;
+  uint64_t planned_ahead_ = 0;
 };
 
 }  // namespace troupe

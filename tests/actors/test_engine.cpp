@@ -313,3 +313,66 @@ TEST_CASE("bad preemption settings are one clear error naming the field", "[engi
   CHECK_THROWS_WITH(
       LLM(a), Catch::Contains("preemption_mode = \"swap\"") && Catch::Contains("swap_space = 0"));
 }
+
+TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as step by step",
+          "[engine][async]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  const Reference ref = load_reference("llama_gqa");
+  EngineArgs sync_args = fixture_args("llama_gqa");
+  EngineArgs async_args = sync_args;
+  async_args.async_scheduling = true;
+  SECTION("greedy equals transformers, roomy and with preemption") {
+    for (const EngineArgs& base : {async_args, tiny_cache_args("llama_gqa")}) {
+      EngineArgs a = base;
+      a.async_scheduling = true;
+      LLM llm(a);
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      CHECK(llm.scheduler_stats().steps_planned_ahead > 0);
+      if (a.num_gpu_blocks_override) CHECK(llm.scheduler_stats().num_preemptions > 0);
+    }
+  }
+  SECTION("seeded sampling with penalties, stop tokens and logprobs") {
+    SamplingParams p;
+    p.temperature = 0.9;
+    p.top_k = 20;
+    p.seed = 77;
+    p.n = 2;
+    p.max_tokens = 20;
+    p.presence_penalty = 0.5;
+    p.repetition_penalty = 1.2;
+    p.logprobs = 2;
+    p.detokenize = false;
+    p.ignore_eos = true;
+    // Stops on a token that the greedy continuation of prompt 3 meets early.
+    SamplingParams stopping = greedy_params(24);
+    stopping.stop_token_ids = {ref.greedy[3][4]};
+    std::vector<RequestOutput> outs[2];
+    std::vector<RequestOutput> stops[2];
+    for (int i = 0; i < 2; ++i) {
+      LLM llm(i == 0 ? sync_args : async_args);
+      outs[i] = llm.generate(prompts_of(ref), p, {.use_tqdm = false});
+      stops[i] = llm.generate(prompts_of(ref), stopping, {.use_tqdm = false});
+      CHECK((llm.scheduler_stats().steps_planned_ahead > 0) == (i == 1));
+    }
+    REQUIRE(outs[0].size() == outs[1].size());
+    for (size_t r = 0; r < outs[0].size(); ++r) {
+      for (size_t c = 0; c < 2; ++c) {
+        const auto& x = outs[0][r].outputs.at(c);
+        const auto& y = outs[1][r].outputs.at(c);
+        CHECK(x.token_ids == y.token_ids);
+        // Batches are cut differently, so float sums may round differently.
+        CHECK(x.cumulative_logprob == Approx(y.cumulative_logprob).epsilon(1e-5));
+        REQUIRE(x.logprobs);
+        REQUIRE(y.logprobs);
+        CHECK(x.logprobs->size() == y.logprobs->size());
+      }
+      CHECK(stops[0][r].outputs[0].token_ids == stops[1][r].outputs[0].token_ids);
+      CHECK(stops[0][r].outputs[0].finish_reason == stops[1][r].outputs[0].finish_reason);
+    }
+    // Prompt 3 stopped at its fifth token (or where that token first occurs).
+    const auto& s3 = stops[1][3].outputs[0];
+    CHECK(s3.finish_reason == "stop");
+    CHECK(s3.token_ids.size() <= 5);
+    CHECK(s3.token_ids.back() == ref.greedy[3][4]);
+  }
+}

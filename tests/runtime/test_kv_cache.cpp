@@ -107,6 +107,57 @@ TEST_CASE("running sequences grow, and when blocks run out the lowest priority i
   CHECK(kv.block_table(1).size() == 3);
 }
 
+TEST_CASE("a step planned ahead preempts nobody: who cannot grow sits it out", "[kv][async]") {
+  KVCacheManager kv(4, 4, true);
+  KVAsk admit;
+  admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(8), 8, true, true, 0});
+  admit.waiting.push_back(KVWaitingAsk{2, iota_tokens(7, 500), 7, true, true, 0});
+  REQUIRE(kv.grant(admit).admitted.size() == 2);
+  CHECK(kv.stats().num_free_blocks == 0);
+  // Both sample a token in the step in flight; the next step computes it (known + 1).
+  KVAsk ahead;
+  ahead.allow_preemption = false;
+  ahead.running.push_back(KVRunningAsk{1, {}, 8, 1, 1});  // needs a third block: none left
+  ahead.running.push_back(KVRunningAsk{2, {}, 7, 1, 1});  // fits its second block
+  ahead.waiting.push_back(KVWaitingAsk{3, iota_tokens(2, 900), 2, true, true, 0});
+  KVGrant g = kv.grant(ahead);
+  CHECK(g.short_of_blocks);
+  CHECK(g.preempted.empty());
+  CHECK(g.swapped_out.empty());
+  CHECK(g.admitted.empty());  // nothing is admitted while running sequences wait
+  REQUIRE(g.running.size() == 1);
+  CHECK(g.running[0].seq_id == 2);
+  CHECK(kv.holds(1));
+  CHECK(kv.block_table(1).size() == 2);
+  // A later ask confirms the tokens; one that asks past known + unknown is refused.
+  KVAsk next;
+  next.running.push_back(KVRunningAsk{2, {42}, 8, 2, 0});
+  CHECK_THROWS_WITH(kv.grant(next), Catch::Contains("asks for 10 tokens but 8 are known"));
+}
+
+TEST_CASE("a block completed by a token not yet known is registered once it is", "[kv][async]") {
+  KVCacheManager kv(8, 4, true);
+  KVAsk admit;
+  admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(7), 7, true, true, 0});
+  REQUIRE(kv.grant(admit).admitted.size() == 1);
+  KVAsk ahead;  // position 7 (the token the first step samples) completes block 1
+  ahead.allow_preemption = false;
+  ahead.running.push_back(KVRunningAsk{1, {}, 7, 1, 1});
+  REQUIRE(kv.grant(ahead).running.size() == 1);
+  // The token turns out to be 555: a prompt 100..106, 555 hits both blocks once it is known.
+  KVAsk known;
+  known.running.push_back(KVRunningAsk{1, {555}, 8, 1, 1});
+  REQUIRE(kv.grant(known).running.size() == 1);
+  auto follow_up = iota_tokens(7);
+  follow_up.push_back(555);
+  follow_up.push_back(1);
+  KVAsk b;
+  b.waiting.push_back(KVWaitingAsk{2, follow_up, 9, true, true, 0});
+  KVGrant g = kv.grant(b);
+  REQUIRE(g.admitted.size() == 1);
+  CHECK(g.admitted[0].num_cached_tokens == 8);
+}
+
 TEST_CASE("a sequence that cannot grow even alone preempts itself", "[kv]") {
   KVCacheManager kv(2, 2, false);
   KVAsk admit;

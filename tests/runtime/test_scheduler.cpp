@@ -4,6 +4,7 @@
 // preemption by recompute, chunked prefill and prefix hits safe.
 #include <catch2/catch.hpp>
 
+#include <deque>
 #include <map>
 #include <numeric>
 
@@ -68,7 +69,12 @@ class FakeExecutor {
     }
     for (const CachedSeq& c : plan.cached_seqs) {
       Seq& s = seqs_.at(c.seq_id);
-      s.tokens.insert(s.tokens.end(), c.appended_token_ids.begin(), c.appended_token_ids.end());
+      // Like the model runner: the tokens it sampled are in already; the plan confirms them.
+      for (int32_t t : c.appended_token_ids) {
+        REQUIRE(s.unconfirmed > 0);
+        REQUIRE(s.tokens[s.tokens.size() - size_t(s.unconfirmed)] == t);
+        --s.unconfirmed;
+      }
       s.blocks.insert(s.blocks.end(), c.new_block_ids.begin(), c.new_block_ids.end());
       schedule(c.seq_id, c.num_computed_tokens, c.num_new_tokens);
     }
@@ -95,6 +101,8 @@ class FakeExecutor {
         o.sampled = true;
         o.token = fake_next(s.tokens);
         o.logprobs.chosen = LogprobEntry{o.token, -0.5f, 1};
+        s.tokens.push_back(o.token);
+        ++s.unconfirmed;
       }
       if (s.prompt_logprobs)
         for (int32_t p = run.start; p < std::min(run.start + run.n, s.num_prompt - 1); ++p)
@@ -116,6 +124,7 @@ class FakeExecutor {
     int32_t computed = 0;
     int32_t num_prompt = 0;
     bool prompt_logprobs = false;
+    int32_t unconfirmed = 0;  // sampled here, not yet confirmed by a plan
   };
   int32_t block_size_;
   std::vector<int32_t> gpu_, cpu_;
@@ -140,10 +149,13 @@ struct SwapRun {
   std::vector<std::pair<uint64_t, int32_t>> resumed;
 };
 
+/// With cfg.async_scheduling the loop plans ahead whenever the scheduler allows: the fake
+/// executor runs each plan as it is made, and a result is applied only after the next plan
+/// (when there is one) was made.
 std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int32_t block_size,
                                     bool prefix, std::vector<SeqSpec> specs,
                                     uint64_t* preemptions = nullptr, int* steps = nullptr,
-                                    SwapRun* swap = nullptr) {
+                                    SwapRun* swap = nullptr, int* planned_ahead = nullptr) {
   Scheduler sched(cfg);
   const PreemptionMode mode = swap ? swap->mode : PreemptionMode::recompute;
   const int32_t cpu_blocks = swap ? swap->cpu_blocks : 0;
@@ -152,20 +164,35 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
   for (auto& s : specs) sched.add(s);
   std::map<uint64_t, Outcome> out;
   int n = 0;
-  while (sched.has_work() || sched.has_pending_releases()) {
+  std::deque<StepResult> results;  // of the steps in flight, oldest first
+  while (sched.has_work() || sched.has_pending_releases() || !results.empty()) {
     REQUIRE(++n < 100000);
-    StepPlan plan = sched.apply(kv.grant(sched.propose()));
-    // The token budget and the sequence cap hold in every plan.
-    int32_t tokens = 0;
-    for (auto& s : plan.new_seqs) tokens += s.num_new_tokens;
-    for (auto& s : plan.cached_seqs) tokens += s.num_new_tokens;
-    REQUIRE(tokens <= cfg.max_num_batched_tokens);
-    REQUIRE(plan.new_seqs.size() + plan.cached_seqs.size() <= size_t(cfg.max_num_seqs));
-    if (plan.empty()) {
-      (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
-      continue;
+    REQUIRE(results.size() == sched.steps_in_flight());
+    const bool may_plan = results.empty() || sched.can_plan_ahead();
+    if (may_plan && (sched.has_work() || sched.has_pending_releases())) {
+      const bool ahead = !results.empty();
+      StepPlan plan = sched.apply(kv.grant(sched.propose()));
+      // The token budget and the sequence cap hold in every plan.
+      int32_t tokens = 0;
+      for (auto& s : plan.new_seqs) tokens += s.num_new_tokens;
+      for (auto& s : plan.cached_seqs) tokens += s.num_new_tokens;
+      REQUIRE(tokens <= cfg.max_num_batched_tokens);
+      REQUIRE(plan.new_seqs.size() + plan.cached_seqs.size() <= size_t(cfg.max_num_seqs));
+      if (ahead) {
+        CHECK(plan.swap_out.empty());  // plans made ahead never preempt
+        if (!plan.empty() && planned_ahead) ++*planned_ahead;
+      }
+      if (!plan.empty()) {
+        results.push_back(exec.execute(plan));
+        if (results.size() == 1) continue;  // may plan the next one ahead
+      } else {
+        (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
+        if (results.empty()) continue;
+      }
     }
-    for (auto& u : sched.on_result(exec.execute(plan))) {
+    const StepResult r = std::move(results.front());
+    results.pop_front();
+    for (auto& u : sched.on_result(r)) {
       auto& o = out[u.seq_id];
       o.tokens.insert(o.tokens.end(), u.new_token_ids.begin(), u.new_token_ids.end());
       o.prompt_logprobs += u.prompt_logprobs.size();
@@ -226,10 +253,16 @@ TEST_CASE("every sequence gets exactly its own continuation, whatever the batchi
       {"tiny cache: preemption by recompute", {64, 8, 1024, true}, 20, true},
       {"no chunked prefill", {64, 64, 64, false}, 64, false},
   };
+  const bool async = GENERATE(false, true);
   for (const auto& setup : setups) {
-    DYNAMIC_SECTION(setup.name) {
+    DYNAMIC_SECTION(setup.name << (async ? ", async scheduling" : "")) {
       uint64_t preemptions = 0;
-      auto out = run_all(setup.cfg, setup.blocks, 4, setup.prefix, specs, &preemptions);
+      int ahead = 0;
+      SchedulerConfig cfg = setup.cfg;
+      cfg.async_scheduling = async;
+      auto out = run_all(cfg, setup.blocks, 4, setup.prefix, specs, &preemptions, nullptr,
+                         nullptr, &ahead);
+      CHECK((ahead > 0) == async);
       REQUIRE(out.size() == specs.size());
       for (const auto& s : specs) {
         const auto& o = out.at(s.seq_id);
@@ -261,6 +294,13 @@ TEST_CASE("chunked prefill splits a long prompt under the token budget", "[sched
 TEST_CASE("eos and stop tokens end a sequence, but not before min_tokens", "[sched]") {
   const auto prompt = make_spec(1, 5, 50).prompt_token_ids;
   const auto free_run = alone(prompt, 50);
+  // With async scheduling the step planned ahead of the stop is wasted; the outputs are the same.
+  const bool async = GENERATE(false, true);
+  auto run_all = [&](SchedulerConfig cfg, int32_t num_blocks, int32_t block_size, bool prefix,
+                     std::vector<SeqSpec> specs) {
+    cfg.async_scheduling = async;
+    return ::run_all(cfg, num_blocks, block_size, prefix, std::move(specs));
+  };
 
   SECTION("eos") {
     auto spec = make_spec(1, 5, 50);
@@ -305,7 +345,7 @@ TEST_CASE("prompt logprobs are delivered once per prompt position, across chunks
     specs.push_back(s);
   }
   uint64_t preemptions = 0;
-  auto out = run_all({16, 6, 1024, true}, 16, 4, true, specs, &preemptions);
+  auto out = run_all({16, 6, 1024, true, GENERATE(false, true)}, 16, 4, true, specs, &preemptions);
   CHECK(preemptions > 0);
   for (const auto& s : specs) {
     CHECK(out[s.seq_id].prompt_logprobs == 29);
@@ -353,7 +393,7 @@ TEST_CASE("swap: preempted sequences are swapped out and back, nothing is recomp
     total_positions +=
         specs.back().prompt_token_ids.size() + uint64_t(specs.back().stop.max_tokens) - 1;
   }
-  SchedulerConfig cfg{64, 8, 1024, true};
+  SchedulerConfig cfg{64, 8, 1024, true, GENERATE(false, true)};
   SECTION("CPU pool large enough") {
     SwapRun swap{PreemptionMode::swap, 64};
     auto out = run_all(cfg, 20, 4, false, specs, nullptr, nullptr, &swap);
@@ -385,7 +425,8 @@ TEST_CASE("swap: preempted sequences are swapped out and back, nothing is recomp
   }
   SECTION("CPU pool for some: a mix of both, with prefix caching and chunked prompts") {
     SwapRun swap{PreemptionMode::swap, 6};
-    auto out = run_all({16, 8, 1024, true}, 20, 4, true, specs, nullptr, nullptr, &swap);
+    auto out = run_all({16, 8, 1024, true, cfg.async_scheduling}, 20, 4, true, specs, nullptr,
+                       nullptr, &swap);
     for (const auto& s : specs)
       CHECK(out.at(s.seq_id).tokens == alone(s.prompt_token_ids, s.stop.max_tokens));
     CHECK(swap.stats.num_swap_outs > 0);
@@ -451,5 +492,106 @@ TEST_CASE("swap: aborting a swapped-out sequence frees its CPU blocks", "[sched]
   (void)exec.execute(sched.apply(kv.grant(sched.propose())));
   CHECK(kv.num_free_cpu_blocks() == 8);
   CHECK(kv.stats().num_free_blocks == 4);
+  CHECK_FALSE(sched.has_work());
+}
+
+// ---- asynchronous scheduling ----
+
+TEST_CASE("async: the step after one that ran short of blocks waits, then preempts",
+          "[sched][async]") {
+  // Prompts of 8 and 5 tokens fill a cache of 4 blocks of 4. In the plan made ahead the first
+  // needs a third block and cannot get it, the second can still grow: that plan runs without
+  // the first, and the one after it waits for the steps in flight and preempts.
+  Scheduler sched({64, 8, 1024, true, true});
+  KVCacheManager kv(4, 4, false);
+  FakeExecutor exec(4, 4);
+  sched.add(make_spec(1, 8, 6));
+  sched.add(make_spec(2, 5, 6, 50));
+  std::deque<StepResult> results;
+  bool waited = false;
+  std::map<uint64_t, std::vector<int32_t>> out;
+  int guard = 0;
+  while ((sched.has_work() || sched.has_pending_releases() || !results.empty()) &&
+         ++guard < 500) {
+    if (results.empty() || sched.can_plan_ahead()) {
+      if (sched.has_work() || sched.has_pending_releases()) {
+        const bool ahead = !results.empty();
+        StepPlan plan = sched.apply(kv.grant(sched.propose()));
+        if (ahead) CHECK(plan.swap_out.empty());
+        if (!plan.empty()) {
+          results.push_back(exec.execute(plan));
+          if (results.size() == 1) continue;
+        } else {
+          (void)exec.execute(plan);
+          if (results.empty()) continue;
+        }
+      }
+    } else {
+      waited = true;
+      CHECK(sched.steps_in_flight() == 1);
+      CHECK_THROWS_WITH((void)sched.propose(), Catch::Contains("the next plan must wait"));
+    }
+    for (auto& u : sched.on_result(results.front()))
+      out[u.seq_id].insert(out[u.seq_id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
+    results.pop_front();
+  }
+  REQUIRE(guard < 500);
+  CHECK(waited);
+  CHECK(sched.stats().num_preemptions > 0);
+  CHECK(kv.stats().num_free_blocks == 4);
+  CHECK(out[1] == alone(make_spec(1, 8, 6).prompt_token_ids, 6));
+  CHECK(out[2] == alone(make_spec(2, 5, 6, 50).prompt_token_ids, 6));
+}
+
+TEST_CASE("async: a sequence is not scheduled past its last token", "[sched][async]") {
+  // max_tokens 3: the plan made ahead of the step sampling the third token leaves it out.
+  Scheduler sched({64, 8, 1024, true, true});
+  KVCacheManager kv(16, 4, false);
+  FakeExecutor exec(4);
+  sched.add(make_spec(1, 5, 3));
+  StepPlan p1 = sched.apply(kv.grant(sched.propose()));
+  StepResult r1 = exec.execute(p1);
+  REQUIRE(sched.can_plan_ahead());
+  StepPlan p2 = sched.apply(kv.grant(sched.propose()));  // computes output 1, samples output 2
+  REQUIRE(p2.cached_seqs.size() == 1);
+  CHECK(p2.cached_seqs[0].num_computed_tokens == 5);
+  CHECK(p2.cached_seqs[0].appended_token_ids.empty());  // output 1 is not known yet
+  StepResult r2 = exec.execute(p2);
+  CHECK(sched.on_result(r1).size() == 1);
+  StepPlan p3 = sched.apply(kv.grant(sched.propose()));  // computes output 2, samples output 3
+  REQUIRE(p3.cached_seqs.size() == 1);
+  CHECK(p3.cached_seqs[0].appended_token_ids.size() == 1);  // confirms output 1
+  StepResult r3 = exec.execute(p3);
+  CHECK(sched.on_result(r2).size() == 1);
+  // Output 3 (in flight) is the last: nothing to plan ahead.
+  StepPlan p4 = sched.apply(kv.grant(sched.propose()));
+  CHECK(p4.empty());
+  auto ups = sched.on_result(r3);
+  REQUIRE(ups.size() == 1);
+  CHECK(ups[0].finish == FinishReason::length);
+  CHECK(exec.tokens_computed == 5 + 2);  // no wasted step
+}
+
+TEST_CASE("async: an abort while the cache manager grants leaks nothing", "[sched][async]") {
+  Scheduler sched({64, 8, 1024, true, true});
+  KVCacheManager kv(16, 4, true);
+  FakeExecutor exec(4);
+  sched.add(make_spec(1, 5, 20));
+  StepResult r1 = exec.execute(sched.apply(kv.grant(sched.propose())));
+  sched.add(make_spec(2, 6, 20, 30));
+  KVAsk ask = sched.propose();  // running 1 (ahead) and waiting 2
+  REQUIRE(ask.waiting.size() == 1);
+  KVGrant grant = kv.grant(ask);
+  REQUIRE(grant.admitted.size() == 1);
+  CHECK(sched.abort(2));  // arrives before the grant is applied
+  CHECK(sched.abort(1));
+  StepPlan p2 = sched.apply(grant);
+  CHECK(p2.empty());
+  CHECK(p2.finished_seq_ids == std::vector<uint64_t>{1});  // the executors forget it
+  CHECK(sched.on_result(r1).empty());  // 1 is gone: its output is dropped
+  (void)sched.apply(kv.grant(sched.propose()));  // the releases reach the cache manager
+  CHECK_FALSE(kv.holds(1));
+  CHECK_FALSE(kv.holds(2));
+  CHECK(kv.stats().num_free_blocks == 16);
   CHECK_FALSE(sched.has_work());
 }
