@@ -1,7 +1,8 @@
 // The scheduler actor: the step loop. It owns the queues (runtime/sched/Scheduler) and, each
 // step, asks the cache manager for room, sends the plan to every executor of the group, applies
-// the result and sends the sequences' updates to its engine. One step is in flight at a time;
-// requests that arrive meanwhile join the next step (continuous batching).
+// the result and sends the sequences' updates to its engine. One step is in flight at a time,
+// or two with async scheduling (the next one planned while one runs; results are applied in
+// step order); requests that arrive meanwhile join the next step (continuous batching).
 //
 // Supervision: it monitors the executors. When one goes down, or a step fails, every sequence
 // is failed with the reason (never dropped silently) and the cache manager starts afresh; a
