@@ -86,7 +86,8 @@ void finish_steps(self_ptr self) {
   while (!st.in_flight.empty() && st.in_flight.front().replies == st.executors.size()) {
     scheduler_state::StepInFlight done = std::move(st.in_flight.front());
     st.in_flight.pop_front();
-    if (done.discard) continue;
+    // After a lost executor everything has failed already (the down handler).
+    if (done.discard || st.executors_lost) continue;
     if (done.failed) {
       spdlog::error("scheduler: step {} failed: {}", done.step_id, done.error);
       // The steps planned after it were built on its outcome: drop their results too.

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "actors/llm.hpp"
 #include "runtime/error.hpp"
@@ -375,4 +377,40 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
     CHECK(s3.token_ids.size() <= 5);
     CHECK(s3.token_ids.back() == ref.greedy[3][4]);
   }
+}
+
+TEST_CASE("losing the executor's process mid-generation fails every request with the reason",
+          "[engine][remote][fault]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  const Reference ref = load_reference("llama_gqa");
+  const bool async = GENERATE(false, true);
+  INFO("async scheduling " << async);
+  WorkerProcess worker;
+  EngineArgs a = fixture_args("llama_gqa");
+  a.executor_endpoints = {worker.endpoint()};
+  a.async_scheduling = async;
+  LLM llm(a);
+  // 16 sequences of ~200 steps, each step a round trip to the worker: the kill lands while
+  // they run (after a few steps, with one or two steps in flight).
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 16; ++i) prompts.emplace_back(ref.prompts[size_t(i) % ref.prompts.size()]);
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    for (int i = 0; i < 20000 && llm.scheduler_stats().steps < 5; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ::kill(worker.pid(), SIGKILL);
+    killed = true;
+  });
+  std::string error;
+  try {
+    (void)llm.generate(prompts, greedy_params(190), {.use_tqdm = false});
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  killer.join();
+  REQUIRE(killed);
+  CHECK_THAT(error, Catch::Contains("generation failed") && Catch::Contains("executor 0"));
+  // The engine refuses new work with the reason, and says so at once.
+  CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[2])}, greedy_params(4), {.use_tqdm = false}),
+                    Catch::Contains("no executors left") && Catch::Contains("executor 0"));
 }

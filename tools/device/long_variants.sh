@@ -25,8 +25,8 @@ for variant in "$@"; do
   summary+=("$variant: $res; ${pre:-Preemptions: n/a}")
   # The bench's split of the run by kind of step (prompt steps, decode-only steps).
   while read -r kind; do summary+=("    $kind"); done \
-    < <(grep -E "steps with prompt tokens|decode-only steps|per step:|planned ahead" \
-          "$tmp/log.txt" | sed 's/^ *//')
+    < <(grep -E "steps with prompt tokens|decode-only steps|per step:|planned ahead|executor: [0-9]+ steps" \
+          "$tmp/log.txt" | sed 's/^ *//; s/^.*executor: /executor: /')
   echo "${summary[-1]}"
   rm -f "$tmp/long.json"
 done
