@@ -146,6 +146,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   init.num_gpu_blocks_override = args.num_gpu_blocks_override.value_or(0);
   init.enforce_eager = args.enforce_eager;
   init.max_seq_len_to_capture = int32_t(args.max_seq_len_to_capture);
+  init.cudagraph_capture_sizes = requested_capture_sizes(args);
   // Swap space only when preempting by swap (the default recomputes: n > 1 samples are
   // independent sequences here), so a default engine pins no host memory.
   const bool swap = args.preemption_mode == "swap";

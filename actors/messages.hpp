@@ -136,7 +136,8 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
            x.device_index, x.tp_rank, x.tp_size, x.pp_rank, x.pp_size, x.block_size,
            x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
            x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
-           x.enforce_eager, x.max_seq_len_to_capture, x.swap_space_bytes);
+           x.enforce_eager, x.max_seq_len_to_capture, x.cudagraph_capture_sizes,
+           x.swap_space_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {

@@ -21,6 +21,14 @@ using E = EngineArgs;
 using Status = FieldInfo::Status;
 constexpr Status kNotYet = Status::not_yet;
 
+// A list of integers, each >= 1 (CUDA-graph capture sizes).
+bool all_at_least_one(const json& v) {
+  if (!v.is_array()) return false;
+  for (const auto& e : v)
+    if (!e.is_number_integer() || e.get<int64_t>() < 1) return false;
+  return true;
+}
+
 // Reasons shared by many not-yet rows.
 constexpr std::string_view kNoMultimodal = "troupe serves text-only models for now";
 constexpr std::string_view kNoLora = "LoRA adapters are not implemented yet";
@@ -82,9 +90,9 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::kv_cache_dtype, {.name = "kv_cache_dtype", .help = "KV-cache element type; auto: the model dtype.", .choices = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"}, .status = kNotYet, .note = "the KV cache uses the model dtype"}));
   add(member(a, &E::seed, {.name = "seed", .help = "Seed of the engine's random stream (requests without their own seed)."}));
   add(member(a, &E::max_model_len, {.name = "max_model_len", .help = "Context length (prompt + output). Default: the model's. Takes 4k = 4000, 4K = 4096.", .allowed = "None or >= 1", .valid = at_least(1)}));
-  add(member(a, &E::cuda_graph_sizes, {.name = "cuda_graph_sizes", .help = "Deprecated in vLLM: use cudagraph_capture_sizes.", .status = kNotYet, .note = kNoCompile}));
-  add(member(a, &E::cudagraph_capture_sizes, {.name = "cudagraph_capture_sizes", .help = "Batch sizes to capture CUDA graphs for.", .status = kNotYet, .note = kNoCompile}));
-  add(member(a, &E::max_cudagraph_capture_size, {.name = "max_cudagraph_capture_size", .help = "Largest batch size captured in a CUDA graph.", .status = kNotYet, .note = kNoCompile}));
+  add(member(a, &E::cuda_graph_sizes, {.name = "cuda_graph_sizes", .help = "Deprecated in vLLM: use cudagraph_capture_sizes. One value N: decode batches of 1, 2, 4 and every 8 up to N run as CUDA graphs; several: exactly those.", .allowed = "sizes >= 1", .valid = all_at_least_one}));
+  add(member(a, &E::cudagraph_capture_sizes, {.name = "cudagraph_capture_sizes", .help = "Decode batch sizes that run as CUDA graphs (a batch pads to the next one; larger ones run eagerly). Default: 1, 2, 4, every 8 up to 256 and every 16 past it, up to max_cudagraph_capture_size.", .allowed = "sizes >= 1", .valid = all_at_least_one}));
+  add(member(a, &E::max_cudagraph_capture_size, {.name = "max_cudagraph_capture_size", .help = "Largest decode batch run as a CUDA graph. Default: min(max_num_seqs, max_num_batched_tokens, 512); with cudagraph_capture_sizes, its largest.", .allowed = "None or >= 1", .valid = at_least(1)}));
   // ---- parallelism ----
   add(member(a, &E::distributed_executor_backend, {.name = "distributed_executor_backend", .help = "How vLLM starts its workers.", .choices = {"mp", "ray", "uni", "external_launcher"}, .status = kNotYet, .note = "troupe's executors are actors, in-process or `troupe worker` processes (executor_endpoints)"}));
   add(member(a, &E::pipeline_parallel_size, {.name = "pipeline_parallel_size", .help = "Pipeline stages (GPUs the layers are split across).", .allowed = ">= 1", .valid = at_least(1), .works = equals(1), .note = "only 1 so far"}));
@@ -290,6 +298,18 @@ void validate(const EngineArgs& a) {
         "--swap-space or use preemption_mode = \"recompute\"",
         a.swap_space);
   }
+  if (!a.cuda_graph_sizes.empty() && !a.cudagraph_capture_sizes.empty())
+    fail("cuda_graph_sizes = [{}]: allowed: empty when cudagraph_capture_sizes is set (it is "
+         "that field's old name)",
+         fmt::join(a.cuda_graph_sizes, ", "));
+  if (!a.cudagraph_capture_sizes.empty() && a.max_cudagraph_capture_size) {
+    const int64_t largest =
+        *std::max_element(a.cudagraph_capture_sizes.begin(), a.cudagraph_capture_sizes.end());
+    if (*a.max_cudagraph_capture_size != largest)
+      fail("max_cudagraph_capture_size = {}: allowed: None or {} (the largest of "
+           "cudagraph_capture_sizes)",
+           *a.max_cudagraph_capture_size, largest);
+  }
   // Without chunked prefill a whole prompt must fit in one step.
   if (!a.enable_chunked_prefill && a.max_num_batched_tokens && a.max_model_len &&
       *a.max_num_batched_tokens < *a.max_model_len) {
@@ -322,6 +342,28 @@ void set_engine_arg(EngineArgs& a, std::string_view name, std::string_view value
   if (const FieldInfo* f = find_field(table().fields, name)) notice_for(*f, copy, &new_notices);
   a = std::move(copy);
   if (notices) notices->insert(notices->end(), new_notices.begin(), new_notices.end());
+}
+
+std::vector<int32_t> requested_capture_sizes(const EngineArgs& a) {
+  std::vector<int32_t> sizes;
+  const auto pattern = [&](int64_t largest, int32_t step_past_256) {
+    for (int64_t s : {1, 2, 4})
+      if (s <= largest) sizes.push_back(int32_t(s));
+    for (int64_t s = 8; s <= largest; s += s < 256 ? 8 : step_past_256) sizes.push_back(int32_t(s));
+    if (sizes.empty() || sizes.back() != largest) sizes.push_back(int32_t(largest));
+  };
+  if (!a.cudagraph_capture_sizes.empty()) {
+    for (int64_t s : a.cudagraph_capture_sizes) sizes.push_back(int32_t(s));
+  } else if (a.cuda_graph_sizes.size() == 1) {
+    pattern(a.cuda_graph_sizes[0], 8);  // vLLM's old rule: every 8 all the way
+  } else if (!a.cuda_graph_sizes.empty()) {
+    for (int64_t s : a.cuda_graph_sizes) sizes.push_back(int32_t(s));
+  } else if (a.max_cudagraph_capture_size) {
+    pattern(*a.max_cudagraph_capture_size, 16);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
 }
 
 int64_t effective_max_num_batched_tokens(const EngineArgs& a, int64_t model_max_len) {

@@ -226,6 +226,13 @@ void set_engine_arg(EngineArgs& a, std::string_view name, std::string_view value
 /// max(max_model_len, 2048); never below max_num_seqs. `model_max_len` is the resolved
 /// max_model_len (from the model config when the field is unset).
 [[nodiscard]] int64_t effective_max_num_batched_tokens(const EngineArgs& a, int64_t model_max_len);
+/// The decode batch sizes the user asked to run as CUDA graphs, sorted and without repeats:
+/// cudagraph_capture_sizes as given; cuda_graph_sizes (old name) as given, or for one value N
+/// vLLM's old pattern 1, 2, 4, 8, 16, ..., N; max_cudagraph_capture_size alone: the default
+/// pattern (1, 2, 4, every 8 to 256, every 16 past it) up to it. Empty: none asked for (the
+/// executor's default, decode_capture_sizes). Sizes past what a decode step can hold are
+/// dropped by the executor.
+[[nodiscard]] std::vector<int32_t> requested_capture_sizes(const EngineArgs& a);
 
 /// Every field with a member, with vLLM's names; None is null. For logs and `--dump-config`.
 nlohmann::json to_json(const EngineArgs& a);

@@ -22,11 +22,21 @@ double seconds_since(Clock::time_point t0) {
 }
 }  // namespace
 
-std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
+std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs, int32_t max_num_batched_tokens,
+                                          const std::vector<int32_t>& requested) {
+  std::vector<int32_t> sizes;
+  if (!requested.empty()) {
+    // The user's sizes, less those no decode step can fill.
+    const int32_t most = std::min(max_num_seqs, max_num_batched_tokens);
+    for (int32_t s : requested)
+      if (s >= 1 && s <= most) sizes.push_back(s);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    return sizes;
+  }
   // vLLM's limit too: past 512 sequences a decode step is long enough that launches do not
   // matter, and each size costs a graph.
   const int32_t limit = std::min({max_num_seqs, max_num_batched_tokens, int32_t(512)});
-  std::vector<int32_t> sizes;
   // vLLM's sizes: 1, 2, 4, then every 8 up to 256 and every 16 past it, so a batch carries at
   // most 7 padding rows (15 past 256) through the GEMMs, lm_head and attention's grid.
   for (int32_t s : {1, 2, 4})
@@ -285,17 +295,20 @@ void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOpti
   using Pad = RunnerOptions::PadDecode;
   const bool can_capture = backend_->can_capture();
   max_seq_len_to_capture_ = std::min(init.max_seq_len_to_capture, max_model_len_);
-  capture_sizes_ = decode_capture_sizes(max_num_seqs_, max_num_batched_tokens_);
+  capture_sizes_ =
+      decode_capture_sizes(max_num_seqs_, max_num_batched_tokens_, init.cudagraph_capture_sizes);
   pad_decode_ = (options.pad_decode == Pad::always ||
                  (options.pad_decode == Pad::automatic && can_capture)) &&
                 max_seq_len_to_capture_ >= 1 && !capture_sizes_.empty();
   use_graphs_ = pad_decode_ && can_capture && !init.enforce_eager;
   if (!pad_decode_) {
+    const bool none_fit = capture_sizes_.empty();
     capture_sizes_.clear();
     if (can_capture)
-      spdlog::info("executor: CUDA graphs off ({})", options.pad_decode == Pad::never
-                                                         ? "decode padding off"
-                                                         : "max_seq_len_to_capture < 1");
+      spdlog::info("executor: CUDA graphs off ({})",
+                   options.pad_decode == Pad::never ? "decode padding off"
+                   : none_fit ? "no cudagraph_capture_sizes at or below max_num_seqs"
+                              : "max_seq_len_to_capture < 1");
     return;
   }
   graph_max_blocks_ = (max_seq_len_to_capture_ + block_size_ - 1) / block_size_;

@@ -86,10 +86,13 @@ struct RunnerStats {
 
 /// Decode batch sizes that get a graph (vLLM's): 1, 2, 4, then multiples of 8 up to 256 and
 /// of 16 past it, up to min(max_num_seqs, max_num_batched_tokens, 512), plus that limit
-/// itself when it is not one. A step pads to the next size; each size is captured at its
-/// first step.
-[[nodiscard]] std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs,
-                                                        int32_t max_num_batched_tokens);
+/// itself when it is not one. `requested` (ExecutorInit::cudagraph_capture_sizes, from
+/// --cudagraph-capture-sizes and friends) replaces that list, less the sizes above
+/// min(max_num_seqs, max_num_batched_tokens). A step pads to the next size (larger batches
+/// run eagerly); each size is captured at its first step.
+[[nodiscard]] std::vector<int32_t> decode_capture_sizes(
+    int32_t max_num_seqs, int32_t max_num_batched_tokens,
+    const std::vector<int32_t>& requested = {});
 
 class ModelRunner {
  public:

@@ -131,6 +131,7 @@ struct ExecutorInit {
   int64_t num_gpu_blocks_override = 0;
   bool enforce_eager = false;
   int32_t max_seq_len_to_capture = 8192;  // longest sequence a decode step replays a graph for
+  std::vector<int32_t> cudagraph_capture_sizes;  // empty: the default sizes (model_runner.hpp)
   int64_t swap_space_bytes = 0;  // host memory for swapped-out KV blocks (0: no swap space)
 };
 

@@ -385,10 +385,6 @@ TEST_CASE("not-yet EngineArgs fields are refused when not at their default", "[c
                a.speculative_config = {{"method", "ngram"}};
              }),
              Contains("speculative_config = "));
-  CHECK_THAT(validate_error([](auto& a) {
-               a.cudagraph_capture_sizes = {1, 2};
-             }),
-             Contains("cudagraph_capture_sizes = [1,2]: not supported yet"));
   // Every not-yet bool field, flipped through its raw setter, is caught by validate().
   int checked = 0;
   for (const auto& f : troupe::engine_arg_fields()) {
@@ -401,6 +397,44 @@ TEST_CASE("not-yet EngineArgs fields are refused when not at their default", "[c
     ++checked;
   }
   CHECK(checked > 20);
+}
+
+TEST_CASE("CUDA-graph capture sizes: vLLM's three fields, checked and resolved", "[config]") {
+  using troupe::requested_capture_sizes;
+  EngineArgs a = with_model();
+  CHECK(requested_capture_sizes(a).empty());  // the executor's default
+  a.cudagraph_capture_sizes = {16, 1, 4, 4};
+  CHECK(requested_capture_sizes(a) == std::vector<int32_t>{1, 4, 16});
+  a.max_cudagraph_capture_size = 16;
+  CHECK_NOTHROW(troupe::validate(a));
+  a = with_model();
+  a.max_cudagraph_capture_size = 40;
+  CHECK(requested_capture_sizes(a) == std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 40});
+  a.max_cudagraph_capture_size = 300;
+  const auto to_300 = requested_capture_sizes(a);
+  CHECK(to_300.back() == 300);
+  CHECK(std::find(to_300.begin(), to_300.end(), 272) != to_300.end());  // every 16 past 256
+  CHECK(std::find(to_300.begin(), to_300.end(), 264) == to_300.end());
+  a = with_model();
+  a.cuda_graph_sizes = {20};  // the old name, one value: 1, 2, 4 and every 8 up to it
+  CHECK(requested_capture_sizes(a) == std::vector<int32_t>{1, 2, 4, 8, 16, 20});
+  a.cuda_graph_sizes = {2, 6};
+  CHECK(requested_capture_sizes(a) == std::vector<int32_t>{2, 6});
+
+  CHECK_THAT(validate_error([](auto& e) { e.cudagraph_capture_sizes = {8, 0}; }),
+             Contains("cudagraph_capture_sizes = [8,0]") && Contains("sizes >= 1"));
+  CHECK_THAT(validate_error([](auto& e) { e.max_cudagraph_capture_size = 0; }),
+             Contains("max_cudagraph_capture_size = 0") && Contains(">= 1"));
+  CHECK_THAT(validate_error([](auto& e) {
+               e.cudagraph_capture_sizes = {1, 8};
+               e.max_cudagraph_capture_size = 16;
+             }),
+             Contains("max_cudagraph_capture_size = 16: allowed: None or 8"));
+  CHECK_THAT(validate_error([](auto& e) {
+               e.cudagraph_capture_sizes = {1, 8};
+               e.cuda_graph_sizes = {4};
+             }),
+             Contains("cuda_graph_sizes = [4]: allowed: empty when cudagraph_capture_sizes"));
 }
 
 TEST_CASE("cross-field EngineArgs checks", "[config]") {
