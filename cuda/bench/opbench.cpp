@@ -446,7 +446,7 @@ void bench_overlap(int iters, int32_t seqs, int32_t ctx, const char* gemm_env) {
 }
 
 // Sampler row kinds: each line of the bench uses one kind for every row.
-enum class SampleKind { greedy, plain, top_k_top_p, penalties };
+enum class SampleKind { greedy, plain, unit, top_k_top_p, penalties };
 
 const char* sample_kind_name(SampleKind k) {
   switch (k) {
@@ -454,6 +454,8 @@ const char* sample_kind_name(SampleKind k) {
       return "greedy";
     case SampleKind::plain:
       return "plain T=0.8";
+    case SampleKind::unit:
+      return "plain T=1 (troupe bench's)";
     case SampleKind::top_k_top_p:
       return "T=0.8 top_k=50 top_p=0.95";
     case SampleKind::penalties:
@@ -478,6 +480,9 @@ void bench_sample(Bench& bench, int32_t rows, SampleKind kind) {
         break;
       case SampleKind::plain:
         p.temperature = 0.8f;
+        break;
+      case SampleKind::unit:
+        p.temperature = 1.0f;
         break;
       case SampleKind::top_k_top_p:
         p.temperature = 0.8f;
@@ -530,15 +535,23 @@ int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
     // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
-    // "prefill" (the prefill-attention cases, at both tile sizes) or "overlap" (half a decode
-    // batch's attention beside the other half's GEMMs on a second stream).
+    // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
+    // batch's attention beside the other half's GEMMs on a second stream) or "sample" (the
+    // sampler at 256 rows: T = 1, T = 0.8, greedy).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
-        only != "overlap") {
+        only != "overlap" && only != "sample") {
       std::fprintf(stderr,
-                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap\n",
+                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
+                   "sample\n",
                    only.c_str());
       return 2;
+    }
+    if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
+      Bench bench(iters);
+      for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
+        bench_sample(bench, 256, kind);
+      return 0;
     }
     if (only == "overlap") {
       for (const char* env : {"", "TROUPE_STREAM_PRIORITY=high",
@@ -614,8 +627,8 @@ int main(int argc, char** argv) {
       bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
     }
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
-    for (SampleKind kind :
-         {SampleKind::greedy, SampleKind::plain, SampleKind::top_k_top_p, SampleKind::penalties})
+    for (SampleKind kind : {SampleKind::greedy, SampleKind::plain, SampleKind::unit,
+                            SampleKind::top_k_top_p, SampleKind::penalties})
       for (int32_t rows : {1, 64, 256}) bench_sample(bench, rows, kind);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe_cuda_opbench: %s\n", e.what());
