@@ -82,6 +82,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
                         size_t((max_model_len_ + block_size_ - 1) / block_size_));
   size_kv_cache(init, at_start, options.profile_on_host);
   setup_decode_graphs(init, options);
+  capture_decode_graphs();
   info_.backend = backend_->name();
   info_.load_seconds = seconds_since(t0);
   spdlog::info("executor: {} on {}: {} KV blocks of {} tokens ({:.1f} MiB), loaded in {:.2f} s",
@@ -324,6 +325,34 @@ void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOpti
                   : (can_capture ? " (enforce_eager: no CUDA graphs)" : ""));
 }
 
+void ModelRunner::capture_decode_graphs() {
+  if (!use_graphs_) return;
+  // As vLLM does, every size at start-up, largest first, so that no decode step of a run pays
+  // for a recording. Inputs of padding only (every token skips its KV write, every sequence is
+  // empty): the kernels and their bounds are the layout's, whatever the values, so the graphs
+  // are those the first real step of each size would record.
+  const auto t0 = Clock::now();
+  const RunnerStats before = stats_;
+  for (auto it = capture_sizes_.rbegin(); it != capture_sizes_.rend() && use_graphs_; ++it) {
+    const int32_t size = *it;
+    const StepInputLayout layout = StepInputLayout::make(size, size, size, graph_max_blocks_);
+    host_inputs_.assign(layout.total, 0);
+    fill_step_inputs({}, {}, block_size_, layout, host_inputs_);
+    const Tensor all = graph_inputs_.tensor(DType::i32, {int64_t(layout.total)});
+    backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
+    ForwardInputs in = forward_inputs(all, layout, 1, max_seq_len_to_capture_);
+    in.attention.num_prefill_seqs = 0;
+    (void)run_padded_step(size, in);
+  }
+  backend_->synchronize();
+  const int32_t captured = stats_.graphs_captured;
+  stats_ = before;  // the warm-up steps are not steps
+  stats_.graphs_captured = captured;
+  if (use_graphs_)
+    spdlog::info("executor: recorded {} decode-step CUDA graphs in {:.2f} s", captured,
+                 seconds_since(t0));
+}
+
 int32_t ModelRunner::padded_batch_size(const std::vector<Scheduled>& sched, int32_t max_seq,
                                        bool prompt_logprobs) const {
   if (!pad_decode_ || prompt_logprobs || max_seq > max_seq_len_to_capture_ ||
@@ -549,7 +578,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   const Tensor all = device_inputs.tensor(DType::i32, {int64_t(layout.total)});
   backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
   // A padded step's attention bounds are the graph's: the same kernels and splits whether
-  // it is replayed or (first step of its size, enforce_eager) run eagerly.
+  // it is replayed or run eagerly (enforce_eager, or a size whose recording failed).
   ForwardInputs in = padded > 0 ? forward_inputs(all, layout, 1, max_seq_len_to_capture_)
                                 : forward_inputs(all, layout, max_query, max_seq);
   in.attention.num_prefill_seqs = padded > 0 ? 0 : num_prefill_seqs;  // padded: decodes only

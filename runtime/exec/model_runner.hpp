@@ -89,7 +89,7 @@ struct RunnerStats {
 /// itself when it is not one. `requested` (ExecutorInit::cudagraph_capture_sizes, from
 /// --cudagraph-capture-sizes and friends) replaces that list, less the sizes above
 /// min(max_num_seqs, max_num_batched_tokens). A step pads to the next size (larger batches
-/// run eagerly); each size is captured at its first step.
+/// run eagerly); with graphs on, every size is recorded when the runner is made.
 [[nodiscard]] std::vector<int32_t> decode_capture_sizes(
     int32_t max_num_seqs, int32_t max_num_batched_tokens,
     const std::vector<int32_t>& requested = {});
@@ -162,6 +162,8 @@ class ModelRunner {
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
   /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.
+  // Records the graph of every capture size at start-up (when graphs are on).
+  void capture_decode_graphs();
   [[nodiscard]] int32_t padded_batch_size(const std::vector<Scheduled>& sched, int32_t max_seq,
                                           bool prompt_logprobs) const;
   /// Runs the padded step whose inputs are in graph_inputs_: replays its graph, or runs it

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "runtime/exec/model_runner.hpp"
 #include "runtime/exec/step_inputs.hpp"
 #include "tests/models/plan_driver.hpp"
+#include "tests/models/recording_backend.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -219,6 +221,60 @@ void padded_matches_unpadded(const ExecutorInit& init) {
 }
 
 }  // namespace
+
+TEST_CASE("decode graphs are recorded at start-up and replay the eager steps' bits",
+          "[exec][graphs]") {
+  // A backend that records graphs on the CPU (tests/models/recording_backend.hpp): the runner
+  // records every capture size when it is made, then replays them; a runner padding the same
+  // steps eagerly must give the same bits.
+  const ExecutorInit init = small_init();
+  auto recording = std::make_unique<RecordingBackend>(make_cpu_backend(2));
+  RecordingBackend& rec = *recording;
+  ModelRunner graphs(std::move(recording), init);
+  CHECK(graphs.capture_sizes() == std::vector<int32_t>{1, 2, 4, 8, 16});
+  CHECK(rec.captures == 5);
+  CHECK(graphs.stats().graphs_captured == 5);
+  CHECK(graphs.stats().steps == 0);  // the warm-up steps are not counted
+  CHECK(graphs.stats().padded_steps == 0);
+  RunnerOptions pad;
+  pad.pad_decode = RunnerOptions::PadDecode::always;
+  ModelRunner eager(make_cpu_backend(2), init, pad);
+
+  PlanDriver driver(4, 256, 11);
+  const auto prompts = random_prompts({3, 9, 1, 17, 5, 12, 2, 7, 30, 4, 11},
+                                      int32_t(eager.model_config().vocab_size), 12);
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(driver.add(p));
+  auto step = [&](const std::vector<uint64_t>& batch) {
+    const StepPlan plan = driver.plan(batch);
+    const StepResult want = eager.execute(plan);
+    const StepResult got = graphs.execute(plan);
+    REQUIRE(got.outputs.size() == want.outputs.size());
+    for (size_t i = 0; i < want.outputs.size(); ++i)
+      CHECK(got.outputs[i].token == want.outputs[i].token);
+    const auto a = graphs.last_sampled_logits(), b = eager.last_sampled_logits();
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    driver.apply(want);
+  };
+  step(ids);  // prefill: eager in both
+  for (size_t n : {1, 3, 11, 2, 8, 5, 11, 1}) {
+    step(std::vector<uint64_t>(ids.begin(), ids.begin() + ptrdiff_t(n)));
+  }
+  CHECK(graphs.stats().graph_replays == 8);
+  CHECK(graphs.stats().padded_steps == eager.stats().padded_steps);
+  CHECK(rec.replays == 8);
+  CHECK(rec.captures == 5);  // nothing recorded after start-up
+
+  // enforce_eager: nothing is recorded.
+  ExecutorInit no_graphs = init;
+  no_graphs.enforce_eager = true;
+  auto plain = std::make_unique<RecordingBackend>(make_cpu_backend(1));
+  RecordingBackend& p = *plain;
+  ModelRunner r(std::move(plain), no_graphs);
+  CHECK(p.captures == 0);
+  CHECK(r.stats().graphs_captured == 0);
+}
 
 TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
           "[exec][graphs]") {
