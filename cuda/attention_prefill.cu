@@ -39,7 +39,8 @@ constexpr int smem_bytes() {
 }
 
 template <class T, int D, int BN>
-__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a,
+                                                            bool heavy_first) {
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // n8 tiles of S per warp
@@ -49,10 +50,15 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   T* ks = qs + kBlockM * LD;             // [kStages][BN][LD]
   T* vs = ks + kStages * BN * LD;        // [kStages][BN][LD]
 
-  const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * kBlockM;
+  // Grid (query tiles, heads, sequences), or with heavy_first (heads, sequences, query tiles
+  // from the last): see launch_attention_prefill.
+  const int qt = heavy_first ? int(gridDim.z - 1 - blockIdx.z) : int(blockIdx.x);
+  const int h = heavy_first ? int(blockIdx.x) : int(blockIdx.y);
+  const int s = heavy_first ? int(blockIdx.y) : int(blockIdx.z);
+  const int m0 = qt * kBlockM;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok) {
-    if (blockIdx.x == 0 && h == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
+    if (qt == 0 && h == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
     return;
   }
   if (seq.q_len < 2 || m0 >= seq.q_len) return;  // decodes go to the split-KV kernel
@@ -184,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
 }  // namespace
 
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              cudaStream_t stream) {
+                              bool heavy_first, cudaStream_t stream) {
   // With the prompts ordered first, the grid spans them only: every other sequence would add
   // a slab of CTAs that read its lengths and exit.
   const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
@@ -192,13 +198,17 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    const dim3 grid(unsigned((a.max_query_len + kBlockM - 1) / kBlockM), unsigned(a.num_heads),
-                    unsigned(seqs));
+    // CTAs start in grid order (x fastest). In order, a head's light first tiles and heavy
+    // last ones alternate through the launch; heavy_first starts every head's last tile
+    // first, so the light ones fill the last wave.
+    const auto tiles = unsigned((a.max_query_len + kBlockM - 1) / kBlockM);
+    const dim3 grid = heavy_first ? dim3(unsigned(a.num_heads), unsigned(seqs), tiles)
+                                  : dim3(tiles, unsigned(a.num_heads), unsigned(seqs));
     if (keys_per_tile == 64 && wide_block_n<D>() != 32)
       prefill_kernel<T, D, wide_block_n<D>()>
-          <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a);
+          <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a, heavy_first);
     else
-      prefill_kernel<T, D, 32><<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a);
+      prefill_kernel<T, D, 32><<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a, heavy_first);
   });
 }
 

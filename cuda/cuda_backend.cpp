@@ -129,6 +129,13 @@ cuda::DecodeOptions decode_options_from_env() {
   o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
                               "0 or 32 (the default) or 64 keys per prefill tile");
+  if (const char* v = std::getenv("TROUPE_PREFILL_ORDER"); v != nullptr && *v != '\0') {
+    const std::string_view order(v);
+    if (order != "heavy_first" && order != "tiles")
+      throw std::invalid_argument("TROUPE_PREFILL_ORDER: '" + std::string(order) +
+                                  "' is not allowed (tiles, the default, or heavy_first)");
+    o.prefill_heavy_first = order == "heavy_first";
+  }
   return o;
 }
 

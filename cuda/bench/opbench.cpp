@@ -297,12 +297,12 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
 
 // A prompt step of the 1000 x 1000 run: eight 1,000-token prompts and `decodes` sequences
 // decoding at 1,000 keys, with the prompts first and the hint set or not.
-void bench_prompt_step(Bench& bench, int32_t decodes, bool hint) {
+void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tail = "") {
   std::vector<std::pair<int32_t, int32_t>> seqs(8, std::pair{1000, 1000});
   seqs.resize(size_t(8 + decodes), std::pair{1, 1000});
   bench_attention_batch(bench,
-                        fmt::format("attention prompt step: 8 x 1000 prompts + {} decodes, {}",
-                                    decodes, hint ? "num_prefill_seqs = 8" : "no hint"),
+                        fmt::format("attention prompt step: 8 x 1000 prompts + {} decodes, {}{}",
+                                    decodes, hint ? "num_prefill_seqs = 8" : "no hint", tail),
                         seqs, hint ? 8 : -1);
 }
 
@@ -594,6 +594,18 @@ int main(int argc, char** argv) {
                       1000, 1000);
       bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=64",
                       8, 512, 4096);
+    }
+    {
+      ::setenv("TROUPE_PREFILL_ORDER", "heavy_first", 1);  // heaviest query tiles first
+      Bench other(iters);
+      ::unsetenv("TROUPE_PREFILL_ORDER");
+      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ORDER=heavy_first",
+                      4, 1024, 1024);
+      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ORDER=heavy_first",
+                      8, 1000, 1000);
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, heavy_first", 8, 512,
+                      4096);
+      bench_prompt_step(other, 128, true, ", heavy_first");
     }
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);
