@@ -220,6 +220,8 @@ class CudaBackendImpl final : public CudaBackend {
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
     decode_ = decode_options_from_env();
+    // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
+    cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
     check_cuda(cuda::attention_decode_init(decode_),
                "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>(

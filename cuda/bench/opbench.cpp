@@ -548,9 +548,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
-      Bench bench(iters);
-      for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
-        bench_sample(bench, 256, kind);
+      for (const char* per_sm : {"2", "1"}) {  // the kernel's launch bounds (kernels.hpp)
+        ::setenv("TROUPE_SAMPLE_CTAS_PER_SM", per_sm, 1);
+        Bench bench(iters);
+        ::unsetenv("TROUPE_SAMPLE_CTAS_PER_SM");
+        std::printf("TROUPE_SAMPLE_CTAS_PER_SM=%s\n", per_sm);
+        for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
+          bench_sample(bench, 256, kind);
+      }
       return 0;
     }
     if (only == "overlap") {

@@ -234,6 +234,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "tiles, the default, or heavy_first");
+  refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
 
 // TROUPE_PREFILL_ORDER=heavy_first: the prefill grid starts from the last query tiles; the
