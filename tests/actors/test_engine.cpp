@@ -333,6 +333,54 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
       if (a.num_gpu_blocks_override) CHECK(llm.scheduler_stats().num_preemptions > 0);
     }
   }
+  SECTION("preemption by swap, through a worker process") {
+    WorkerProcess worker;
+    EngineArgs a = tiny_cache_args("llama_gqa");
+    a.async_scheduling = true;
+    a.preemption_mode = "swap";
+    a.swap_space = 0.01;
+    a.executor_endpoints = {worker.endpoint()};
+    {
+      LLM llm(a);
+      check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+      CHECK(llm.scheduler_stats().num_swap_outs > 0);
+      CHECK(llm.scheduler_stats().steps_planned_ahead > 0);
+      CHECK(llm.kv_stats().num_free_blocks == llm.kv_stats().num_blocks);
+    }
+    CHECK(worker.wait_exit(10.0));
+  }
+  SECTION("prefix caching and prompt logprobs across repeated prompts") {
+    // The same prompts three times: the second round hits the prefix cache, whose blocks were
+    // registered while steps ran ahead; the third asks for prompt logprobs, which skip hits.
+    SamplingParams p = greedy_params(12);
+    p.prompt_logprobs = 1;
+    std::vector<RequestOutput> rounds[2][3];
+    for (int i = 0; i < 2; ++i) {
+      LLM llm(i == 0 ? sync_args : async_args);
+      rounds[i][0] = llm.generate(prompts_of(ref), greedy_params(12), {.use_tqdm = false});
+      rounds[i][1] = llm.generate(prompts_of(ref), greedy_params(12), {.use_tqdm = false});
+      CHECK(llm.kv_stats().prefix_hits > 0);
+      rounds[i][2] = llm.generate(prompts_of(ref), p, {.use_tqdm = false});
+    }
+    for (int round = 0; round < 3; ++round)
+      for (size_t r = 0; r < ref.prompts.size(); ++r) {
+        const auto& x = rounds[0][round][r];
+        const auto& y = rounds[1][round][r];
+        CHECK(x.outputs[0].token_ids == y.outputs[0].token_ids);
+        std::vector<int32_t> head(ref.greedy[r].begin(), ref.greedy[r].begin() + 12);
+        CHECK(y.outputs[0].token_ids == head);
+        if (round == 2) {
+          REQUIRE(x.prompt_logprobs);
+          REQUIRE(y.prompt_logprobs);
+          REQUIRE(x.prompt_logprobs->size() == y.prompt_logprobs->size());
+          for (size_t k = 1; k < x.prompt_logprobs->size(); ++k) {
+            const int32_t tok = ref.prompts[r][k];
+            CHECK((*x.prompt_logprobs)[k].at(tok).logprob ==
+                  Approx((*y.prompt_logprobs)[k].at(tok).logprob).margin(1e-5));
+          }
+        }
+      }
+  }
   SECTION("seeded sampling with penalties, stop tokens and logprobs") {
     SamplingParams p;
     p.temperature = 0.9;
