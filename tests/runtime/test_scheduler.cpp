@@ -595,3 +595,47 @@ TEST_CASE("async: an abort while the cache manager grants leaks nothing", "[sche
   CHECK(kv.stats().num_free_blocks == 16);
   CHECK_FALSE(sched.has_work());
 }
+
+TEST_CASE("async: an abort with two steps in flight drops both results and frees the blocks",
+          "[sched][async]") {
+  Scheduler sched({64, 8, 1024, true, true});
+  KVCacheManager kv(32, 4, false);
+  FakeExecutor exec(4, 32);
+  sched.add(make_spec(1, 6, 30));
+  sched.add(make_spec(2, 5, 4, 40));
+  StepResult r1 = exec.execute(sched.apply(kv.grant(sched.propose())));
+  REQUIRE(sched.can_plan_ahead());
+  StepResult r2 = exec.execute(sched.apply(kv.grant(sched.propose())));
+  CHECK(sched.steps_in_flight() == 2);
+  CHECK(sched.abort(1));  // in both steps
+  auto u1 = sched.on_result(r1);
+  REQUIRE(u1.size() == 1);  // sequence 2's first token only
+  CHECK(u1[0].seq_id == 2);
+  std::vector<int32_t> out2 = u1[0].new_token_ids;
+  StepResult r3 = exec.execute(sched.apply(kv.grant(sched.propose())));
+  for (auto& u : sched.on_result(r2)) {
+    CHECK(u.seq_id == 2);
+    out2.insert(out2.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+  }
+  std::deque<StepResult> results{r3};
+  while (sched.has_work() || sched.has_pending_releases() || !results.empty()) {
+    if ((results.empty() || sched.can_plan_ahead()) &&
+        (sched.has_work() || sched.has_pending_releases())) {
+      StepPlan plan = sched.apply(kv.grant(sched.propose()));
+      if (!plan.empty()) {
+        results.push_back(exec.execute(plan));
+        if (results.size() == 1) continue;
+      } else {
+        (void)exec.execute(plan);
+        if (results.empty()) continue;
+      }
+    }
+    for (auto& u : sched.on_result(results.front()))
+      out2.insert(out2.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+    results.pop_front();
+  }
+  CHECK(out2 == alone(make_spec(2, 5, 4, 40).prompt_token_ids, 4));
+  CHECK_FALSE(kv.holds(1));
+  CHECK(kv.stats().num_free_blocks == 32);
+  CHECK(exec.live() == 0);
+}
