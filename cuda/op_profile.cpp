@@ -33,7 +33,8 @@ cudaEvent_t OpProfiler::event() {
   return e;
 }
 
-OpProfiler::Scope::Scope(OpProfiler* p, std::string label) : p_(p) {
+OpProfiler::Scope::Scope(OpProfiler* p, std::string label)
+    : p_(p), start_(std::chrono::steady_clock::now()) {
   if (p_ == nullptr) return;
   Pending pd;
   pd.top_level = p_->stack_.empty();
@@ -53,6 +54,8 @@ OpProfiler::Scope::Scope(OpProfiler* p, std::string label) : p_(p) {
 OpProfiler::Scope::~Scope() {
   if (p_ == nullptr) return;
   cudaEventRecord(p_->pending_[index_].end, p_->stream_);
+  p_->pending_[index_].host_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   p_->stack_.pop_back();
   if (p_->stack_.empty() && p_->pending_.size() >= kResolveEvery) p_->resolve();
 }
@@ -65,6 +68,7 @@ void OpProfiler::resolve() {
       Stat& s = stats_[pd.label];
       ++s.calls;
       s.ms += ms;
+      s.host_ms += pd.host_ms;
       if (pd.top_level) top_level_ms_ += ms;
     } else {
       cudaGetLastError();
@@ -92,13 +96,14 @@ std::string OpProfiler::report() {
             [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   std::string out = fmt::format(
       "TROUPE_OP_PROFILE: GPU time per op outside graphs, {:.1f} ms in all (ops inside a fused "
-      "op are listed as 'parent > op' and also counted in the parent)\n{:<64} {:>9} {:>11} "
-      "{:>10} {:>7}\n",
-      top_level_ms_, "op [rows]", "calls", "total ms", "mean us", "share");
+      "op are listed as 'parent > op' and also counted in the parent; host us: time inside "
+      "the op's call on the host)\n{:<64} {:>9} {:>11} {:>10} {:>7} {:>10}\n",
+      top_level_ms_, "op [rows]", "calls", "total ms", "mean us", "share", "host us");
   for (const auto& [label, s] : rows)
-    out += fmt::format("{:<64} {:>9} {:>11.2f} {:>10.2f} {:>6.1f}%\n", label, s.calls, s.ms,
-                       1e3 * s.ms / double(s.calls),
-                       top_level_ms_ > 0 ? 100.0 * s.ms / top_level_ms_ : 0.0);
+    out += fmt::format("{:<64} {:>9} {:>11.2f} {:>10.2f} {:>6.1f}% {:>10.2f}\n", label, s.calls,
+                       s.ms, 1e3 * s.ms / double(s.calls),
+                       top_level_ms_ > 0 ? 100.0 * s.ms / top_level_ms_ : 0.0,
+                       1e3 * s.host_ms / double(s.calls));
   return out;
 }
 

@@ -3,10 +3,14 @@
 // diagnostic for the speed work (run the engine with --enforce-eager): events around each op
 // on the backend's stream, read back in batches, so the host waits a little more often than
 // usual. Nested ops (the sequence a fused op runs) are counted under their parent's label too.
+// Each line also gives the host time spent inside the op's call (checks, planning such as a
+// new cuBLASLt shape's heuristic query, launches): where it exceeds the GPU time, the GPU waits
+// for the host.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,6 +37,7 @@ class OpProfiler {
    private:
     OpProfiler* p_;
     size_t index_ = 0;
+    std::chrono::steady_clock::time_point start_;
   };
 
   /// "1", "2-8", "9-64", "65-512", "513-4096" or ">4096": the label part for `rows` rows.
@@ -46,10 +51,12 @@ class OpProfiler {
     std::string label;
     cudaEvent_t begin = nullptr, end = nullptr;
     bool top_level = true;
+    double host_ms = 0;
   };
   struct Stat {
     uint64_t calls = 0;
     double ms = 0;
+    double host_ms = 0;
   };
   cudaEvent_t event();
   void resolve();

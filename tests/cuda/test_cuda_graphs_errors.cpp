@@ -399,6 +399,7 @@ TEST_CASE("TROUPE_OP_PROFILE times each op outside graphs, fused ops with their 
   const std::string report = cuda.op_profile_report();
   INFO(report);
   CHECK_THAT(report, Contains("GPU time per op"));
+  CHECK_THAT(report, Contains("host us"));
   const auto line_of = [&](const std::string& label) {
     const size_t at = report.find("\n" + label + " ");  // a whole label starts a line
     if (at == std::string::npos) return std::string();
