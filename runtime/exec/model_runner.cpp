@@ -333,18 +333,29 @@ void ModelRunner::capture_decode_graphs() {
   // are those the first real step of each size would record.
   const auto t0 = Clock::now();
   const RunnerStats before = stats_;
-  for (auto it = capture_sizes_.rbegin(); it != capture_sizes_.rend() && use_graphs_; ++it) {
-    const int32_t size = *it;
-    const StepInputLayout layout = StepInputLayout::make(size, size, size, graph_max_blocks_);
-    host_inputs_.assign(layout.total, 0);
-    fill_step_inputs({}, {}, block_size_, layout, host_inputs_);
-    const Tensor all = graph_inputs_.tensor(DType::i32, {int64_t(layout.total)});
-    backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
-    ForwardInputs in = forward_inputs(all, layout, 1, max_seq_len_to_capture_);
-    in.attention.num_prefill_seqs = 0;
-    (void)run_padded_step(size, in);
+  try {
+    for (auto it = capture_sizes_.rbegin(); it != capture_sizes_.rend() && use_graphs_; ++it) {
+      const int32_t size = *it;
+      const StepInputLayout layout = StepInputLayout::make(size, size, size, graph_max_blocks_);
+      host_inputs_.assign(layout.total, 0);
+      fill_step_inputs({}, {}, block_size_, layout, host_inputs_);
+      const Tensor all = graph_inputs_.tensor(DType::i32, {int64_t(layout.total)});
+      backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
+      ForwardInputs in = forward_inputs(all, layout, 1, max_seq_len_to_capture_);
+      in.attention.num_prefill_seqs = 0;
+      (void)run_padded_step(size, in);
+    }
+    backend_->synchronize();
+  } catch (const Error& e) {
+    // The warm-up is an optimisation: without graphs, padded decode steps run eagerly.
+    spdlog::warn("executor: recording the decode-step CUDA graphs failed; decode steps run "
+                 "eagerly: {}",
+                 e.what());
+    graphs_.clear();
+    use_graphs_ = false;
+    stats_ = before;
+    return;
   }
-  backend_->synchronize();
   const int32_t captured = stats_.graphs_captured;
   stats_ = before;  // the warm-up steps are not steps
   stats_.graphs_captured = captured;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
+#include "runtime/error.hpp"
 
 namespace troupe::testing {
 
@@ -21,6 +22,7 @@ class RecordingBackend final : public Backend {
  public:
   explicit RecordingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
 
+  bool fail_captures = false;  // capture() throws troupe::Error, as a failed CUDA capture does
   int captures = 0;  // capture() calls that recorded a graph
   int replays = 0;   // graph replays
   int ops_run = 0;   // ops run on the inner backend (eagerly or by replays)
@@ -104,6 +106,7 @@ class RecordingBackend final : public Backend {
 
   [[nodiscard]] bool can_capture() const override { return true; }
   [[nodiscard]] std::unique_ptr<CapturedGraph> capture(const std::function<void()>& ops) override {
+    if (fail_captures) throw Error("recording backend: capture failed (as asked)");
     auto graph = std::make_unique<Graph>(*this);
     recording_ = &graph->ops;
     try {

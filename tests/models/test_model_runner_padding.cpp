@@ -266,6 +266,28 @@ TEST_CASE("decode graphs are recorded at start-up and replay the eager steps' bi
   CHECK(rec.replays == 8);
   CHECK(rec.captures == 5);  // nothing recorded after start-up
 
+  // A recording that fails leaves the runner eager, and right.
+  auto failing = std::make_unique<RecordingBackend>(make_cpu_backend(1));
+  failing->fail_captures = true;
+  ModelRunner fallback(std::move(failing), init);
+  CHECK(fallback.stats().graphs_captured == 0);
+  {
+    PlanDriver d2(4, 256, 11);
+    std::vector<uint64_t> ids2;
+    for (const auto& p : prompts) ids2.push_back(d2.add(p));
+    ModelRunner eager2(make_cpu_backend(1), init, pad);
+    for (int k = 0; k < 3; ++k) {
+      const StepPlan plan = d2.plan(k == 0 ? ids2 : std::vector<uint64_t>{ids2[0], ids2[1]});
+      const StepResult want = eager2.execute(plan);
+      const StepResult got = fallback.execute(plan);
+      REQUIRE(got.outputs.size() == want.outputs.size());
+      for (size_t i = 0; i < want.outputs.size(); ++i)
+        CHECK(got.outputs[i].token == want.outputs[i].token);
+      d2.apply(want);
+    }
+    CHECK(fallback.stats().graph_replays == 0);
+  }
+
   // enforce_eager: nothing is recorded.
   ExecutorInit no_graphs = init;
   no_graphs.enforce_eager = true;
