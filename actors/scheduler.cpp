@@ -112,7 +112,15 @@ void finish_steps(self_ptr self) {
     }
     const StepResult& r = done.results.front();
     st.timings.inside += r.execute_seconds;
-    SeqUpdates ups{st.sched->on_result(r)};
+    SeqUpdates ups;
+    try {
+      ups.items = st.sched->on_result(r);
+    } catch (const std::exception& e) {  // a result that contradicts the plan: a bug to surface
+      spdlog::error("scheduler: step {}: {}", done.step_id, e.what());
+      for (auto& later : st.in_flight) later.discard = true;
+      fail_everything(self, e.what(), false);
+      continue;
+    }
     for (const auto& u : ups.items) st.generated_tokens += u.new_token_ids.size();
     if (!ups.items.empty()) self->send(st.engine, updates_atom::value, std::move(ups));
     st.timings.finish += since(t0);
@@ -180,13 +188,27 @@ void step(self_ptr self) {
     return;
   st.planning = true;
   st.timings.step_start = Clock::now();
-  KVAsk ask = st.sched->propose();
+  KVAsk ask;
+  try {
+    ask = st.sched->propose();
+  } catch (const std::exception& e) {  // a broken invariant: fail loudly, keep the actor
+    st.planning = false;
+    fail_everything(self, e.what(), false);
+    return;
+  }
   self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
       .then(
           [=](KVGrant& grant) {
             auto& s = self->state;
             s.planning = false;
-            StepPlan plan = s.sched->apply(grant);
+            StepPlan plan;
+            try {
+              plan = s.sched->apply(grant);
+            } catch (const std::exception& e) {
+              for (auto& later : s.in_flight) later.discard = true;
+              fail_everything(self, e.what(), false);
+              return;
+            }
             if (plan.empty() && plan.finished_seq_ids.empty() && !plan.has_swaps()) {
               if (s.in_flight.empty() && s.sched->has_work() &&
                   s.sched->stats().num_running == 0) {
