@@ -70,7 +70,10 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
               j["applying_results_ms"].get<double>());
   std::printf("  %-34s %10llu\n", "steps planned ahead (async)",
               static_cast<unsigned long long>(j["steps_planned_ahead"].get<uint64_t>()));
-  // Where the time goes by kind of step (round trips: the GPU's time plus the messages).
+  // Where the time goes by kind of step: each step from when it was sent, or from when the
+  // step before it returned if that is later (steps in flight together, as with async
+  // scheduling or a step of releases only, are not counted twice): the GPU's time plus the
+  // messages.
   const auto kind = [&](const char* name, uint64_t n, uint64_t tokens, double secs) {
     nlohmann::ordered_json k;
     k["steps"] = n;

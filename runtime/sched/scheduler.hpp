@@ -97,8 +97,9 @@ struct SchedulerStats {
   uint64_t timed_steps = 0;
   double plan_seconds = 0, round_trip_seconds = 0, executor_seconds = 0, apply_seconds = 0;
   // The same steps split by kind: those with prompt tokens (a whole prompt, a chunk of one, or
-  // a recompute; decodes may ride along) and decode-only steps, with the round-trip time
-  // of each kind and the tokens each kind ran.
+  // a recompute; decodes may ride along) and decode-only steps, with the time of each kind (a
+  // step's from when it was sent, or from when the step before it returned if that is later,
+  // so that steps in flight together count once) and the tokens each kind ran.
   uint64_t prompt_steps = 0, prompt_step_tokens = 0, decode_steps = 0, decode_step_tokens = 0;
   double prompt_step_seconds = 0, decode_step_seconds = 0;
 };
