@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -81,29 +82,40 @@ bool env_flag(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
+[[noreturn]] void refuse_env(const char* name, const char* value, const char* what) {
+  throw std::invalid_argument(std::string(name) + ": '" + value + "' is not allowed (" + what +
+                              ")");
+}
+
+/// An integer environment variable in [lo, hi] and, when `allowed` is not empty, among
+/// `allowed` (described by `what`), or `fallback` when unset or empty.
+int32_t env_int(const char* name, int32_t fallback, int32_t lo, int32_t hi, const char* what,
+                std::initializer_list<int32_t> allowed = {}) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < lo || n > hi ||
+      (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), n) == allowed.end()))
+    refuse_env(name, v, what);
+  return int32_t(n);
+}
+
 /// An integer environment variable among `allowed` (described by `what`), or `fallback` when
 /// unset or empty.
 int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int32_t> allowed,
                    const char* what) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  for (int32_t a : allowed)
-    if (*end == '\0' && n == a) return a;
-  throw std::invalid_argument(std::string(name) + ": '" + v + "' is not allowed (" + what + ")");
+  return env_int(name, fallback, INT32_MIN, INT32_MAX, what, allowed);
 }
 
-/// An integer environment variable in [lo, hi] (described by `what`), or `fallback` when unset
-/// or empty.
-int32_t env_int(const char* name, int32_t fallback, int32_t lo, int32_t hi, const char* what) {
+/// The index in `words` of a word-valued environment variable (described by `what`), or -1
+/// when unset or empty.
+int env_word(const char* name, std::initializer_list<std::string_view> words, const char* what) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < lo || n > hi)
-    throw std::invalid_argument(std::string(name) + ": '" + v + "' is not allowed (" + what + ")");
-  return int32_t(n);
+  if (v == nullptr || *v == '\0') return -1;
+  const auto it = std::find(words.begin(), words.end(), std::string_view(v));
+  if (it == words.end()) refuse_env(name, v, what);
+  return int(it - words.begin());
 }
 
 /// How decode attention runs, from the environment (docs/engine.md):
@@ -111,31 +123,20 @@ int32_t env_int(const char* name, int32_t fallback, int32_t lo, int32_t hi, cons
 /// experimental: TROUPE_DECODE_SPLIT_KEYS and TROUPE_DECODE_STAGES.
 cuda::DecodeOptions decode_options_from_env() {
   cuda::DecodeOptions o;
-  if (const char* v = std::getenv("TROUPE_DECODE_ATTENTION"); v != nullptr && *v != '\0') {
-    const std::string_view s(v);
-    if (s == "registers")
-      o.kernel = cuda::DecodeKernel::cuda_cores;
-    else if (s == "pipelined")
-      o.kernel = cuda::DecodeKernel::pipelined;
-    else if (s == "mma")
-      o.kernel = cuda::DecodeKernel::tensor_cores;
-    else
-      throw std::invalid_argument("TROUPE_DECODE_ATTENTION: '" + std::string(s) +
-                                  "' is not a decode attention kernel (registers, pipelined or "
-                                  "mma)");
-  }
+  constexpr cuda::DecodeKernel kKernels[] = {cuda::DecodeKernel::cuda_cores,
+                                             cuda::DecodeKernel::pipelined,
+                                             cuda::DecodeKernel::tensor_cores};
+  if (const int k = env_word("TROUPE_DECODE_ATTENTION", {"registers", "pipelined", "mma"},
+                             "a decode attention kernel: registers, pipelined or mma");
+      k >= 0)
+    o.kernel = kKernels[k];
   o.long_split_keys = env_choice("TROUPE_DECODE_SPLIT_KEYS", o.long_split_keys,
                                  {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
   o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
                               "0 or 32 (the default) or 64 keys per prefill tile");
-  if (const char* v = std::getenv("TROUPE_PREFILL_ORDER"); v != nullptr && *v != '\0') {
-    const std::string_view order(v);
-    if (order != "heavy_first" && order != "tiles")
-      throw std::invalid_argument("TROUPE_PREFILL_ORDER: '" + std::string(order) +
-                                  "' is not allowed (tiles, the default, or heavy_first)");
-    o.prefill_heavy_first = order == "heavy_first";
-  }
+  o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"tiles", "heavy_first"},
+                                    "tiles, the default, or heavy_first") == 1;
   return o;
 }
 
@@ -194,14 +195,8 @@ class CudaBackendImpl final : public CudaBackend {
     int prio_least = 0, prio_greatest = 0;
     check_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
                "make_cuda_backend: cudaDeviceGetStreamPriorityRange");
-    int priority = 0;
-    if (const char* p = std::getenv("TROUPE_STREAM_PRIORITY"); p != nullptr && *p != '\0') {
-      const std::string_view v(p);
-      if (v != "high" && v != "low")
-        throw std::invalid_argument(std::string("TROUPE_STREAM_PRIORITY: '") + p +
-                                    "' is not allowed (high or low)");
-      priority = v == "high" ? prio_greatest : prio_least;
-    }
+    const int which = env_word("TROUPE_STREAM_PRIORITY", {"high", "low"}, "high or low");
+    const int priority = which == 0 ? prio_greatest : which == 1 ? prio_least : 0;
     check_cuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
                "make_cuda_backend: cudaStreamCreate");
     stream_holder_.reset(s);

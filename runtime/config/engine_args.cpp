@@ -11,6 +11,7 @@
 
 #include "runtime/config/field_codec.hpp"
 #include "runtime/error.hpp"
+#include "runtime/exec/step.hpp"
 
 namespace troupe {
 
@@ -346,20 +347,14 @@ void set_engine_arg(EngineArgs& a, std::string_view name, std::string_view value
 
 std::vector<int32_t> requested_capture_sizes(const EngineArgs& a) {
   std::vector<int32_t> sizes;
-  const auto pattern = [&](int64_t largest, int32_t step_past_256) {
-    for (int64_t s : {1, 2, 4})
-      if (s <= largest) sizes.push_back(int32_t(s));
-    for (int64_t s = 8; s <= largest; s += s < 256 ? 8 : step_past_256) sizes.push_back(int32_t(s));
-    if (sizes.empty() || sizes.back() != largest) sizes.push_back(int32_t(largest));
-  };
   if (!a.cudagraph_capture_sizes.empty()) {
     for (int64_t s : a.cudagraph_capture_sizes) sizes.push_back(int32_t(s));
   } else if (a.cuda_graph_sizes.size() == 1) {
-    pattern(a.cuda_graph_sizes[0], 8);  // vLLM's old rule: every 8 all the way
+    sizes = capture_size_pattern(a.cuda_graph_sizes[0], 8);  // vLLM's old rule: every 8
   } else if (!a.cuda_graph_sizes.empty()) {
     for (int64_t s : a.cuda_graph_sizes) sizes.push_back(int32_t(s));
   } else if (a.max_cudagraph_capture_size) {
-    pattern(*a.max_cudagraph_capture_size, 16);
+    sizes = capture_size_pattern(*a.max_cudagraph_capture_size);
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());

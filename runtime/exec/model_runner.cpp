@@ -35,15 +35,9 @@ std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs, int32_t max_num_
     return sizes;
   }
   // vLLM's limit too: past 512 sequences a decode step is long enough that launches do not
-  // matter, and each size costs a graph.
-  const int32_t limit = std::min({max_num_seqs, max_num_batched_tokens, int32_t(512)});
-  // vLLM's sizes: 1, 2, 4, then every 8 up to 256 and every 16 past it, so a batch carries at
-  // most 7 padding rows (15 past 256) through the GEMMs, lm_head and attention's grid.
-  for (int32_t s : {1, 2, 4})
-    if (s <= limit) sizes.push_back(s);
-  for (int32_t s = 8; s <= limit; s += s < 256 ? 8 : 16) sizes.push_back(s);
-  if (limit >= 1 && sizes.back() != limit) sizes.push_back(limit);
-  return sizes;
+  // matter, and each size costs a graph. vLLM's sizes: a batch carries at most 7 padding rows
+  // (15 past 256) through the GEMMs, lm_head and attention's grid.
+  return capture_size_pattern(std::min({max_num_seqs, max_num_batched_tokens, int32_t(512)}));
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init,

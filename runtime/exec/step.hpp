@@ -25,6 +25,19 @@ inline int32_t prompt_logprob_rows_per_step(int32_t max_num_batched_tokens) {
   return max_num_batched_tokens < 2048 ? max_num_batched_tokens : 2048;
 }
 
+/// vLLM's decode-step CUDA-graph sizes up to `largest`: 1, 2, 4, then every 8 up to 256 and
+/// every `step_past_256` past it, plus `largest` itself (none when largest < 1). Used by the
+/// executor's default (decode_capture_sizes) and by --max-cudagraph-capture-size.
+inline std::vector<int32_t> capture_size_pattern(int64_t largest, int32_t step_past_256 = 16) {
+  std::vector<int32_t> sizes;
+  if (largest < 1) return sizes;
+  for (int64_t s : {1, 2, 4})
+    if (s <= largest) sizes.push_back(int32_t(s));
+  for (int64_t s = 8; s <= largest; s += s < 256 ? 8 : step_past_256) sizes.push_back(int32_t(s));
+  if (sizes.back() != largest) sizes.push_back(int32_t(largest));
+  return sizes;
+}
+
 /// Per-sequence sampling settings, fixed for the sequence's life (see SamplingRow for their
 /// meaning). Derived by the engine from SamplingParams.
 struct SeqSampling {

@@ -144,18 +144,14 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
       fail("KVCacheManager: sequence {} asks for {} tokens but {} are known ({} unknown)",
            r.seq_id, total, known, r.num_unknown_tokens);
     KVRunningGrant g{r.seq_id, {}};
-    if (!ask.allow_preemption) {
-      if (!grow(s, total, &g.new_block_ids)) {
-        out.short_of_blocks = true;  // sits this step out; nobody is preempted
-        continue;
-      }
-      register_full_blocks(s, std::min(total, known));
-      out.running.push_back(std::move(g));
-      continue;
-    }
     bool self_preempted = false;
     // grow() takes all the blocks it needs or none, so a victim's table is what it held.
-    while (!grow(s, total, &g.new_block_ids)) {
+    bool grown = grow(s, total, &g.new_block_ids);
+    if (!grown && !ask.allow_preemption) {
+      out.short_of_blocks = true;  // sits this step out; nobody is preempted
+      continue;
+    }
+    for (; !grown; grown = grow(s, total, &g.new_block_ids)) {
       const KVRunningAsk& victim = ask.running[end - 1];
       --end;
       self_preempted = victim.seq_id == r.seq_id;

@@ -133,7 +133,6 @@ KVAsk Scheduler::propose() {
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int32_t n = cap_for_prompt_logprobs(s, 0, std::min(remaining, budget));
     if (n <= 0) break;
-    s.num_scheduled = n;
     budget -= n;
     ++count;
     // Prompt logprobs may split a prompt even without chunked prefill (logits rows are capped).
@@ -249,9 +248,6 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
                                    a.num_cached_tokens, a.num_new_tokens});
     book(a.seq_id, s, a.num_cached_tokens, a.num_new_tokens);
   }
-  // Sequences asked for but not granted (waiting, swapped, or left out of a plan made ahead)
-  // have nothing scheduled.
-  for (auto& [id, s] : seqs_) s.num_scheduled = 0;
   if (!step.seqs.empty()) {
     if (ahead) ++planned_ahead_;
     in_flight_.push_back(std::move(step));

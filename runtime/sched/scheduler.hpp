@@ -152,7 +152,8 @@ class Scheduler {
     int32_t num_in_flight = 0;      // tokens of it in steps in flight
     int32_t samples_in_flight = 0;  // steps in flight that sample its next token (0 or 1
                                     // when planning; 2 between planning ahead and a result)
-    int32_t num_scheduled = 0;      // tokens proposed for the step being planned
+    int32_t num_scheduled = 0;      // running or swapped: tokens the last propose() asked for
+                                    // (apply() reads it for the granted ones only)
     int32_t prompt_logprobs_sent = 0;  // prompt positions delivered (after position 0)
     std::vector<int32_t> pending_kv;    // sampled tokens the cache manager has not heard of
     std::vector<int32_t> pending_exec;  // sampled tokens the executors have not had confirmed

@@ -44,39 +44,6 @@ TEST_CASE("decode capture sizes are vLLM's (1, 2, 4, every 8, every 16 past 256)
   CHECK(decode_capture_sizes(0, 8192).empty());
 }
 
-TEST_CASE("requested capture sizes replace the default, less those no decode step can fill",
-          "[exec][graphs]") {
-  CHECK(decode_capture_sizes(256, 8192, {24, 3, 8, 3, 1000}) == std::vector<int32_t>{3, 8, 24});
-  CHECK(decode_capture_sizes(16, 8192, {32, 64}).empty());  // none fit: no graphs
-  CHECK(decode_capture_sizes(1024, 8192, {600, 1024}) == std::vector<int32_t>{600, 1024});
-
-  // A runner padding decode steps to {3, 8}: 5 rows pad to 8, 9 rows run unpadded.
-  ExecutorInit init;
-  init.model_dir = std::string(TROUPE_FIXTURES_DIR) + "/models/llama_gqa";
-  init.device = "cpu";
-  init.block_size = 4;
-  init.max_num_batched_tokens = 256;
-  init.max_num_seqs = 16;
-  init.max_model_len = 128;
-  init.num_gpu_blocks_override = 256;
-  init.cudagraph_capture_sizes = {8, 3};
-  RunnerOptions pad;
-  pad.pad_decode = RunnerOptions::PadDecode::always;
-  ModelRunner runner(make_cpu_backend(2), init, pad);
-  CHECK(runner.capture_sizes() == std::vector<int32_t>{3, 8});
-  PlanDriver driver(4, 256, 3);
-  const auto prompts =
-      random_prompts({3, 4, 5, 6, 7, 8, 9, 10, 11}, int32_t(runner.model_config().vocab_size), 4);
-  std::vector<uint64_t> ids;
-  for (const auto& p : prompts) ids.push_back(driver.add(p));
-  driver.apply(runner.execute(driver.plan(ids)));  // prefill: exact
-  CHECK(runner.stats().padded_steps == 0);
-  driver.apply(runner.execute(driver.plan({ids[0], ids[1], ids[2], ids[3], ids[4]})));
-  CHECK(runner.stats().padded_steps == 1);  // 5 -> 8
-  driver.apply(runner.execute(driver.plan(ids)));
-  CHECK(runner.stats().padded_steps == 1);  // 9 > 8: eager
-}
-
 TEST_CASE("step inputs: exact layout and a padded one, value by value", "[exec][graphs]") {
   const int32_t bs = 4;
   // A decodes position 4 (block 1 of its table [3, 1]); B decodes position 2 of [2].
@@ -221,6 +188,32 @@ void padded_matches_unpadded(const ExecutorInit& init) {
 }
 
 }  // namespace
+
+TEST_CASE("requested capture sizes replace the default, less those no decode step can fill",
+          "[exec][graphs]") {
+  CHECK(decode_capture_sizes(256, 8192, {24, 3, 8, 3, 1000}) == std::vector<int32_t>{3, 8, 24});
+  CHECK(decode_capture_sizes(16, 8192, {32, 64}).empty());  // none fit: no graphs
+  CHECK(decode_capture_sizes(1024, 8192, {600, 1024}) == std::vector<int32_t>{600, 1024});
+
+  // A runner padding decode steps to {3, 8}: 5 rows pad to 8, 9 rows run unpadded.
+  ExecutorInit init = small_init();
+  init.cudagraph_capture_sizes = {8, 3};
+  RunnerOptions pad;
+  pad.pad_decode = RunnerOptions::PadDecode::always;
+  ModelRunner runner(make_cpu_backend(2), init, pad);
+  CHECK(runner.capture_sizes() == std::vector<int32_t>{3, 8});
+  PlanDriver driver(4, 256, 3);
+  const auto prompts =
+      random_prompts({3, 4, 5, 6, 7, 8, 9, 10, 11}, int32_t(runner.model_config().vocab_size), 4);
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(driver.add(p));
+  driver.apply(runner.execute(driver.plan(ids)));  // prefill: exact
+  CHECK(runner.stats().padded_steps == 0);
+  driver.apply(runner.execute(driver.plan({ids[0], ids[1], ids[2], ids[3], ids[4]})));
+  CHECK(runner.stats().padded_steps == 1);  // 5 -> 8
+  driver.apply(runner.execute(driver.plan(ids)));
+  CHECK(runner.stats().padded_steps == 1);  // 9 > 8: eager
+}
 
 TEST_CASE("decode graphs are recorded at start-up and replay the eager steps' bits",
           "[exec][graphs]") {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -149,9 +150,50 @@ struct SwapRun {
   std::vector<std::pair<uint64_t, int32_t>> resumed;
 };
 
-/// With cfg.async_scheduling the loop plans ahead whenever the scheduler allows: the fake
-/// executor runs each plan as it is made, and a result is applied only after the next plan
-/// (when there is one) was made.
+/// What drive() reports: every plan (and whether it was made ahead), every time a plan must
+/// wait for the step in flight, every update.
+struct DriveHooks {
+  std::function<void(const StepPlan&, bool ahead)> on_plan;
+  std::function<void()> on_wait;
+  std::function<void(const SeqUpdate&)> on_update;
+};
+
+/// Runs steps until nothing is left, planning ahead whenever the scheduler allows (async
+/// scheduling): the fake executor runs each plan as it is made, and a result is applied only
+/// after the next plan (when there is one) was made. `results` holds the steps already in
+/// flight. Returns the loop's iterations.
+int drive(Scheduler& sched, KVCacheManager& kv, FakeExecutor& exec,
+          std::deque<StepResult>& results, const DriveHooks& hooks) {
+  int n = 0;
+  while (sched.has_work() || sched.has_pending_releases() || !results.empty()) {
+    REQUIRE(++n < 100000);
+    REQUIRE(results.size() == sched.steps_in_flight());
+    const bool more = sched.has_work() || sched.has_pending_releases();
+    if (more && (results.empty() || sched.can_plan_ahead())) {
+      const bool ahead = !results.empty();
+      StepPlan plan = sched.apply(kv.grant(sched.propose()));
+      if (hooks.on_plan) hooks.on_plan(plan, ahead);
+      if (ahead) CHECK(plan.swap_out.empty());  // plans made ahead never preempt
+      if (!plan.empty()) {
+        results.push_back(exec.execute(plan));
+        if (results.size() == 1) continue;  // may plan the next one ahead
+      } else {
+        (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
+        if (results.empty()) continue;
+      }
+    } else if (more && hooks.on_wait) {
+      hooks.on_wait();
+    }
+    const StepResult r = std::move(results.front());
+    results.pop_front();
+    for (const SeqUpdate& u : sched.on_result(r))
+      if (hooks.on_update) hooks.on_update(u);
+  }
+  return n;
+}
+
+/// Runs `specs` to completion (with cfg.async_scheduling, planning ahead as drive() does) and
+/// returns every sequence's outputs.
 std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int32_t block_size,
                                     bool prefix, std::vector<SeqSpec> specs,
                                     uint64_t* preemptions = nullptr, int* steps = nullptr,
@@ -163,45 +205,27 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
   FakeExecutor exec(block_size, num_blocks, cpu_blocks);
   for (auto& s : specs) sched.add(s);
   std::map<uint64_t, Outcome> out;
-  int n = 0;
-  std::deque<StepResult> results;  // of the steps in flight, oldest first
-  while (sched.has_work() || sched.has_pending_releases() || !results.empty()) {
-    REQUIRE(++n < 100000);
-    REQUIRE(results.size() == sched.steps_in_flight());
-    const bool may_plan = results.empty() || sched.can_plan_ahead();
-    if (may_plan && (sched.has_work() || sched.has_pending_releases())) {
-      const bool ahead = !results.empty();
-      StepPlan plan = sched.apply(kv.grant(sched.propose()));
-      // The token budget and the sequence cap hold in every plan.
-      int32_t tokens = 0;
-      for (auto& s : plan.new_seqs) tokens += s.num_new_tokens;
-      for (auto& s : plan.cached_seqs) tokens += s.num_new_tokens;
-      REQUIRE(tokens <= cfg.max_num_batched_tokens);
-      REQUIRE(plan.new_seqs.size() + plan.cached_seqs.size() <= size_t(cfg.max_num_seqs));
-      if (ahead) {
-        CHECK(plan.swap_out.empty());  // plans made ahead never preempt
-        if (!plan.empty() && planned_ahead) ++*planned_ahead;
-      }
-      if (!plan.empty()) {
-        results.push_back(exec.execute(plan));
-        if (results.size() == 1) continue;  // may plan the next one ahead
-      } else {
-        (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
-        if (results.empty()) continue;
-      }
+  std::deque<StepResult> results;
+  DriveHooks hooks;
+  hooks.on_plan = [&](const StepPlan& plan, bool ahead) {
+    // The token budget and the sequence cap hold in every plan.
+    int32_t tokens = 0;
+    for (auto& s : plan.new_seqs) tokens += s.num_new_tokens;
+    for (auto& s : plan.cached_seqs) tokens += s.num_new_tokens;
+    REQUIRE(tokens <= cfg.max_num_batched_tokens);
+    REQUIRE(plan.new_seqs.size() + plan.cached_seqs.size() <= size_t(cfg.max_num_seqs));
+    if (ahead && !plan.empty() && planned_ahead) ++*planned_ahead;
+  };
+  hooks.on_update = [&](const SeqUpdate& u) {
+    auto& o = out[u.seq_id];
+    o.tokens.insert(o.tokens.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+    o.prompt_logprobs += u.prompt_logprobs.size();
+    if (u.finish != FinishReason::none) {
+      o.finish = u.finish;
+      o.stop_token = u.stop_token;
     }
-    const StepResult r = std::move(results.front());
-    results.pop_front();
-    for (auto& u : sched.on_result(r)) {
-      auto& o = out[u.seq_id];
-      o.tokens.insert(o.tokens.end(), u.new_token_ids.begin(), u.new_token_ids.end());
-      o.prompt_logprobs += u.prompt_logprobs.size();
-      if (u.finish != FinishReason::none) {
-        o.finish = u.finish;
-        o.stop_token = u.stop_token;
-      }
-    }
-  }
+  };
+  const int n = drive(sched, kv, exec, results, hooks);
   CHECK(kv.stats().num_free_blocks == num_blocks);  // nothing leaked
   CHECK(kv.stats().num_free_cpu_blocks == cpu_blocks);
   if (preemptions) *preemptions = sched.stats().num_preemptions;
@@ -510,32 +534,16 @@ TEST_CASE("async: the step after one that ran short of blocks waits, then preemp
   std::deque<StepResult> results;
   bool waited = false;
   std::map<uint64_t, std::vector<int32_t>> out;
-  int guard = 0;
-  while ((sched.has_work() || sched.has_pending_releases() || !results.empty()) &&
-         ++guard < 500) {
-    if (results.empty() || sched.can_plan_ahead()) {
-      if (sched.has_work() || sched.has_pending_releases()) {
-        const bool ahead = !results.empty();
-        StepPlan plan = sched.apply(kv.grant(sched.propose()));
-        if (ahead) CHECK(plan.swap_out.empty());
-        if (!plan.empty()) {
-          results.push_back(exec.execute(plan));
-          if (results.size() == 1) continue;
-        } else {
-          (void)exec.execute(plan);
-          if (results.empty()) continue;
-        }
-      }
-    } else {
-      waited = true;
-      CHECK(sched.steps_in_flight() == 1);
-      CHECK_THROWS_WITH((void)sched.propose(), Catch::Contains("the next plan must wait"));
-    }
-    for (auto& u : sched.on_result(results.front()))
-      out[u.seq_id].insert(out[u.seq_id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
-    results.pop_front();
-  }
-  REQUIRE(guard < 500);
+  DriveHooks hooks;
+  hooks.on_wait = [&] {
+    waited = true;
+    CHECK(sched.steps_in_flight() == 1);
+    CHECK_THROWS_WITH((void)sched.propose(), Catch::Contains("the next plan must wait"));
+  };
+  hooks.on_update = [&](const SeqUpdate& u) {
+    out[u.seq_id].insert(out[u.seq_id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
+  };
+  (void)drive(sched, kv, exec, results, hooks);
   CHECK(waited);
   CHECK(sched.stats().num_preemptions > 0);
   CHECK(kv.stats().num_free_blocks == 4);
@@ -618,22 +626,11 @@ TEST_CASE("async: an abort with two steps in flight drops both results and frees
     out2.insert(out2.end(), u.new_token_ids.begin(), u.new_token_ids.end());
   }
   std::deque<StepResult> results{r3};
-  while (sched.has_work() || sched.has_pending_releases() || !results.empty()) {
-    if ((results.empty() || sched.can_plan_ahead()) &&
-        (sched.has_work() || sched.has_pending_releases())) {
-      StepPlan plan = sched.apply(kv.grant(sched.propose()));
-      if (!plan.empty()) {
-        results.push_back(exec.execute(plan));
-        if (results.size() == 1) continue;
-      } else {
-        (void)exec.execute(plan);
-        if (results.empty()) continue;
-      }
-    }
-    for (auto& u : sched.on_result(results.front()))
-      out2.insert(out2.end(), u.new_token_ids.begin(), u.new_token_ids.end());
-    results.pop_front();
-  }
+  DriveHooks hooks;
+  hooks.on_update = [&](const SeqUpdate& u) {
+    out2.insert(out2.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+  };
+  (void)drive(sched, kv, exec, results, hooks);
   CHECK(out2 == alone(make_spec(2, 5, 4, 40).prompt_token_ids, 4));
   CHECK_FALSE(kv.holds(1));
   CHECK(kv.stats().num_free_blocks == 32);
