@@ -62,9 +62,13 @@ std::string clip(const std::string& s, int32_t max_len) {
 
 /// Checks that need the model (SamplingParams' own ranges were checked by validate()).
 void check_against_model(const EngineContext& ctx, const SamplingParams& p) {
-  if (p.logprobs && *p.logprobs > ctx.max_logprobs)
+  // max_logprobs = -1: no limit (vLLM), and logprobs = -1 asks for the whole vocabulary.
+  const auto over = [&](int64_t n) {
+    return ctx.max_logprobs >= 0 && (n < 0 || n > ctx.max_logprobs);
+  };
+  if (p.logprobs && over(*p.logprobs))
     fail("logprobs = {}: must be <= max_logprobs = {}", *p.logprobs, ctx.max_logprobs);
-  if (p.prompt_logprobs && *p.prompt_logprobs > ctx.max_logprobs)
+  if (p.prompt_logprobs && over(*p.prompt_logprobs))
     fail("prompt_logprobs = {}: must be <= max_logprobs = {}", *p.prompt_logprobs,
          ctx.max_logprobs);
   for (auto t : p.stop_token_ids)
@@ -193,7 +197,8 @@ void on_updates(self_ptr self, SeqUpdates& ups) {
     for (size_t k = 0; k < u.new_token_ids.size(); ++k) {
       c.out.token_ids.push_back(u.new_token_ids[k]);
       if (k < u.logprobs.size()) {
-        c.out.cumulative_logprob += double(u.logprobs[k].chosen.logprob);
+        if (c.out.cumulative_logprob)
+          *c.out.cumulative_logprob += double(u.logprobs[k].chosen.logprob);
         if (c.out.logprobs) c.out.logprobs->push_back(to_map(st.ctx, u.logprobs[k]));
       }
     }
@@ -276,9 +281,12 @@ std::string admit(self_ptr self, EngineRequest& req, std::vector<int32_t> ids, c
     sp.frequency_penalty = float(p.frequency_penalty);
     sp.repetition_penalty = float(p.repetition_penalty);
     sp.seed = p.seed ? uint64_t(*p.seed) + uint64_t(i) : st.rng();
-    sp.num_logprobs = p.logprobs ? int32_t(*p.logprobs) : -1;
+    // vLLM's -1 (allowed when max_logprobs = -1) is the whole vocabulary; the executor's -1
+    // means none.
+    const auto count = [&](int64_t k) { return k < 0 ? st.ctx.vocab_size : int32_t(k); };
+    sp.num_logprobs = p.logprobs ? count(*p.logprobs) : -1;
     // Prompt logprobs are the same for every sample: only the first computes them.
-    sp.num_prompt_logprobs = (p.prompt_logprobs && i == 0) ? int32_t(*p.prompt_logprobs) : -1;
+    sp.num_prompt_logprobs = (p.prompt_logprobs && i == 0) ? count(*p.prompt_logprobs) : -1;
     sp.min_tokens = int32_t(p.min_tokens);
     sp.stop_ids = eos;
     sp.stop_ids.insert(sp.stop_ids.end(), stop_ids.begin(), stop_ids.end());
@@ -291,7 +299,10 @@ std::string admit(self_ptr self, EngineRequest& req, std::vector<int32_t> ids, c
     Child c;
     c.seq_id = s.seq_id;
     c.out.index = i;
-    if (p.logprobs) c.out.logprobs.emplace();
+    if (p.logprobs) {
+      c.out.logprobs.emplace();
+      c.out.cumulative_logprob = 0.0;
+    }
     r.children.push_back(std::move(c));
     st.owner.emplace(s.seq_id, std::make_pair(id, size_t(i)));
     if (r.detokenize)

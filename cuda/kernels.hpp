@@ -255,7 +255,7 @@ struct SampleRowParams {
   float repetition_penalty;
   int32_t top_k;         // <= 0: no limit
   int32_t greedy;        // 1: argmax of the processed logits
-  int32_t num_logprobs;  // -1: only the sampled token's
+  int32_t num_logprobs;  // -1: none (no logprob or rank); N >= 0: the top N too
   int32_t mod_begin;     // this row's entries in the modification list
   int32_t mod_count;
   int32_t scratch_row;  // uncached plans: row of the processed-logits scratch, -1: raw logits

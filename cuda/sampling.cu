@@ -245,14 +245,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   int before_token = 0;
   u64 exp_sum = 0;
   const int n_top = max(p.num_logprobs, 0);
+  // num_logprobs = -1: no logprob at all (vLLM's logprobs=None), so neither the normaliser
+  // nor the sampled token's rank is computed: two of a plain row's four passes.
+  const bool want_logprob = p.num_logprobs >= 0;
   if (mx == -INFINITY || mx == INFINITY) {  // as the CPU reference: no usable distribution
     code = mx == INFINITY ? kSampleRawInf : kSampleRawAllNegInf;
   } else {
     // Raw log-softmax normaliser: sum of exp(raw - max) in 2^-40 fixed point (exact integer
     // sums, so the same bits whatever the split); summed over the cluster at the end.
-    for (int j = tid; j < n; j += kThreads)
-      exp_sum += mass_of(expf(__fsub_rn(raw_slice.at(j), mx)));
-    exp_sum = block_sum_u64(exp_sum, sh);
+    if (want_logprob) {
+      for (int j = tid; j < n; j += kThreads)
+        exp_sum += mass_of(expf(__fsub_rn(raw_slice.at(j), mx)));
+      exp_sum = block_sum_u64(exp_sum, sh);
+    }
 
     // Top-N raw logprobs, before the cache is modified: rank 0 writes (token, raw value,
     // rank) now and turns the values into logprobs once the normaliser is known.
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     token = choose_token(x_slice, vocab, p, mx, ai, cx);
     if (token < 0) {
       code = token;
-    } else if (p.greedy == 0 || p.mod_count > 0) {
+    } else if (want_logprob && (p.greedy == 0 || p.mod_count > 0)) {
       // Rank of the token under the raw logits. The slice holds processed values, which equal
       // the raw ones except at modified tokens: count over the slice, then swap in the raw
       // value of each modified token. (Greedy, unmodified: the token is the first maximum.)
@@ -323,6 +328,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int r = 0; r < cx.csize; ++r) {
     sum += sh.part_sum[r];
     ahead_total += sh.part_rank[r];
+  }
+  if (!want_logprob) {  // n_top = 0 too
+    if (tid == 0) {
+      res[0] = token;
+      res[1] = __float_as_int(0.0f);
+      res[2] = 0;
+      res[3] = 0;
+    }
+    return;
   }
   // sum >= 2^40: the maximum itself contributes exp(0) = 1.
   const double lse = double(mx) + log(double(sum) * (1.0 / kMassScale));

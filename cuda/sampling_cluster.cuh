@@ -86,8 +86,11 @@ __device__ __forceinline__ float value_of_key(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+/// round(e * 2^40) for e in [0, 1]. In float: e * 2^40 only moves the exponent (no rounding,
+/// no overflow, nothing subnormal), so the float-to-integer rounding sees the same value that
+/// the double product would hold, without the two double conversions.
 __device__ __forceinline__ u64 mass_of(float e) {
-  return __double2ull_rn(double(e) * kMassScale);
+  return __float2ull_rn(__fmul_rn(e, float(kMassScale)));
 }
 
 /// A candidate as one sortable word: key descending, then token id ascending.

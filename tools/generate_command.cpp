@@ -4,7 +4,8 @@
 // {"prompt_token_ids": [...]}, optionally with per-request SamplingParams fields). Results are
 // JSON lines in input order, to --output or stdout:
 //   {"prompt": ..., "prompt_token_ids": [...], "outputs": [{"index": 0, "text": ...,
-//    "token_ids": [...], "cumulative_logprob": ..., "finish_reason": "length"|"stop"}]}
+//    "token_ids": [...], "cumulative_logprob": ... (null without --logprobs),
+//    "finish_reason": "length"|"stop"}]}
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 

@@ -22,7 +22,9 @@ struct CompletionOutput {
   int32_t index = 0;
   std::string text;
   std::vector<int32_t> token_ids;
-  double cumulative_logprob = 0.0;  // sum of the sampled tokens' logprobs
+  // Sum of the sampled tokens' logprobs; as in vLLM V1, only when SamplingParams.logprobs is
+  // set (None otherwise: no logprob is computed then).
+  std::optional<double> cumulative_logprob;
   std::optional<std::vector<PositionLogprobMap>> logprobs;  // when SamplingParams.logprobs set
   std::string finish_reason;  // "" while running, then "length", "stop", "abort" or "error"
   /// The stop string or stop token id that ended the sequence ("" / -1 when none).

@@ -27,7 +27,8 @@ nlohmann::ordered_json to_json(const RequestOutput& out) {
     o["index"] = c.index;
     o["text"] = c.text;
     o["token_ids"] = c.token_ids;
-    o["cumulative_logprob"] = c.cumulative_logprob;
+    o["cumulative_logprob"] = c.cumulative_logprob ? nlohmann::ordered_json(*c.cumulative_logprob)
+                                                   : nlohmann::ordered_json(nullptr);
     if (c.logprobs) {
       nlohmann::ordered_json lps = nlohmann::ordered_json::array();
       for (const auto& p : *c.logprobs) lps.push_back(to_json(p));

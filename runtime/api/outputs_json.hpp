@@ -9,7 +9,8 @@
 namespace troupe {
 
 /// {"request_id", "prompt", "prompt_token_ids", ["prompt_logprobs"],
-///  "outputs": [{"index", "text", "token_ids", "cumulative_logprob", ["logprobs"],
+///  "outputs": [{"index", "text", "token_ids", "cumulative_logprob" (null without logprobs),
+///               ["logprobs"],
 ///               "finish_reason", "stop_reason"}], ["error"]}
 nlohmann::ordered_json to_json(const RequestOutput& out);
 nlohmann::ordered_json to_json(const PositionLogprobMap& position);

@@ -49,7 +49,7 @@ struct SeqSampling {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
-  int32_t num_logprobs = -1;         // -1: none; N: top-N logprobs of each sampled token
+  int32_t num_logprobs = -1;         // -1: none (not even the sampled token's); N: it + top N
   int32_t num_prompt_logprobs = -1;  // -1: none; N: logprob of each prompt token + top N
   int32_t min_tokens = 0;            // before this many outputs, `stop_ids` are banned
   std::vector<int32_t> stop_ids;     // eos (unless ignore_eos) and stop_token_ids

@@ -152,13 +152,15 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
   check_sampling_row(row, vocab);
   const auto v = size_t(vocab);
 
-  // Raw log-softmax, for the returned logprobs.
+  // Raw log-softmax, for the returned logprobs (none at all when num_logprobs = -1).
   float m = kNegInf;
   for (size_t i = 0; i < v; ++i) m = std::max(m, order_key(logits[i]));
   if (m == kNegInf) fail("sampling: every raw logit is -inf or NaN");
   if (std::isinf(m)) fail("sampling: a raw logit is +inf");
+  const bool want_logprob = row.num_logprobs >= 0;
   double sum = 0.0;
-  for (size_t i = 0; i < v; ++i) sum += std::exp(double(order_key(logits[i])) - double(m));
+  if (want_logprob)
+    for (size_t i = 0; i < v; ++i) sum += std::exp(double(order_key(logits[i])) - double(m));
   const double log_z = double(m) + std::log(sum);
   auto raw_logprob = [&](int32_t i) { return float(double(order_key(logits[i])) - log_z); };
   auto before_in_order = [&](int32_t a, int32_t b) {  // a is more likely than b
@@ -201,6 +203,7 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
 
   SampledToken result;
   result.token = token;
+  if (!want_logprob) return result;  // logprob 0, rank 0
   result.logprob = raw_logprob(token);
   result.rank = 1;
   for (size_t j = 0; j < v; ++j) result.rank += before_in_order(int32_t(j), token) ? 1 : 0;

@@ -34,7 +34,9 @@ struct SamplingRow {
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   uint64_t offset = 0;        // index of the token being sampled within this sequence's output
-  int32_t num_logprobs = -1;  // -1: none beyond the sampled token's; N >= 0: the top N too
+  // -1: no logprobs at all (vLLM's logprobs=None: the sampled token's logprob and rank are not
+  // computed and stay 0); N >= 0: the sampled token's and the top N.
+  int32_t num_logprobs = -1;
   // Host views, valid for the duration of the sample call.
   std::span<const int32_t> prompt_ids;  // for repetition_penalty
   std::span<const int32_t> output_ids;  // for all three penalties
@@ -54,8 +56,8 @@ struct TokenLogprob {
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0.0f;             // raw log-softmax of the sampled token
-  int32_t rank = 0;                 // its rank in the raw distribution
+  float logprob = 0.0f;             // raw log-softmax of the sampled token (num_logprobs >= 0)
+  int32_t rank = 0;                 // its rank in the raw distribution (num_logprobs >= 0)
   std::vector<TokenLogprob> top;    // num_logprobs entries, most likely first
 };
 

@@ -78,7 +78,7 @@ void check_greedy(const Reference& ref, const std::vector<RequestOutput>& outs) 
     REQUIRE(outs[i].outputs.size() == 1);
     CHECK(outs[i].outputs[0].token_ids == ref.greedy[i]);
     CHECK(outs[i].outputs[0].finish_reason == "length");
-    CHECK(outs[i].outputs[0].cumulative_logprob < 0.0);
+    CHECK(!outs[i].outputs[0].cumulative_logprob);  // vLLM V1: None without logprobs
   }
 }
 
@@ -196,7 +196,8 @@ TEST_CASE("logprobs: the sampled token's logprob, top-N, and prompt logprobs", "
     CHECK(pos.size() == 3);                   // the chosen token is one of the top 3
     sum += pos.at(c.token_ids[i]).logprob;
   }
-  CHECK(c.cumulative_logprob == Approx(sum).epsilon(1e-6));
+  REQUIRE(c.cumulative_logprob);
+  CHECK(*c.cumulative_logprob == Approx(sum).epsilon(1e-6));
   REQUIRE(out[0].prompt_logprobs);
   CHECK(out[0].prompt_logprobs->size() == ref.prompts[2].size());
   CHECK(out[0].prompt_logprobs->front().empty());
@@ -217,6 +218,45 @@ TEST_CASE("logprobs: the sampled token's logprob, top-N, and prompt logprobs", "
     const double expected = row[size_t(tok)] - mx - std::log(z);
     CHECK(pos.at(tok).logprob == Approx(expected).margin(1e-4));
     CHECK(pos.size() <= 3);  // the prompt token and the top 2
+  }
+}
+
+TEST_CASE("logprobs = 0 gives the sampled token's only, -1 the whole vocabulary", "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  const Reference ref = load_reference("llama_gqa");
+  EngineArgs a = fixture_args("llama_gqa");
+  a.max_logprobs = -1;  // vLLM: -1 lifts the limit, and then logprobs = -1 is allowed
+  LLM llm(a);
+  SamplingParams p = greedy_params(3);
+  p.logprobs = 0;
+  auto only = llm.generate({Prompt(ref.prompts[2])}, p, {.use_tqdm = false});
+  const auto& c = only[0].outputs[0];
+  REQUIRE(c.logprobs);
+  REQUIRE(c.logprobs->size() == 3);
+  double sum = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& pos = (*c.logprobs)[i];
+    REQUIRE(pos.size() == 1);
+    REQUIRE(pos.contains(c.token_ids[i]));
+    CHECK(pos.at(c.token_ids[i]).rank == 1);
+    CHECK(pos.at(c.token_ids[i]).logprob < 0.0f);
+    sum += pos.at(c.token_ids[i]).logprob;
+  }
+  REQUIRE(c.cumulative_logprob);
+  CHECK(*c.cumulative_logprob == Approx(sum).epsilon(1e-6));
+  p.logprobs = -1;
+  p.max_tokens = 2;
+  auto all = llm.generate({Prompt(ref.prompts[2])}, p, {.use_tqdm = false});
+  REQUIRE(all[0].outputs[0].logprobs);
+  const auto& positions = *all[0].outputs[0].logprobs;
+  REQUIRE(positions.size() == 2);
+  std::ifstream in(kFixtures / "llama_gqa" / "reference.json");
+  const size_t vocab = nlohmann::json::parse(in)["full_logits"][0].size();
+  for (const auto& pos : positions) {
+    REQUIRE(pos.size() == vocab);
+    double mass = 0;
+    for (const auto& [tok, lp] : pos) mass += std::exp(double(lp.logprob));
+    CHECK(mass == Approx(1.0).epsilon(1e-4));
   }
 }
 
@@ -411,9 +451,11 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
         const auto& y = outs[1][r].outputs.at(c);
         CHECK(x.token_ids == y.token_ids);
         // Batches are cut differently, so float sums may round differently.
-        CHECK(x.cumulative_logprob == Approx(y.cumulative_logprob).epsilon(1e-5));
         REQUIRE(x.logprobs);
         REQUIRE(y.logprobs);
+        REQUIRE(x.cumulative_logprob);
+        REQUIRE(y.cumulative_logprob);
+        CHECK(*x.cumulative_logprob == Approx(*y.cumulative_logprob).epsilon(1e-5));
         CHECK(x.logprobs->size() == y.logprobs->size());
       }
       CHECK(stops[0][r].outputs[0].token_ids == stops[1][r].outputs[0].token_ids);

@@ -126,20 +126,53 @@ TEST_CASE("sampler logprobs, rank and top-N match float64 log-softmax", "[sample
   }
   CHECK(order[0] == 10);
   CHECK(order[1] == 20);
-  const SampledToken g = sample_row(logits.data(), int64_t(vocab), greedy_row());
+  SamplingRow greedy = greedy_row();
+  greedy.num_logprobs = 0;  // the sampled token's logprob only
+  const SampledToken g = sample_row(logits.data(), int64_t(vocab), greedy);
   CHECK(g.token == 10);
   CHECK(g.rank == 1);
+  CHECK(std::abs(double(g.logprob) - ref_logprob(10)) < 1e-5);
   CHECK(g.top.empty());
   row.num_logprobs = 0;
   CHECK(sample_row(logits.data(), int64_t(vocab), row).top.empty());
   // Logprobs are of the raw logits: a bias that changes the pick does not change them.
-  SamplingRow biased = greedy_row();
+  SamplingRow biased = greedy;
   const std::pair<int32_t, float> bias[] = {{300, 100.0f}};
   biased.logit_bias = bias;
   const SampledToken b = sample_row(logits.data(), int64_t(vocab), biased);
   CHECK(b.token == 300);
   CHECK(std::abs(double(b.logprob) - ref_logprob(300)) < 1e-5);
   CHECK(b.rank == int32_t(std::find(order.begin(), order.end(), 300) - order.begin() + 1));
+}
+
+TEST_CASE("sampler without logprobs (num_logprobs = -1) draws the same tokens, no logprob", "[sampler]") {
+  std::mt19937_64 rng(23);
+  const size_t vocab = 3000;
+  const auto logits = random_logits(rng, vocab);
+  const std::pair<int32_t, float> bias[] = {{7, 2.0f}};
+  const std::vector<int32_t> output{7, 7, 100};
+  std::vector<SamplingRow> rows(4);
+  rows[0].temperature = 0.0f;
+  rows[1].temperature = 0.7f, rows[1].top_k = 40, rows[1].top_p = 0.9f;
+  rows[2].min_p = 0.05f, rows[2].logit_bias = bias;
+  rows[3].frequency_penalty = 0.5f, rows[3].output_ids = output;
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (uint64_t offset = 0; offset < 8; ++offset) {
+      INFO("row " << r << ", offset " << offset);
+      SamplingRow with = rows[r], without = rows[r];
+      with.seed = without.seed = 99 + r;
+      with.offset = without.offset = offset;
+      with.num_logprobs = 0;
+      without.num_logprobs = -1;
+      const SampledToken a = sample_row(logits.data(), int64_t(vocab), with);
+      const SampledToken b = sample_row(logits.data(), int64_t(vocab), without);
+      CHECK(a.token == b.token);
+      CHECK(a.rank >= 1);
+      CHECK(a.logprob < 0.0f);
+      CHECK(b.logprob == 0.0f);  // not computed
+      CHECK(b.rank == 0);
+      CHECK(b.top.empty());
+    }
 }
 
 TEST_CASE("sampler bias and penalties match a hand computation", "[sampler]") {

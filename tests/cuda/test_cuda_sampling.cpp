@@ -176,6 +176,34 @@ TEST_CASE("cuda sample matches the CPU reference sampler", "[cuda][sampling]") {
   }
 }
 
+TEST_CASE("cuda sample: without logprobs, the same tokens and no logprob or rank",
+          "[cuda][sampling]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(24);
+  for (int64_t vocab : {1000, 128256}) {
+    std::vector<RowData> data;
+    const std::vector<SamplingRow> rows = make_rows(vocab, rng, data);
+    std::vector<SamplingRow> with = rows, without = rows;
+    for (SamplingRow& r : with) r.num_logprobs = std::max(r.num_logprobs, 0);
+    for (SamplingRow& r : without) r.num_logprobs = -1;
+    const auto logits = peaky_logits(rng, rows.size() * size_t(vocab));
+    const Tensor g = p.gpu_floats(DType::f32, {int64_t(rows.size()), vocab}, logits);
+    const auto a = p.gpu().sample(g, with);
+    const auto b = p.gpu().sample(g, without);
+    // Every row's logprob and rank against the CPU (make_rows leaves most at -1).
+    compare_rows(logits, vocab, with, a, fmt::format("V={}, every row with logprobs", vocab));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      INFO("V=" << vocab << " row " << r);
+      CHECK(a[r].token == b[r].token);
+      CHECK(a[r].rank >= 1);
+      CHECK(b[r].logprob == 0.0f);
+      CHECK(b[r].rank == 0);
+      CHECK(b[r].top.empty());
+    }
+  }
+}
+
 TEST_CASE("cuda sample: seeded rows draw the same token whatever the batch", "[cuda][sampling]") {
   TROUPE_REQUIRE_GPU();
   Pair p;

@@ -37,9 +37,12 @@ class PlanDriver {
     return id;
   }
 
+  /// Greedy, with the sampled token's logprob (num_logprobs = 0) so that tests comparing two
+  /// runners compare the logits' log-softmax too, not just the argmax.
   static SeqSampling greedy() {
     SeqSampling s;
     s.temperature = 0.0f;
+    s.num_logprobs = 0;
     return s;
   }
 

@@ -57,12 +57,15 @@ def case_generate_default_model():
     c = o["outputs"][0]
     assert c["index"] == 0 and len(c["token_ids"]) == 12, c
     assert c["finish_reason"] == "length", c
-    assert c["cumulative_logprob"] < 0
+    assert c["cumulative_logprob"] is None, c  # vLLM V1: None unless logprobs are asked for
     assert isinstance(c["text"], str) and len(c["text"]) > 0
-    # Greedy is deterministic: the same again.
-    again = jsonl(run("generate", "--max-tokens", "12", "--temperature", "0",
-                      "The future of AI is").stdout)[0]
-    assert again["outputs"][0]["token_ids"] == c["token_ids"]
+    # Greedy is deterministic: the same again, and asking for the sampled tokens' logprobs
+    # (--logprobs 0) changes nothing but adds them and their sum.
+    again = jsonl(run("generate", "--max-tokens", "12", "--temperature", "0", "--logprobs", "0",
+                      "The future of AI is").stdout)[0]["outputs"][0]
+    assert again["token_ids"] == c["token_ids"]
+    assert len(again["logprobs"]) == 12, again
+    assert again["cumulative_logprob"] < 0, again
 
 
 def case_generate_jsonl():
