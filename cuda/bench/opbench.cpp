@@ -190,6 +190,32 @@ void bench_dense(Bench& bench) {
   }
 }
 
+// The model's GEMMs at the 1000 x 1000 run's row counts (decode batches of 232-256 rows,
+// prompt steps of ~7,800-8,192) through cuBLASLt. With many iterations (e.g. 400: ~1 s per
+// prompt-sized line) the rates are sustained ones, which the GPU's power limit lowers.
+void bench_gemm(Bench& bench) {
+  const DType bf = DType::bf16;
+  struct Lin {
+    int64_t k, n;
+    const char* what;
+    DType out;
+  };
+  for (const Lin& l : {Lin{kHidden, 6144, "qkv", bf}, Lin{kHidden, kHidden, "o_proj", bf},
+                       Lin{kHidden, 2 * kInter, "gate_up", bf}, Lin{kInter, kHidden, "down", bf},
+                       Lin{kHidden, kVocab, "lm_head", DType::f32}}) {
+    const Tensor w = bench.floats(bf, {l.n, l.k}, 0.02f);
+    for (int64_t t : {232, 248, 256, 7778, 8192}) {
+      if (l.out == DType::f32 && t > 256) continue;  // prompt steps sample a few rows only
+      const Tensor x = bench.floats(bf, {t, l.k});
+      const Tensor out = bench.alloc(l.out, {t, l.n});
+      bench.time("gemm " + std::string(l.what) + " T=" + std::to_string(t),
+                 kBf * double(t * l.k + l.n * l.k) + double(dtype_size(l.out) * t * l.n),
+                 2.0 * double(t * l.n * l.k), [&] { bench.b().linear(x, w, nullptr, out); });
+    }
+    bench.release();
+  }
+}
+
 // The fused ops of a decode layer (gemv.cu) next to the op sequences they replace, Llama-3-8B
 // shapes: qkv with its input norm, o_proj and down adding into the residual, gate_up with its
 // norm and the act_mul after it. Bytes are those of the sequence's GEMV (the weights dominate).
@@ -536,16 +562,22 @@ int main(int argc, char** argv) {
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
     // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
     // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
-    // batch's attention beside the other half's GEMMs on a second stream) or "sample" (the
-    // sampler at 256 rows: T = 1, T = 0.8, greedy).
+    // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
+    // sampler at 256 rows: T = 1, T = 0.8, greedy) or "gemm" (the model's GEMMs at the long
+    // run's row counts).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
-        only != "overlap" && only != "sample") {
+        only != "overlap" && only != "sample" && only != "gemm") {
       std::fprintf(stderr,
                    "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
-                   "sample\n",
+                   "sample, gemm\n",
                    only.c_str());
       return 2;
+    }
+    if (only == "gemm") {
+      Bench bench(iters);
+      bench_gemm(bench);
+      return 0;
     }
     if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
       for (const char* per_sm : {"2", "1"}) {  // the kernel's launch bounds (kernels.hpp)
