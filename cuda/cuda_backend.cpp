@@ -591,46 +591,60 @@ class CudaBackendImpl final : public CudaBackend {
                          const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rope_qkv_to_cache", device_);
     const auto prof = profile("rope_qkv_to_cache", rows_of(positions));
-    if (head_dim <= 0 || num_heads <= 0 || num_kv_heads <= 0)
-      check.fail("head_dim = {}, num_heads = {} and num_kv_heads = {} must be > 0", head_dim,
-                 num_heads, num_kv_heads);
-    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
-    if (style != RopeStyle::neox && style != RopeStyle::gptj)
-      check.fail("style = {} is neither neox nor gptj", int(style));
-    check.tensor("positions", positions, DType::i32, 1);
-    const int64_t tokens = positions.dim(0);
-    const int64_t q_row = int64_t(num_heads) * head_dim, kv_row = int64_t(num_kv_heads) * head_dim;
-    check.tensor("qkv", qkv, 2);
-    check.float_dtype("qkv", qkv);
-    check.dim("qkv", qkv, 0, tokens, "one row per position");
-    check.dim("qkv", qkv, 1, q_row + 2 * kv_row, "(num_heads + 2 num_kv_heads) * head_dim");
-    check.tensor("q_out", q_out, qkv.dtype, 2);
-    check.dim("q_out", q_out, 0, tokens, "one row per position");
-    check.dim("q_out", q_out, 1, q_row, "num_heads * head_dim");
-    check.tensor("k_cache", k_cache, qkv.dtype, 4);
-    check.tensor("v_cache", v_cache, qkv.dtype, 4);
-    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-    check.dim("k_cache", k_cache, 2, num_kv_heads, "num_kv_heads");
-    check.dim("k_cache", k_cache, 3, head_dim, "head_dim");
-    check.tensor("cos_sin", cos_sin, DType::f32, 2);
-    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
-    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
-    check.dim("slot_mapping", slot_mapping, 0, tokens, "one slot per position");
-    check.disjoint("q_out", q_out, "qkv", qkv);
-    check.disjoint("k_cache", k_cache, "qkv", qkv);
-    check.disjoint("v_cache", v_cache, "qkv", qkv);
-    check.disjoint("q_out", q_out, "k_cache", k_cache);
-    check.disjoint("q_out", q_out, "v_cache", v_cache);
-    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
-    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", q_row + 2 * kv_row);
+    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
+                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
     cuda::launch_rope_qkv_to_cache(qkv.dtype, qkv.data, positions.as<const int32_t>(),
-                                   cos_sin.as<const float>(), tokens, num_heads, num_kv_heads,
-                                   head_dim, rotary_dim, cos_sin.dim(0), style == RopeStyle::neox,
-                                   slot_mapping.as<const int32_t>(),
+                                   cos_sin.as<const float>(), positions.dim(0), num_heads,
+                                   num_kv_heads, head_dim, rotary_dim, cos_sin.dim(0),
+                                   style == RopeStyle::neox, slot_mapping.as<const int32_t>(),
                                    k_cache.dim(0) * k_cache.dim(1), k_cache.data, v_cache.data,
                                    q_out.data, err(), stream_);
     after_launch("rope_qkv_to_cache");
+  }
+
+  void rms_norm_linear_rope_qkv_to_cache(
+      const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& h, const Tensor& w,
+      const Tensor* bias, const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+      int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
+      int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+      const Tensor& slot_mapping, const Tensor& q_out) override {
+    const OpCheck check("rms_norm_linear_rope_qkv_to_cache", device_);
+    const auto prof = profile("rms_norm_linear_rope_qkv_to_cache", rows_of(x), w);
+    check_norm(check, x, norm_weight, eps, h);
+    check.disjoint("h", h, "x", x);
+    check_linear(check, h, w, bias, qkv);
+    check.disjoint("qkv", qkv, "x", x);
+    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
+                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    for (const auto& [name, t] : {std::pair{"q_out", &q_out}, std::pair{"k_cache", &k_cache},
+                                  std::pair{"v_cache", &v_cache}}) {
+      check.disjoint(name, *t, "x", x);
+      check.disjoint(name, *t, "w", w);
+    }
+    cuda::GemvFusion fusion = norm_fusion(x, norm_weight, eps, h);
+    cuda::GemvFusion::Rope& r = fusion.rope;
+    r.positions = positions.as<const int32_t>();
+    r.cos_sin = cos_sin.as<const float>();
+    r.max_positions = cos_sin.dim(0);
+    r.slots = slot_mapping.as<const int32_t>();
+    r.n_slots = k_cache.dim(0) * k_cache.dim(1);
+    r.q_out = q_out.data;
+    r.k_cache = k_cache.data;
+    r.v_cache = v_cache.data;
+    r.num_heads = num_heads;
+    r.num_kv_heads = num_kv_heads;
+    r.head_dim = head_dim;
+    r.rotary_dim = rotary_dim;
+    r.neox = style == RopeStyle::neox;
+    r.err = err();
+    if (fused_gemv(x, w, bias, qkv, w.dim(0), fusion)) {
+      after_launch("rms_norm_linear_rope_qkv_to_cache");
+      return;
+    }
+    Backend::rms_norm_linear_rope_qkv_to_cache(x, norm_weight, eps, h, w, bias, qkv, positions,
+                                               cos_sin, head_dim, rotary_dim, style, num_heads,
+                                               num_kv_heads, k_cache, v_cache, slot_mapping,
+                                               q_out);
   }
 
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -838,6 +852,47 @@ class CudaBackendImpl final : public CudaBackend {
     check.tensor("out", out, gate_up.dtype, 2);
     check_gate_up_halves(check, gate_up, out);
     check.disjoint("out", out, "gate_up", gate_up);
+  }
+
+  // rope_qkv_to_cache's argument checks (shared with its fusion into the qkv GEMV).
+  static void check_rope_qkv(const OpCheck& check, const Tensor& qkv, const Tensor& positions,
+                             const Tensor& cos_sin, int32_t head_dim, int32_t rotary_dim,
+                             RopeStyle style, int32_t num_heads, int32_t num_kv_heads,
+                             const Tensor& k_cache, const Tensor& v_cache,
+                             const Tensor& slot_mapping, const Tensor& q_out) {
+    if (head_dim <= 0 || num_heads <= 0 || num_kv_heads <= 0)
+      check.fail("head_dim = {}, num_heads = {} and num_kv_heads = {} must be > 0", head_dim,
+                 num_heads, num_kv_heads);
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
+    if (style != RopeStyle::neox && style != RopeStyle::gptj)
+      check.fail("style = {} is neither neox nor gptj", int(style));
+    check.tensor("positions", positions, DType::i32, 1);
+    const int64_t tokens = positions.dim(0);
+    const int64_t q_row = int64_t(num_heads) * head_dim, kv_row = int64_t(num_kv_heads) * head_dim;
+    check.tensor("qkv", qkv, 2);
+    check.float_dtype("qkv", qkv);
+    check.dim("qkv", qkv, 0, tokens, "one row per position");
+    check.dim("qkv", qkv, 1, q_row + 2 * kv_row, "(num_heads + 2 num_kv_heads) * head_dim");
+    check.tensor("q_out", q_out, qkv.dtype, 2);
+    check.dim("q_out", q_out, 0, tokens, "one row per position");
+    check.dim("q_out", q_out, 1, q_row, "num_heads * head_dim");
+    check.tensor("k_cache", k_cache, qkv.dtype, 4);
+    check.tensor("v_cache", v_cache, qkv.dtype, 4);
+    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
+    check.dim("k_cache", k_cache, 2, num_kv_heads, "num_kv_heads");
+    check.dim("k_cache", k_cache, 3, head_dim, "head_dim");
+    check.tensor("cos_sin", cos_sin, DType::f32, 2);
+    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
+    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
+    check.dim("slot_mapping", slot_mapping, 0, tokens, "one slot per position");
+    check.disjoint("q_out", q_out, "qkv", qkv);
+    check.disjoint("k_cache", k_cache, "qkv", qkv);
+    check.disjoint("v_cache", v_cache, "qkv", qkv);
+    check.disjoint("q_out", q_out, "k_cache", k_cache);
+    check.disjoint("q_out", q_out, "v_cache", v_cache);
+    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", q_row + 2 * kv_row);
   }
 
   // The rms_norm prologue of a fused GEMV that reproduces rms_norm(x, weight, eps, h): the

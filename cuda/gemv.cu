@@ -12,11 +12,14 @@
 // cuBLASLt's bias epilogue. No split-K, so no reduction kernel and no workspace.
 //
 // Fused variants (GemvFusion) take the small ops around a decode layer's GEMVs into the GEMV,
-// so that a layer is six kernels instead of nine, each giving the very bits of the separate ops:
+// so that a layer is five kernels instead of nine, each giving the very bits of the separate ops:
 // - rms_norm prologue (qkv, gate_up): each CTA recomputes the inverse RMS of its x rows in the
 //   norm kernel's summation order and stages the normalised rows in shared memory, once per
 //   CTA; warps then read x from there instead of L1.
 // - add epilogue (o_proj, down): the rounded product is added into the residual in place.
+// - rope epilogue (qkv, after the norm prologue): a warp computes both rows of a rotation pair
+//   and writes them rotated to q_out or the k cache (v rows and unrotated tails as they are),
+//   as rope_qkv_to_cache would from the rounded qkv row (gemv_rope_kernel).
 // - act_mul epilogue (gate_up): a warp computes gate row j and up row n + j and stores
 //   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
@@ -37,6 +40,7 @@
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/rms_norm.cuh"
+#include "cuda/rope.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -320,6 +324,98 @@ __global__ void __launch_bounds__(kThreads, 2)
       x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
+// The rope epilogue (GemvFusion::Rope) after the rms_norm prologue, for one row (the qkv
+// projection of a batch-1 decode step): unit u is two weight rows of head h = u / (d / 2):
+// a rotation pair of a q or k head (neox: j and j + rotary/2; gptj: 2j and 2j + 1), else two
+// adjacent elements moved as they are (a q/k head's unrotated tail, or a v head). Each row's
+// product is dot_row's, as the plain GEMV's, so the values equal linear's; lane 0 then does
+// what rope_qkv_kernel does with them. Warps take equal runs of whole units. Three CTAs per
+// SM: the unit bookkeeping takes 80-88 registers, which allowed only two (the op bench's qkv
+// at T = 1: 18.2 us against 15.8 for the plain norm GEMV, no faster than that GEMV plus the
+// rope kernel); asked for three, ptxas fits 75-78 registers without spills (four would spill).
+// Batch-1 decode: 4.372 ms per token with two, 4.301 with three (H200, two calls).
+template <class T, bool kNeox>
+__global__ void __launch_bounds__(kThreads, 3)
+    gemv_rope_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                     const void* __restrict__ bias, bool bias_f32, int64_t n, int64_t k,
+                     int64_t units_per_warp, const T* __restrict__ norm_w, float eps,
+                     int norm_threads, const GemvFusion::Rope r, bool pdl_early) {
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int d = r.head_dim, half = r.rotary_dim / 2, units_per_head = d / 2;
+  const int qk_heads = r.num_heads + r.num_kv_heads;
+  const int64_t units = n / 2;
+  const int64_t first = (int64_t(blockIdx.x) * kWarps + warp) * units_per_warp;
+  const int64_t last = first + units_per_warp < units ? first + units_per_warp : units;
+  const int64_t chunks = k / 8;
+  // Unit u's head, its two elements in the head, and whether they rotate (cos/sin column j).
+  struct Unit {
+    int head, e1, e2, j;
+    bool rotate;
+  };
+  const auto unit_of = [&](int64_t u) {
+    Unit t;
+    t.head = int(u / units_per_head);
+    t.j = int(u % units_per_head);
+    t.rotate = t.head < qk_heads && t.j < half;
+    if (t.rotate) {
+      t.e1 = kNeox ? t.j : 2 * t.j;
+      t.e2 = kNeox ? t.j + half : 2 * t.j + 1;
+    } else {
+      t.e1 = t.head < qk_heads ? r.rotary_dim + 2 * (t.j - half) : 2 * t.j;
+      t.e2 = t.e1 + 1;
+    }
+    return t;
+  };
+  const auto row_chunks = [&](int64_t row) { return reinterpret_cast<const uint4*>(w + row * k); };
+  uint4 wv[kUnroll];
+  bool waited = true, preloaded = false;
+  extern __shared__ uint4 staged[];
+  if (first < last) {
+    const Unit t = unit_of(first);
+    preload_row(row_chunks(int64_t(t.head) * d + t.e1), chunks, lane, wv);
+    preloaded = true;
+  }
+  pdl_wait();
+  pdl_trigger(pdl_early);
+  stage_rms_norm<T>(x, k, 1, norm_w, eps, norm_threads, staged);
+  if (first >= units) return;
+  const StagedRows xs{staged, chunks};
+  const int64_t pos = r.positions[0];
+  const bool pos_ok = pos >= 0 && pos < r.max_positions;
+  const int64_t slot = r.slots[0];
+  const bool cache = slot >= 0 && slot < r.n_slots;  // negative: a padding token
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (!pos_ok) atomicOr(r.err, int(kErrRopePosition));
+    if (pos_ok && slot >= r.n_slots) atomicOr(r.err, int(kErrKvSlot));
+  }
+  const float* cos_row = r.cos_sin + (pos_ok ? pos : 0) * r.rotary_dim;
+  const int64_t kv_row = int64_t(r.num_kv_heads) * d;
+  for (int64_t u = first; u < last; ++u) {
+    const Unit t = unit_of(u);
+    const int64_t row1 = int64_t(t.head) * d + t.e1, row2 = int64_t(t.head) * d + t.e2;
+    float a1[1], a2[1];
+    dot_row<T, 1>(row_chunks(row1), chunks, lane, xs, 1, wv, preloaded, waited, pdl_early, a1);
+    preloaded = false;
+    dot_row<T, 1>(row_chunks(row2), chunks, lane, xs, 1, wv, false, waited, pdl_early, a2);
+    if (lane != 0 || !pos_ok) continue;  // rope_qkv_kernel skips a bad position's token
+    // The values linear would have stored in qkv, then the rotation as rope_qkv_kernel does it.
+    float y1 = round_to<T>(a1[0] + bias_at<T>(bias, bias_f32, row1));
+    float y2 = round_to<T>(a2[0] + bias_at<T>(bias, bias_f32, row2));
+    if (t.rotate) rotate_pair(y1, y2, cos_row[t.j], cos_row[half + t.j], y1, y2);
+    T* dst;
+    if (t.head < r.num_heads) {
+      dst = static_cast<T*>(r.q_out) + int64_t(t.head) * d;
+    } else {
+      if (!cache) continue;
+      const bool is_k = t.head < qk_heads;
+      dst = static_cast<T*>(is_k ? r.k_cache : r.v_cache) + slot * kv_row +
+            int64_t(t.head - (is_k ? r.num_heads : qk_heads)) * d;
+    }
+    dst[t.e1] = from_f32<T>(y1);
+    dst[t.e2] = from_f32<T>(y2);
+  }
+}
+
 template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
 constexpr auto kernel_of() {
   if constexpr (P == Prologue::none)
@@ -372,12 +468,51 @@ void launch_rows(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStre
   launch_r<T, OutT, 1, P, E, A>(g, f, bias_f32, stream);
 }
 
+template <class T, bool kNeox>
+void launch_rope_epilogue(const GemmArgs& g, const GemvFusion& f, bool bias_f32,
+                          cudaStream_t stream) {
+  const auto kernel = gemv_rope_kernel<T, kNeox>;
+  const size_t smem = size_t(g.k) * sizeof(T);
+  static std::mutex mu;
+  static int64_t warps = 0;  // resident warps of this kernel at this smem (k is the model's)
+  static size_t warps_smem = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (warps == 0 || warps_smem != smem) {
+      int dev = 0, sms = 0, per_sm = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess &&
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) ==
+              cudaSuccess)
+        warps = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
+      else
+        warps = int64_t(1) << 40;  // unknown: one unit per warp
+      warps_smem = smem;
+    }
+  }
+  const int64_t units = g.n / 2;
+  const int64_t upw = (units + warps - 1) / warps;
+  const int64_t ctas = (units + kWarps * upw - 1) / (kWarps * upw);
+  launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), smem, stream, static_cast<const T*>(g.x),
+             static_cast<const T*>(g.w), g.bias, bias_f32, g.n, g.k, upw,
+             static_cast<const T*>(f.norm_weight), f.eps, f.norm_plan.threads, f.rope);
+}
+
 // Only the combinations the model programs use are compiled: the plain GEMV (out like x or
-// f32 logits), rms_norm -> GEMV (qkv), GEMV -> residual add (o_proj, down) and
-// rms_norm -> GEMV -> act_mul (gate_up). Returns false for any other.
+// f32 logits), rms_norm -> GEMV (qkv), rms_norm -> GEMV -> rope to the caches (qkv at one
+// row), GEMV -> residual add (o_proj, down) and rms_norm -> GEMV -> act_mul (gate_up).
+// Returns false for any other.
 template <class T>
 bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
   const bool norm = f.norm_weight != nullptr, act = f.act >= 0;
+  if (f.rope.q_out != nullptr) {
+    if (!norm || act || f.add_to_out || g.out_dtype != g.in_dtype) return false;
+    if (f.rope.neox)
+      launch_rope_epilogue<T, true>(g, f, bias_f32, stream);
+    else
+      launch_rope_epilogue<T, false>(g, f, bias_f32, stream);
+    return true;
+  }
   if (!norm && !act && !f.add_to_out) {
     if (g.out_dtype == DType::f32)
       launch_rows<T, float, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
@@ -426,6 +561,8 @@ cudaError_t allow_staged_rows() {
     allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kGelu>);
     allow(gemv_norm_kernel<T, R, Epilogue::act_mul, kGeluTanh>);
   };
+  allow(gemv_rope_kernel<T, true>);
+  allow(gemv_rope_kernel<T, false>);
   per_rows(std::integral_constant<int, 1>{});
   return first_error;
 }
@@ -454,6 +591,15 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   // Past these row counts the separate ops measured as fast or faster (docs/engine.md).
   if (fusion.norm_weight != nullptr && g.t > kGemvMaxNormRows) return false;
   if ((fusion.add_to_out || fusion.act >= 0) && g.t > kGemvMaxFusedRows) return false;
+  if (fusion.rope.q_out != nullptr) {
+    // One row; whole pairs per head, so the row splits into (heads x d / 2) units.
+    const GemvFusion::Rope& r = fusion.rope;
+    if (g.t != 1 || r.head_dim < 2 || r.head_dim % 2 != 0 || r.num_heads < 1 ||
+        r.num_kv_heads < 1 || r.rotary_dim < 2 || r.rotary_dim % 2 != 0 ||
+        r.rotary_dim > r.head_dim ||
+        g.n != int64_t(r.num_heads + 2 * r.num_kv_heads) * r.head_dim)
+      return false;
+  }
   if (fusion.norm_weight != nullptr) {
     // The prologue replays the vectorised norm block only, and stages whole rows.
     const RmsNormPlan& p = fusion.norm_plan;

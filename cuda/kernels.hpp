@@ -92,6 +92,24 @@ struct GemvFusion {
   /// bias 2n values), and out[t, j] = act(gate) * up of the rounded products j and n + j:
   /// linear into gate_up and act_mul, with the same roundings.
   int act = -1;
+  /// Epilogue (when rope.q_out is set; with the rms_norm prologue only): the products are a
+  /// fused qkv projection's row, rounded as linear into qkv would store them, then rotated and
+  /// moved as launch_rope_qkv_to_cache would (q to q_out, k and v into the caches); `out` is
+  /// not written. Each warp takes whole rotation pairs (two weight rows) so that both elements
+  /// of a pair meet in one lane.
+  struct Rope {
+    const int32_t* positions = nullptr;  // [t]
+    const float* cos_sin = nullptr;      // [max_positions, rotary_dim]
+    int64_t max_positions = 0;
+    const int32_t* slots = nullptr;  // [t]; negative: padding (k and v not written)
+    int64_t n_slots = 0;
+    void* q_out = nullptr;  // [t, num_heads * head_dim]
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+    int num_heads = 0, num_kv_heads = 0, head_dim = 0, rotary_dim = 0;
+    bool neox = true;
+    int* err = nullptr;
+  } rope;
 };
 
 /// Rows up to which launch_gemv takes a fused variant (GemvFusion other than the default), and

@@ -14,18 +14,12 @@
 // round like the CPU reference (which has no FMA either) before the single rounding to T.
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
+#include "cuda/rope.cuh"
 
 namespace troupe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// (x1, x2) rotated by the angle whose cosine and sine are c and s.
-__device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, float& y1,
-                                            float& y2) {
-  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-}
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)

@@ -242,6 +242,27 @@ void bench_fused(Bench& bench) {
     });
     bench.time("rms_norm_linear qkv 4096x6144 (fused)" + ts, qkv_b, 0,
                [&] { bench.b().rms_norm_linear(residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv); });
+    {
+      // The batch-1 layer's first two kernels, and the one that replaces them at T = 1.
+      const Tensor cs = bench.floats(DType::f32, {4096, kDim});
+      std::vector<int32_t> pos(static_cast<size_t>(t)), slot(static_cast<size_t>(t));
+      for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = slot[size_t(i)] = int32_t(100 + i);
+      const Tensor positions = bench.ints({t}, pos), slots = bench.ints({t}, slot);
+      const Tensor kc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
+      const Tensor vc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
+      const Tensor q = bench.alloc(bf, {t, kHeads * kDim});
+      bench.time("rms_norm_linear + rope_qkv_to_cache qkv" + ts, qkv_b, 0, [&] {
+        bench.b().rms_norm_linear(residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv);
+        bench.b().rope_qkv_to_cache(qkv, positions, cs, kDim, kDim, RopeStyle::neox, kHeads,
+                                    kKvHeads, kc, vc, slots, q);
+      });
+      bench.time("rms_norm_linear_rope_qkv_to_cache qkv (fused)" + ts, qkv_b, 0, [&] {
+        bench.b().rms_norm_linear_rope_qkv_to_cache(residual, norm_w, 1e-5f, h, qkv_w, nullptr,
+                                                    qkv, positions, cs, kDim, kDim,
+                                                    RopeStyle::neox, kHeads, kKvHeads, kc, vc,
+                                                    slots, q);
+      });
+    }
     bench.time("linear + add o_proj 4096x4096" + ts, o_b, 0, [&] {
       bench.b().linear(attn, o_w, nullptr, x);
       bench.b().add(residual, x);

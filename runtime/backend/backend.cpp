@@ -59,6 +59,16 @@ void Backend::rms_norm_linear_act_mul(const Tensor& x, const Tensor& norm_weight
   act_mul(act, gate_up, out);
 }
 
+void Backend::rms_norm_linear_rope_qkv_to_cache(
+    const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& h, const Tensor& w,
+    const Tensor* bias, const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+    int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads, int32_t num_kv_heads,
+    const Tensor& k_cache, const Tensor& v_cache, const Tensor& slot_mapping, const Tensor& q_out) {
+  rms_norm_linear(x, norm_weight, eps, h, w, bias, qkv);
+  rope_qkv_to_cache(qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads, num_kv_heads,
+                    k_cache, v_cache, slot_mapping, q_out);
+}
+
 Buffer Backend::allocate_host(size_t bytes) {
   constexpr size_t kAlignment = 64;
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;

@@ -174,6 +174,16 @@ class Backend {
                                        GatedActivation act, const Tensor& gate_up,
                                        const Tensor& out);
 
+  /// An attention layer's input projection: rms_norm_linear(x, norm_weight, eps, h, w, bias,
+  /// qkv), then rope_qkv_to_cache(qkv, positions, cos_sin, head_dim, rotary_dim, style,
+  /// num_heads, num_kv_heads, k_cache, v_cache, slot_mapping, q_out). Shapes as those ops'.
+  virtual void rms_norm_linear_rope_qkv_to_cache(
+      const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& h, const Tensor& w,
+      const Tensor* bias, const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+      int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
+      int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+      const Tensor& slot_mapping, const Tensor& q_out);
+
   /// Whether this backend runs linear_add, rms_norm_linear and rms_norm_linear_act_mul as
   /// single kernels for `rows` rows (CUDA's skinny GEMM at decode sizes). Model programs call
   /// those fused ops where it does, and elsewhere plain linears with add_rms_norm between them

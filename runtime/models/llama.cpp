@@ -13,8 +13,9 @@
 //   h = rms_norm(residual); logits = h[logits_indices] @ W_lm^T   [L, V] f32
 // Two programs of the same values, picked per step by the backend
 // (Backend::fuses_norm_and_add_into_linear): where it runs them as single kernels (CUDA's
-// skinny GEMM at one row), each norm is fused with the GEMM after it and each residual add
-// with the GEMM before it (the Backend's fused ops); elsewhere plain GEMMs with one
+// skinny GEMM at one row), each norm is fused with the GEMM after it, each residual add
+// with the GEMM before it, and rope_qkv_to_cache with the qkv GEMM (the Backend's fused
+// ops); elsewhere plain GEMMs with one
 // add_rms_norm between them, which adds each branch's output inside the next norm (one pass
 // over the residual instead of an add and a norm). add_rms_norm's residual update rounds
 // exactly like `add`, so both give the same bits.
@@ -400,19 +401,21 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& Lw = layers_[li];
-    if (fused) {
-      backend_.rms_norm_linear(residual, Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b),
-                               qkv);  // [T, (nh + 2 nkv) d]
+    if (fused) {  // one kernel on CUDA at one row: the norm, qkv [T, (nh + 2 nkv) d], rope
+      backend_.rms_norm_linear_rope_qkv_to_cache(
+          residual, Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv, in.positions,
+          cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox, int32_t(nh_), int32_t(nkv_),
+          kv.k[li], kv.v[li], in.slot_mapping, q);  // q [T, nh d]
     } else {
       if (li == 0)
         backend_.rms_norm(residual, Lw.input_norm, eps, h);
       else  // the previous layer's MLP output joins the residual here
         backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);
       backend_.linear(h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
+      backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
+                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li],
+                                 kv.v[li], in.slot_mapping, q);  // q [T, nh d]
     }
-    backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
-                               RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
-                               in.slot_mapping, q);                         // q [T, nh d]
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     if (fused) {
       backend_.linear_add(attn, Lw.o_w, bias_of(Lw.o_b), residual,

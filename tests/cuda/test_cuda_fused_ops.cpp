@@ -1,4 +1,5 @@
-// The fused ops (linear_add, rms_norm_linear, rms_norm_linear_act_mul) and add on CUDA: each
+// The fused ops (linear_add, rms_norm_linear, rms_norm_linear_act_mul,
+// rms_norm_linear_rope_qkv_to_cache) and add on CUDA: each
 // fused op equals the same op sequence run on the same CUDA backend bit for bit (the contract
 // of backend.hpp's fused ops), whether the skinny GEMM fuses it (T = 1: its scratch is left
 // untouched) or the backend runs the sequence (T > 1, or pointers the fused kernel does not
@@ -295,4 +296,127 @@ TEST_CASE("cuda add_rms_norm equals add then rms_norm bit for bit", "[cuda][ops]
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<float> rope_table(int64_t max_pos, int64_t rotary_dim) {
+  std::vector<float> cs(size_t(max_pos * rotary_dim));
+  const int64_t half = rotary_dim / 2;
+  for (int64_t p = 0; p < max_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::pow(500000.0, -2.0 * double(i) / double(rotary_dim));
+      cs[size_t(p * rotary_dim + i)] = float(std::cos(double(p) * freq));
+      cs[size_t(p * rotary_dim + half + i)] = float(std::sin(double(p) * freq));
+    }
+  return cs;
+}
+
+struct RopeCase {
+  int64_t nh, nkv, d, rotary, k;
+  RopeStyle style;
+};
+
+}  // namespace
+
+TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache equals rms_norm_linear then rope_qkv_to_cache",
+          "[cuda][ops][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(25);
+  const float eps = 1e-5f;
+  const int64_t blocks = 6, block_size = 16, max_pos = 2048;
+  const RopeCase cases[] = {
+      {32, 8, 128, 128, 4096, RopeStyle::neox},  // Llama-3-8B's qkv
+      {28, 4, 128, 128, 3584, RopeStyle::neox},  // Qwen2.5-7B's (with its qkv bias below)
+      {8, 2, 64, 64, 1024, RopeStyle::gptj},
+      {4, 4, 64, 24, 72, RopeStyle::neox},   // partial rotary: an unrotated tail per head
+      {4, 2, 64, 32, 264, RopeStyle::gptj},  // partial gptj
+      {4, 2, 16, 16, 72, RopeStyle::neox},   // the test fixtures' head dim
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const RopeCase& c : cases) {
+      const int64_t q_row = c.nh * c.d, kv_row = c.nkv * c.d, n = q_row + 2 * kv_row;
+      for (int64_t t : {1, 3}) {  // past one row the backend runs the op sequence
+        for (bool with_bias : {false, true}) {
+          for (int32_t slot0 : {37, -1}) {  // a cache slot, and a padding token
+            const std::string what = fmt::format(
+                "rms_norm_linear_rope_qkv_to_cache {} {} {}/{} d={} rotary={} K={} T={}{} slot {}",
+                dname(dt), c.style == RopeStyle::neox ? "neox" : "gptj", c.nh, c.nkv, c.d,
+                c.rotary, c.k, t, with_bias ? " +bias" : "", slot0);
+            INFO(what);
+            const float scale = 1.0f / std::sqrt(float(c.k));
+            const auto x = rounded(random_floats(rng, size_t(t * c.k), -2.0f, 2.0f), dt);
+            const auto nw = rounded(random_floats(rng, size_t(c.k), 0.5f, 1.5f), dt);
+            const auto w = rounded(random_floats(rng, size_t(n * c.k), -scale, scale), dt);
+            const auto b = rounded(random_floats(rng, size_t(n)), dt);
+            std::vector<int32_t> pos(static_cast<size_t>(t)), slots(static_cast<size_t>(t));
+            for (int64_t i = 0; i < t; ++i) {
+              pos[size_t(i)] = int32_t((1531 + 97 * i) % max_pos);
+              slots[size_t(i)] = i == 0 ? slot0 : int32_t(50 + i);
+            }
+            const Tensor gx = p.gpu_floats(dt, {t, c.k}, x), gnw = p.gpu_floats(dt, {c.k}, nw);
+            const Tensor gw = p.gpu_floats(dt, {n, c.k}, w), gb = p.gpu_floats(dt, {n}, b);
+            const Tensor* bias = with_bias ? &gb : nullptr;
+            const Tensor gpos = p.gpu_i32({t}, pos), gslots = p.gpu_i32({t}, slots);
+            const Tensor gcs = p.gpu_floats(DType::f32, {max_pos, c.rotary},
+                                            rope_table(max_pos, c.rotary));
+            const std::vector<float> sentinel(size_t(blocks * block_size * kv_row), 3.0f);
+            const auto caches = [&] {
+              return std::pair{p.gpu_floats(dt, {blocks, block_size, c.nkv, c.d}, sentinel),
+                               p.gpu_floats(dt, {blocks, block_size, c.nkv, c.d}, sentinel)};
+            };
+
+            const auto [kc, vc] = caches();
+            const Tensor h = p.gpu_nan(dt, {t, c.k}), qkv = p.gpu_nan(dt, {t, n});
+            const Tensor q = p.gpu_nan(dt, {t, q_row});
+            p.gpu().rms_norm_linear_rope_qkv_to_cache(
+                gx, gnw, eps, h, gw, bias, qkv, gpos, gcs, int32_t(c.d), int32_t(c.rotary),
+                c.style, int32_t(c.nh), int32_t(c.nkv), kc, vc, gslots, q);
+
+            const auto [seq_kc, seq_vc] = caches();
+            const Tensor seq_h = p.gpu_nan(dt, {t, c.k}), seq_qkv = p.gpu_nan(dt, {t, n});
+            const Tensor seq_q = p.gpu_nan(dt, {t, q_row});
+            p.gpu().rms_norm_linear(gx, gnw, eps, seq_h, gw, bias, seq_qkv);
+            p.gpu().rope_qkv_to_cache(seq_qkv, gpos, gcs, int32_t(c.d), int32_t(c.rotary),
+                                      c.style, int32_t(c.nh), int32_t(c.nkv), seq_kc, seq_vc,
+                                      gslots, seq_q);
+            check_same_bits(p, what + " q", q, seq_q);
+            check_same_bits(p, what + " k cache", kc, seq_kc);
+            check_same_bits(p, what + " v cache", vc, seq_vc);
+            // Fused (one row): neither scratch is written.
+            CHECK(all_nan(p, qkv) == (t == 1));
+            CHECK(all_nan(p, h) == (t == 1));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache reports a bad position or slot",
+          "[cuda][errors][fused]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  const DType bf = DType::bf16;
+  const int64_t nh = 4, nkv = 2, d = 64, k = 256, n = (nh + 2 * nkv) * d;
+  const Tensor x = p.gpu_floats(bf, {1, k}, std::vector<float>(size_t(k), 0.5f));
+  const Tensor nw = p.gpu_floats(bf, {k}, std::vector<float>(size_t(k), 1.0f));
+  const Tensor w = p.gpu_floats(bf, {n, k}, std::vector<float>(size_t(n * k), 0.01f));
+  const Tensor h = p.gpu_nan(bf, {1, k}), qkv = p.gpu_nan(bf, {1, n}), q = p.gpu_nan(bf, {1, nh * d});
+  const Tensor kc = p.gpu_nan(bf, {4, 16, nkv, d}), vc = p.gpu_nan(bf, {4, 16, nkv, d});
+  const Tensor cs = p.gpu_floats(DType::f32, {16, d}, rope_table(16, d));
+  const auto run = [&](int32_t position, int32_t slot) {
+    p.gpu().rms_norm_linear_rope_qkv_to_cache(x, nw, 1e-5f, h, w, nullptr, qkv,
+                                              p.gpu_i32({1}, {position}), cs, int32_t(d),
+                                              int32_t(d), RopeStyle::neox, int32_t(nh),
+                                              int32_t(nkv), kc, vc, p.gpu_i32({1}, {slot}), q);
+  };
+  run(16, 0);  // cos_sin has 16 rows
+  CHECK_THROWS_WITH(p.gpu().synchronize(), Catch::Contains("rope"));
+  run(3, 64);  // 4 blocks of 16 slots
+  CHECK_THROWS_WITH(p.gpu().synchronize(), Catch::Contains("slot_mapping"));
+  run(3, 5);
+  CHECK_NOTHROW(p.gpu().synchronize());
+}
+
 }  // namespace troupe::test
