@@ -135,8 +135,8 @@ cuda::DecodeOptions decode_options_from_env() {
   o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
                               "0 or 32 (the default) or 64 keys per prefill tile");
-  o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"tiles", "heavy_first"},
-                                    "tiles, the default, or heavy_first") == 1;
+  o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"heavy_first", "tiles"},
+                                    "heavy_first, the default, or tiles") != 1;
   return o;
 }
 

@@ -231,10 +231,10 @@ struct DecodeOptions {
   /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 or 32 for
   /// its default of 32 keys, or 64 (up to d = 128; TROUPE_PREFILL_KEYS, for comparison).
   int32_t prefill_keys = 0;
-  /// Experimental (TROUPE_PREFILL_ORDER=heavy_first): the prefill grid runs query tiles from
-  /// the last (the most keys under the causal mask) to the first, across every head and
-  /// sequence, so the last wave holds the lightest tiles. Off: tiles in order, per head.
-  bool prefill_heavy_first = false;
+  /// The prefill grid runs query tiles from the last (the most keys under the causal mask) to
+  /// the first, across every head and sequence, so the last wave holds the lightest tiles.
+  /// Off (TROUPE_PREFILL_ORDER=tiles, for comparison): tiles in order, per head.
+  bool prefill_heavy_first = true;
 };
 
 /// A decode launch: the grid's split count and the shortest split a sequence takes.

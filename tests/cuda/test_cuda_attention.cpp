@@ -233,23 +233,24 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
-  refused("TROUPE_PREFILL_ORDER", "backwards", "tiles, the default, or heavy_first");
+  refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
   refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
 
-// TROUPE_PREFILL_ORDER=heavy_first: the prefill grid starts from the last query tiles; the
-// same mixed batches, long prefills and tile edges against the CPU.
-TEST_CASE("cuda attention: the heaviest-first prefill grid matches the CPU", "[cuda][attention]") {
+// TROUPE_PREFILL_ORDER=tiles: the prefill grid in tile order, per head (the default starts
+// from the last query tiles); the same mixed batches, long prefills and tile edges against the
+// CPU.
+TEST_CASE("cuda attention: the tile-order prefill grid matches the CPU", "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_ORDER", "heavy_first", 1);
+  ::setenv("TROUPE_PREFILL_ORDER", "tiles", 1);
   Pair p;
   ::unsetenv("TROUPE_PREFILL_ORDER");
   std::mt19937_64 rng(16);
   for (DType dt : kFloatTypes) {
     for (int d : {64, 128, 256})
-      for (int bs : {8, 16}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "heavy first"}, rng);
+      for (int bs : {8, 16}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "tile order"}, rng);
     run_case(p, dt, {8, 8, 128, 32, {{300, 300}, {2, 2}, {65, 700}}, 0,
-                     "heavy first, long prefill and chunks"}, rng);
+                     "tile order, long prefill and chunks"}, rng);
   }
 }
 
