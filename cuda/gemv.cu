@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -424,23 +425,22 @@ constexpr auto kernel_of() {
     return gemv_norm_kernel<T, R, E, A>;
 }
 
-// Warps of this kernel that fit on the device at once with `smem` bytes of dynamic shared
-// memory per CTA (occupancy x SMs), cached per kernel and size.
-template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
-int64_t resident_warps(size_t smem) {
+// Warps of `kernel` that fit on the device at once with `smem` bytes of dynamic shared memory
+// per CTA (occupancy x SMs), cached per kernel and size.
+int64_t resident_warps(const void* kernel, size_t smem) {
   static std::mutex mu;
-  static std::vector<std::pair<size_t, int64_t>> cache;  // (smem, warps)
+  static std::vector<std::tuple<const void*, size_t, int64_t>> cache;  // (kernel, smem, warps)
   const std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [bytes, warps] : cache)
-    if (bytes == smem) return warps;
+  for (const auto& [k, bytes, warps] : cache)
+    if (k == kernel && bytes == smem) return warps;
   int dev = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of<T, OutT, R, P, E, A>(),
-                                                    kThreads, smem) != cudaSuccess)
-    return int64_t(1) << 40;  // unknown: one row per warp
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) !=
+          cudaSuccess)
+    return int64_t(1) << 40;  // unknown: one row (or unit) per warp
   const int64_t warps = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
-  cache.emplace_back(smem, warps);
+  cache.emplace_back(kernel, smem, warps);
   return warps;
 }
 
@@ -451,7 +451,7 @@ void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_
   const size_t smem = P == Prologue::rms_norm ? size_t(g.t * g.k) * sizeof(T) : 0;
   // Every warp gets the same number of whole rows and all warps are resident at once, so the
   // weight stream never drains into a last partial wave.
-  const int64_t warps = resident_warps<T, OutT, R, P, E, A>(smem);
+  const int64_t warps = resident_warps(reinterpret_cast<const void*>(kernel), smem);
   const int64_t rpw = (g.n + warps - 1) / warps;
   const int64_t ctas = (g.n + kWarps * rpw - 1) / (kWarps * rpw);
   launch_pdl(kernel, dim3(unsigned(ctas)), dim3(kThreads), smem, stream, static_cast<const T*>(g.x),
@@ -472,24 +472,8 @@ template <class T, bool kNeox>
 void launch_rope_epilogue(const GemmArgs& g, const GemvFusion& f, bool bias_f32,
                           cudaStream_t stream) {
   const auto kernel = gemv_rope_kernel<T, kNeox>;
-  const size_t smem = size_t(g.k) * sizeof(T);
-  static std::mutex mu;
-  static int64_t warps = 0;  // resident warps of this kernel at this smem (k is the model's)
-  static size_t warps_smem = 0;
-  {
-    const std::lock_guard<std::mutex> lock(mu);
-    if (warps == 0 || warps_smem != smem) {
-      int dev = 0, sms = 0, per_sm = 0;
-      if (cudaGetDevice(&dev) == cudaSuccess &&
-          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) ==
-              cudaSuccess)
-        warps = int64_t(sms) * (per_sm > 0 ? per_sm : 1) * kWarps;
-      else
-        warps = int64_t(1) << 40;  // unknown: one unit per warp
-      warps_smem = smem;
-    }
-  }
+  const size_t smem = size_t(g.k) * sizeof(T);  // the staged row
+  const int64_t warps = resident_warps(reinterpret_cast<const void*>(kernel), smem);
   const int64_t units = g.n / 2;
   const int64_t upw = (units + warps - 1) / warps;
   const int64_t ctas = (units + kWarps * upw - 1) / (kWarps * upw);

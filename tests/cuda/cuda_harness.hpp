@@ -64,6 +64,20 @@ inline std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo
 }
 
 /// ||got - want|| / ||want|| (L2); NaN anywhere gives +inf. ||want|| = 0 compares absolutely.
+/// A rope cos/sin table [max_pos, rotary_dim] as the models build it (cos in the first half
+/// of each row, sin in the second), for rotary base `theta`.
+inline std::vector<float> rope_cos_sin(int64_t max_pos, int64_t rotary_dim, double theta = 10000.0) {
+  std::vector<float> cs(size_t(max_pos * rotary_dim));
+  const int64_t half = rotary_dim / 2;
+  for (int64_t p = 0; p < max_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::pow(theta, -2.0 * double(i) / double(rotary_dim));
+      cs[size_t(p * rotary_dim + i)] = float(std::cos(double(p) * freq));
+      cs[size_t(p * rotary_dim + half + i)] = float(std::sin(double(p) * freq));
+    }
+  return cs;
+}
+
 inline double norm_error(const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
   double num = 0.0, den = 0.0;

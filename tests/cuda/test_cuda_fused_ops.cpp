@@ -299,18 +299,6 @@ TEST_CASE("cuda add_rms_norm equals add then rms_norm bit for bit", "[cuda][ops]
 
 namespace {
 
-std::vector<float> rope_table(int64_t max_pos, int64_t rotary_dim) {
-  std::vector<float> cs(size_t(max_pos * rotary_dim));
-  const int64_t half = rotary_dim / 2;
-  for (int64_t p = 0; p < max_pos; ++p)
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(500000.0, -2.0 * double(i) / double(rotary_dim));
-      cs[size_t(p * rotary_dim + i)] = float(std::cos(double(p) * freq));
-      cs[size_t(p * rotary_dim + half + i)] = float(std::sin(double(p) * freq));
-    }
-  return cs;
-}
-
 struct RopeCase {
   int64_t nh, nkv, d, rotary, k;
   RopeStyle style;
@@ -359,7 +347,7 @@ TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache equals rms_norm_linear then ro
             const Tensor* bias = with_bias ? &gb : nullptr;
             const Tensor gpos = p.gpu_i32({t}, pos), gslots = p.gpu_i32({t}, slots);
             const Tensor gcs = p.gpu_floats(DType::f32, {max_pos, c.rotary},
-                                            rope_table(max_pos, c.rotary));
+                                            rope_cos_sin(max_pos, c.rotary, 500000.0));
             const std::vector<float> sentinel(size_t(blocks * block_size * kv_row), 3.0f);
             const auto caches = [&] {
               return std::pair{p.gpu_floats(dt, {blocks, block_size, c.nkv, c.d}, sentinel),
@@ -404,7 +392,7 @@ TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache reports a bad position or slot
   const Tensor w = p.gpu_floats(bf, {n, k}, std::vector<float>(size_t(n * k), 0.01f));
   const Tensor h = p.gpu_nan(bf, {1, k}), qkv = p.gpu_nan(bf, {1, n}), q = p.gpu_nan(bf, {1, nh * d});
   const Tensor kc = p.gpu_nan(bf, {4, 16, nkv, d}), vc = p.gpu_nan(bf, {4, 16, nkv, d});
-  const Tensor cs = p.gpu_floats(DType::f32, {16, d}, rope_table(16, d));
+  const Tensor cs = p.gpu_floats(DType::f32, {16, d}, rope_cos_sin(16, d));
   const auto run = [&](int32_t position, int32_t slot) {
     p.gpu().rms_norm_linear_rope_qkv_to_cache(x, nw, 1e-5f, h, w, nullptr, qkv,
                                               p.gpu_i32({1}, {position}), cs, int32_t(d),

@@ -17,18 +17,6 @@ namespace {
 
 using Catch::Matchers::Contains;
 
-std::vector<float> cos_sin_table(int64_t max_pos, int64_t rotary_dim) {
-  std::vector<float> cs(size_t(max_pos * rotary_dim));
-  const int64_t half = rotary_dim / 2;
-  for (int64_t p = 0; p < max_pos; ++p)
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(10000.0, -2.0 * double(i) / double(rotary_dim));
-      cs[size_t(p * rotary_dim + i)] = float(std::cos(double(p) * freq));
-      cs[size_t(p * rotary_dim + half + i)] = float(std::sin(double(p) * freq));
-    }
-  return cs;
-}
-
 std::vector<float> columns(const std::vector<float>& x, int64_t row_len, int64_t begin,
                            int64_t width) {
   const int64_t rows = int64_t(x.size()) / row_len;
@@ -85,7 +73,7 @@ TEST_CASE("cuda rope_qkv_to_cache equals rope + write_kv exactly and the CPU clo
           slots[size_t(t)] = t % 5 == 3 || size_t(t) >= free_slots.size() ? -1
                                                                           : free_slots[size_t(t)];
         }
-        const auto cs = cos_sin_table(max_pos, c.rotary);
+        const auto cs = rope_cos_sin(max_pos, c.rotary);
         const std::vector<float> sentinel(size_t(blocks * block_size * kv_row), 3.0f);
 
         // GPU: the composition, then the fused op on the same values.
@@ -146,7 +134,7 @@ TEST_CASE("cuda rope_qkv_to_cache reports bad positions and slots, and bad shape
   const Tensor qkv = p.gpu_floats(bf, {2, row}, std::vector<float>(size_t(2 * row), 0.5f));
   const Tensor q_out = p.gpu_nan(bf, {2, nh * d});
   const Tensor kc = p.gpu_nan(bf, {4, 16, nkv, d}), vc = p.gpu_nan(bf, {4, 16, nkv, d});
-  const Tensor cs = p.gpu_floats(DType::f32, {16, d}, cos_sin_table(16, d));
+  const Tensor cs = p.gpu_floats(DType::f32, {16, d}, rope_cos_sin(16, d));
   const auto N = RopeStyle::neox;
   p.gpu().rope_qkv_to_cache(qkv, p.gpu_i32({2}, {0, 16}), cs, 64, 64, N, 4, 2, kc, vc,
                             p.gpu_i32({2}, {0, 1}), q_out);
