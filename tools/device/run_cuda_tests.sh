@@ -7,11 +7,16 @@
 #   3. the op bench (per-op time, GB/s, TFLOP/s on Llama-3-8B shapes).
 # Logs go to $OUT (or /tmp/troupe_cuda_out). Exit status: that of the tests.
 #
-# Usage: bash tools/device/run_cuda_tests.sh [full|tests|bench|sanitize]
+# Usage: bash tools/device/run_cuda_tests.sh [full|tests|bench|sanitize [TOOL [FILTER]]]
 #   full (default): 1-3; tests: 1-2; bench: 1 and 3;
-#   sanitize: the tests under compute-sanitizer memcheck (slow: several minutes).
+#   sanitize: the test cases matching FILTER (a Catch filter, default "[cuda]") under
+#   compute-sanitizer's TOOL (memcheck by default; racecheck, initcheck, synccheck), with
+#   SANITIZE_TIMEOUT seconds (default 500) for all of it: memcheck slows the kernels 10-100x,
+#   so give it a tag at a time, e.g. "[fused]", "[attention]", "[sampling]".
 set -uo pipefail
 mode=${1:-full}
+tool=${2:-memcheck}
+filter=${3:-[cuda]}
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
 source "$(dirname "$0")/env.sh"  # root, cublas, LD_LIBRARY_PATH
@@ -49,9 +54,19 @@ if [[ $mode == full || $mode == bench ]]; then
   "$root/bin/troupe_cuda_opbench" 2>&1 | tee "$out/opbench.log"
 fi
 if [[ $mode == sanitize ]]; then
-  compute-sanitizer --tool memcheck --print-limit 50 "$root/bin/troupe_cuda_tests" "[cuda]" 2>&1 \
-    | tail -n 600 | tee "$out/sanitizer.log"
+  sanitizer=$(command -v compute-sanitizer ||
+              ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null |
+              head -n 1)
+  if [[ -z $sanitizer ]]; then
+    echo "run_cuda_tests: compute-sanitizer not found" | tee "$out/sanitizer.log"
+    exit 4
+  fi
+  # --error-exitcode: a finding fails the run even when every test case passes.
+  timeout "${SANITIZE_TIMEOUT:-500}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
+    --print-limit 50 "$root/bin/troupe_cuda_tests" "$filter" 2>&1 |
+    tail -n 600 | tee "$out/sanitizer_$tool.log"
   rc=${PIPESTATUS[0]}
+  grep -E "ERROR SUMMARY|test cases" "$out/sanitizer_$tool.log" | tail -n 3
 fi
 echo "run_cuda_tests: mode $mode, tests exit status $rc"
 exit "$rc"
