@@ -1,0 +1,32 @@
+// The CUDA backend's environment knobs (docs/engine.md lists them): parsers that refuse a bad
+// value with the variable's name, the value and what is allowed, and the decode-attention
+// options they set. Host-only.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "cuda/kernels.hpp"
+
+namespace troupe::cuda {
+
+/// Set, non-empty and not "0".
+bool env_flag(const char* name);
+/// An integer environment variable in [lo, hi] and, when `allowed` is not empty, among
+/// `allowed` (described by `what`), or `fallback` when unset or empty.
+int32_t env_int(const char* name, int32_t fallback, int32_t lo, int32_t hi, const char* what,
+                std::initializer_list<int32_t> allowed = {});
+/// An integer environment variable among `allowed` (described by `what`), or `fallback` when
+/// unset or empty.
+int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int32_t> allowed,
+                   const char* what);
+/// The index in `words` of a word-valued environment variable (described by `what`), or -1
+/// when unset or empty.
+int env_word(const char* name, std::initializer_list<std::string_view> words, const char* what);
+/// How decode (and prefill) attention runs: TROUPE_DECODE_ATTENTION mma (tensor cores, the
+/// default), registers or pipelined (CUDA cores); TROUPE_DECODE_SPLIT_KEYS,
+/// TROUPE_DECODE_STAGES, TROUPE_PREFILL_KEYS and TROUPE_PREFILL_ORDER.
+DecodeOptions decode_options_from_env();
+
+}  // namespace troupe::cuda
