@@ -29,9 +29,34 @@ namespace {
 
 using namespace troupe;
 
+/// A CUDA backend made with the variables of `env` ("NAME=value NAME=value ...") set, since
+/// the backend reads its experimental knobs when it is made; they are unset again after.
+std::unique_ptr<Backend> cuda_backend_with(std::string_view env) {
+  std::vector<std::string> names;
+  for (std::string_view rest = env; !rest.empty();) {
+    const size_t sp = rest.find(' ');
+    const std::string_view kv = rest.substr(0, sp);
+    const size_t eq = kv.find('=');
+    names.emplace_back(kv.substr(0, eq));
+    ::setenv(names.back().c_str(), std::string(kv.substr(eq + 1)).c_str(), 1);
+    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+  }
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_cuda_backend(0);
+  } catch (...) {
+    for (const std::string& n : names) ::unsetenv(n.c_str());
+    throw;
+  }
+  for (const std::string& n : names) ::unsetenv(n.c_str());
+  return backend;
+}
+
 class Bench {
  public:
-  explicit Bench(int iters) : backend_(make_cuda_backend(0)), iters_(iters) {
+  /// env: knobs for this bench's backend (cuda_backend_with).
+  explicit Bench(int iters, std::string_view env = {})
+      : backend_(cuda_backend_with(env)), iters_(iters) {
     cuda_ = cuda_backend_of(*backend_);
     std::mt19937_64 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -363,18 +388,7 @@ void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tai
 void bench_overlap(int iters, int32_t seqs, int32_t ctx, const char* gemm_env) {
   const DType bf = DType::bf16;
   Bench attn_side(iters);
-  // The GEMM side's backend reads the experimental knobs in `gemm_env` ("NAME=value ...").
-  std::vector<std::string> names;
-  for (std::string_view rest(gemm_env); !rest.empty();) {
-    const size_t sp = rest.find(' ');
-    const std::string_view kv = rest.substr(0, sp);
-    const size_t eq = kv.find('=');
-    names.emplace_back(kv.substr(0, eq));
-    ::setenv(names.back().c_str(), std::string(kv.substr(eq + 1)).c_str(), 1);
-    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-  }
-  Bench gemm_side(iters);
-  for (const std::string& n : names) ::unsetenv(n.c_str());
+  Bench gemm_side(iters, gemm_env);  // with the experimental knobs in `gemm_env`
   auto* sa = static_cast<cudaStream_t>(cuda_backend_of(attn_side.b())->stream());
   auto* sg = static_cast<cudaStream_t>(cuda_backend_of(gemm_side.b())->stream());
 
@@ -602,9 +616,7 @@ int main(int argc, char** argv) {
     }
     if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
       for (const char* per_sm : {"2", "1"}) {  // the kernel's launch bounds (kernels.hpp)
-        ::setenv("TROUPE_SAMPLE_CTAS_PER_SM", per_sm, 1);
-        Bench bench(iters);
-        ::unsetenv("TROUPE_SAMPLE_CTAS_PER_SM");
+        Bench bench(iters, std::string("TROUPE_SAMPLE_CTAS_PER_SM=") + per_sm);
         std::printf("TROUPE_SAMPLE_CTAS_PER_SM=%s\n", per_sm);
         for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
           bench_sample(bench, 256, kind);
@@ -643,9 +655,7 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention prefill 8 x 1000 (causal; a 1000 x 1000 prompt step)", 8,
                     1000, 1000);
     {
-      ::setenv("TROUPE_PREFILL_KEYS", "64", 1);  // the prefill kernel's 64-key tiles
-      Bench other(iters);
-      ::unsetenv("TROUPE_PREFILL_KEYS");
+      Bench other(iters, "TROUPE_PREFILL_KEYS=64");  // the prefill kernel's 64-key tiles
       bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=64", 4,
                       1024, 1024);
       bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=64", 8,
@@ -655,9 +665,7 @@ int main(int argc, char** argv) {
     }
     {
       // Query tiles in order (the default is heaviest first).
-      ::setenv("TROUPE_PREFILL_ORDER", "tiles", 1);
-      Bench other(iters);
-      ::unsetenv("TROUPE_PREFILL_ORDER");
+      Bench other(iters, "TROUPE_PREFILL_ORDER=tiles");
       bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ORDER=tiles",
                       4, 1024, 1024);
       bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ORDER=tiles",
@@ -675,9 +683,7 @@ int main(int argc, char** argv) {
     for (const auto& [name, value] : {std::pair{"TROUPE_DECODE_STAGES", "2"},
                                       std::pair{"TROUPE_DECODE_SPLIT_KEYS", "512"},
                                       std::pair{"TROUPE_DECODE_SPLIT_KEYS", "1024"}}) {
-      ::setenv(name, value, 1);
-      Bench other(iters);
-      ::unsetenv(name);
+      Bench other(iters, std::string(name) + "=" + value);
       const std::string tail = std::string(", ") + name + "=" + value;
       bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
       bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
@@ -688,9 +694,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const char* kernel : {"registers", "pipelined"}) {  // the CUDA-core decode kernels
-      ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
-      Bench other(iters);  // its backend reads the variable when it is made
-      ::unsetenv("TROUPE_DECODE_ATTENTION");
+      Bench other(iters, std::string("TROUPE_DECODE_ATTENTION=") + kernel);
       const std::string tail = std::string(", ") + kernel;
       bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1, 160);
       bench_attention(other, "attention decode 64 seqs x 1024 ctx" + tail, 64, 1, 1024);
