@@ -113,6 +113,9 @@ __device__ __forceinline__ void attend_chunk(const KOf& k_of, const VOf& v_of, i
       sum += p;
     }
     sum = warp_sum(sum);
+    // Every lane has read m_s[gi] above; order those reads before lane 0's write (the
+    // shuffles carry values, not memory order: racecheck's warp-level WAR hazard).
+    __syncwarp();
     if (lane == 0) {
       const float alpha = exp2f(m_old - m_new);  // 0 on the first chunk
       alpha_s[gi] = alpha;
