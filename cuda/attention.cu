@@ -42,7 +42,7 @@ DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspac
   if (a.num_seqs <= 0 || a.max_seq_len <= 0) return {1, kDecodeMinSplitKeys};
   // About one full wave of CTAs (the decode kernels keep two CTAs resident per SM), rounded
   // down so that the grid never spills a few CTAs into a second wave, in splits of at least
-  // kDecodeMinSplitKeys. A batch that fills a wave by itself splits only with
+  // kDecodeMinSplitKeys (or o.min_split_keys). A batch that fills a wave by itself splits only with
   // long_split_keys. Never more splits than the workspace holds. This is the grid's split
   // count; each sequence then uses as many of them as its own length needs
   // (attention_decode.cuh), so under a CUDA graph (max_seq_len at its bound) a short sequence
@@ -52,6 +52,7 @@ DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspac
   int64_t splits = 1, split_keys = kDecodeMinSplitKeys;
   if (base < target) {
     splits = target / base;
+    split_keys = std::max<int64_t>(o.min_split_keys, kDecodeMinSplitKeys);
   } else if (o.long_split_keys > 0) {
     split_keys = std::max<int64_t>(o.long_split_keys, kDecodeMinSplitKeys);
     splits = kCombineMaxSplits;  // bound by the length below

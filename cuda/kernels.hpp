@@ -218,13 +218,17 @@ inline constexpr bool attention_block_size_supported(int bs) {
 /// tensor_cores ("mma"): per-warp cp.async rings, mma.sync for Q K^T and P V.
 enum class DecodeKernel { cuda_cores, pipelined, tensor_cores };
 
-/// How decode attention runs: the kernel and two experimental knobs (TROUPE_DECODE_SPLIT_KEYS,
-/// TROUPE_DECODE_STAGES).
+/// How decode attention runs: the kernel and its experimental knobs (TROUPE_DECODE_SPLIT_KEYS,
+/// TROUPE_DECODE_MIN_SPLIT_KEYS, TROUPE_DECODE_STAGES).
 struct DecodeOptions {
   DecodeKernel kernel = DecodeKernel::tensor_cores;
   /// Batches that already fill a wave of CTAs: split each sequence every this many keys
   /// (shorter CTAs, a shorter last wave); 0: one split per sequence.
   int32_t long_split_keys = 0;
+  /// Batches below a wave of CTAs: the shortest split of a sequence (experimental,
+  /// TROUPE_DECODE_MIN_SPLIT_KEYS; kDecodeMinSplitKeys = 64 by default). Longer splits mean
+  /// fewer partial results to combine: a short batch-1 context then runs as one split.
+  int32_t min_split_keys = 0;
   /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
   /// or 2 (three).
   int32_t stages = 3;

@@ -244,7 +244,7 @@ void bench_gemm(Bench& bench) {
 // The fused ops of a decode layer (gemv.cu) next to the op sequences they replace, Llama-3-8B
 // shapes: qkv with its input norm, o_proj and down adding into the residual, gate_up with its
 // norm and the act_mul after it. Bytes are those of the sequence's GEMV (the weights dominate).
-void bench_fused(Bench& bench) {
+void bench_fused(Bench& bench, int64_t max_t = 8) {
   const DType bf = DType::bf16;
   const int64_t qkv_n = (kHeads + 2 * kKvHeads) * kDim;
   const Tensor norm_w = bench.floats(bf, {kHidden});
@@ -253,6 +253,7 @@ void bench_fused(Bench& bench) {
   const Tensor gu_w = bench.floats(bf, {2 * kInter, kHidden}, 0.02f);
   const Tensor down_w = bench.floats(bf, {kHidden, kInter}, 0.02f);
   for (int64_t t : {1, 2, 4, 8}) {
+    if (t > max_t) break;
     const std::string ts = " T=" + std::to_string(t);
     const Tensor residual = bench.floats(bf, {t, kHidden}), x = bench.alloc(bf, {t, kHidden});
     const Tensor h = bench.alloc(bf, {t, kHidden}), qkv = bench.alloc(bf, {t, qkv_n});
@@ -309,6 +310,24 @@ void bench_fused(Bench& bench) {
     });
     bench.time("linear_add down 14336x4096 (fused)" + ts, down_b, 0,
                [&] { bench.b().linear_add(act, down_w, nullptr, residual, x); });
+    if (t == 1) {
+      // A decode layer's four GEMVs back to back (attention left out), as the step runs
+      // them: each launch overlaps its predecessor's tail (programmatic dependent launch).
+      const Tensor cs = bench.floats(DType::f32, {4096, kDim});
+      const Tensor positions = bench.ints({1}, {100}), slots = bench.ints({1}, {100});
+      const Tensor kc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
+      const Tensor vc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
+      bench.time("decode layer's 4 GEMVs back to back (fused)" + ts, qkv_b + o_b + gu_b + down_b,
+                 0, [&] {
+                   bench.b().rms_norm_linear_rope_qkv_to_cache(
+                       residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv, positions, cs, kDim, kDim,
+                       RopeStyle::neox, kHeads, kKvHeads, kc, vc, slots, attn);
+                   bench.b().linear_add(attn, o_w, nullptr, residual, x);
+                   bench.b().rms_norm_linear_act_mul(residual, norm_w, 1e-5f, h, gu_w, nullptr,
+                                                     GatedActivation::silu, gate_up, act);
+                   bench.b().linear_add(act, down_w, nullptr, residual, x);
+                 });
+    }
   }
   bench.release();
 }
@@ -598,16 +617,29 @@ int main(int argc, char** argv) {
     // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
     // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
-    // sampler at 256 rows: T = 1, T = 0.8, greedy) or "gemm" (the model's GEMMs at the long
-    // run's row counts).
+    // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
+    // run's row counts), "gemv" (the batch-1 GEMVs) or "b1attn"
+    // (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
-        only != "overlap" && only != "sample" && only != "gemm") {
+        only != "overlap" && only != "sample" && only != "gemm" && only != "gemv" &&
+        only != "b1attn") {
       std::fprintf(stderr,
                    "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
-                   "sample, gemm\n",
+                   "sample, gemm, gemv, b1attn\n",
                    only.c_str());
       return 2;
+    }
+    if (only == "gemv") {  // the batch-1 GEMVs: a decode layer's fused ones and lm_head
+      Bench bench(iters);
+      bench_fused(bench, 1);
+      const Tensor w = bench.floats(DType::bf16, {kVocab, kHidden}, 0.02f);
+      const Tensor x = bench.floats(DType::bf16, {1, kHidden});
+      const Tensor out = bench.alloc(DType::f32, {1, kVocab});
+      bench.time("linear lm_head 4096x128256 -> f32 T=1",
+                 kBf * double(kHidden + kVocab * kHidden) + 4.0 * double(kVocab), 0,
+                 [&] { bench.b().linear(x, w, nullptr, out); });
+      return 0;
     }
     if (only == "gemm") {
       Bench bench(iters);
@@ -634,6 +666,17 @@ int main(int argc, char** argv) {
     Bench bench(iters);
     std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
                 iters);
+    if (only == "b1attn") {  // batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS
+      for (const char* keys : {"64", "128", "256", "512", "1024"}) {
+        Bench other(iters, std::string("TROUPE_DECODE_MIN_SPLIT_KEYS=") + keys);
+        for (int32_t ctx : {160, 256, 512, 1024, 4096})
+          bench_attention(other,
+                          "attention decode 1 seq x " + std::to_string(ctx) +
+                              " ctx, TROUPE_DECODE_MIN_SPLIT_KEYS=" + keys,
+                          1, 1, ctx);
+      }
+      return 0;
+    }
     if (only == "decode") {
       bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
       bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);

@@ -188,7 +188,7 @@ TEST_CASE("decode split counts fill one wave of CTAs without spilling into a sec
           "[cuda][attention]") {
   // A host function: runs without a GPU too. 132 SMs (the H200), two CTAs resident per SM.
   const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len,
-                       int32_t long_split_keys = 0) {
+                       int32_t long_split_keys = 0, int32_t min_split_keys = 0) {
     cuda::AttentionArgs a{};
     a.num_seqs = seqs;
     a.num_kv_heads = kv_heads;
@@ -197,6 +197,7 @@ TEST_CASE("decode split counts fill one wave of CTAs without spilling into a sec
     a.max_seq_len = max_seq_len;
     cuda::DecodeOptions o;
     o.long_split_keys = long_split_keys;
+    o.min_split_keys = min_split_keys;
     return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, o);
   };
   CHECK(plan(1, 8, 200).splits == 4);       // bound by the length: 4 splits of >= 64 keys
@@ -211,6 +212,13 @@ TEST_CASE("decode split counts fill one wave of CTAs without spilling into a sec
   CHECK(plan(64, 8, 4096, 512).split_keys == 512);
   CHECK(plan(64, 8, 300, 512).splits == 1);
   CHECK(plan(4, 8, 32768, 512).splits == 8);  // below a wave: the wave rule still decides
+  // Below a wave with min_split_keys: splits of at least that many keys.
+  CHECK(plan(1, 8, 200, 0, 256).splits == 1);
+  CHECK(plan(1, 8, 200, 0, 256).split_keys == 256);
+  CHECK(plan(1, 8, 1000, 0, 256).splits == 4);
+  CHECK(plan(1, 8, 100000, 0, 256).splits == 33);
+  CHECK(plan(64, 8, 4096, 0, 256).splits == 1);  // a full wave: not this knob's
+  CHECK(plan(64, 8, 4096, 0, 256).split_keys == 64);
 }
 
 TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda][attention]") {
@@ -231,6 +239,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   };
   refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
   refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
+  refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64 (the default), 128, 256, 512 or 1024");
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
@@ -277,7 +286,8 @@ TEST_CASE("cuda attention: the tensor-core decode kernel's knobs keep it exact",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
   for (const auto& [name, value] :
-       {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"}}) {
+       {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"},
+        std::pair{"TROUPE_DECODE_MIN_SPLIT_KEYS", "256"}}) {
     ::setenv(name, value, 1);
     Pair p;
     ::unsetenv(name);
