@@ -639,6 +639,12 @@ int main(int argc, char** argv) {
       bench.time("linear lm_head 4096x128256 -> f32 T=1",
                  kBf * double(kHidden + kVocab * kHidden) + 4.0 * double(kVocab), 0,
                  [&] { bench.b().linear(x, w, nullptr, out); });
+      bench.release();
+      // The rest of a batch-1 step of `troupe bench latency` (128 in / 128 out: contexts of
+      // 129-256 keys): attention, the sampler's row (temperature 1), so that 32 x (the layer's
+      // GEMVs + attention) + lm_head + sampling is the step's GPU time to compare with it.
+      bench_attention(bench, "attention decode 1 seq x 192 ctx (batch-1 step)", 1, 1, 192);
+      bench_sample(bench, 1, SampleKind::unit);
       return 0;
     }
     if (only == "gemm") {
