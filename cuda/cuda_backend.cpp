@@ -160,6 +160,8 @@ class CudaBackendImpl final : public CudaBackend {
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
+    // Experimental: the plain and add skinny GEMMs stage x in shared memory (launch_gemv).
+    gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 0, {0, 1}, "0 or 1") == 1;
     decode_ = decode_options_from_env();
     // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
     cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
@@ -764,7 +766,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (!use_gemv_ || t == 0 || n == 0 || k == 0) return false;
     return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
                              bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
-                             stream_, fusion);
+                             stream_, fusion, gemv_stage_x_);
   }
 
   struct StreamDeleter {
@@ -786,6 +788,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
+  bool gemv_stage_x_ = false;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
   cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TROUPE_OP_PROFILE; last: goes first

@@ -55,14 +55,16 @@ struct GemmArgs {
   DType out_dtype;
   void* out;
   int64_t t, n, k;
+  bool stage_x;  // the plain and add variants copy x into shared memory first (Prologue::copy)
 };
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;
 
-/// What happens to x before the product: nothing, or rms_norm staged in shared memory.
-enum class Prologue { none, rms_norm };
+/// What happens to x before the product: nothing (warps read it through L1), copied into
+/// shared memory as it is (experimental, TROUPE_GEMV_STAGE_X), or rms_norm staged there.
+enum class Prologue { none, copy, rms_norm };
 /// What happens to a product row: stored, added into out (the residual), or paired with the
 /// row n further on as act_mul's [gate | up].
 enum class Epilogue { store, add, act_mul };
@@ -215,6 +217,17 @@ __device__ __forceinline__ void stage_rms_norm(const T* __restrict__ x, int64_t 
   __syncthreads();
 }
 
+/// The copy prologue: x [rows, k] into `staged` as it is. Every thread of the CTA must call
+/// it (it ends with a barrier).
+template <class T>
+__device__ __forceinline__ void stage_copy(const T* __restrict__ x, int64_t k, int rows,
+                                           uint4* __restrict__ staged) {
+  const int64_t chunks = int64_t(rows) * (k / 8);
+  for (int64_t i = threadIdx.x; i < chunks; i += kThreads)
+    staged[i] = __ldg(reinterpret_cast<const uint4*>(x) + i);
+  __syncthreads();
+}
+
 template <class T>
 __device__ __forceinline__ float bias_at(const void* bias, bool bias_f32, int64_t i) {
   if (bias == nullptr) return 0.0f;
@@ -239,7 +252,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
   uint4 wv[kUnroll];
   bool waited = false, preloaded = false;
   extern __shared__ uint4 staged[];
-  if constexpr (kPro == Prologue::rms_norm) {
+  if constexpr (kPro != Prologue::none) {
     // Every thread stages (barriers), the warps without rows too; the first weight loads
     // still go out before pdl_wait.
     if (first < last) {
@@ -249,14 +262,17 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
     pdl_wait();
     pdl_trigger(pdl_early);
     waited = true;
-    stage_rms_norm<T>(x, k, rows, norm_w, eps, norm_threads, staged);
+    if constexpr (kPro == Prologue::rms_norm)
+      stage_rms_norm<T>(x, k, rows, norm_w, eps, norm_threads, staged);
+    else
+      stage_copy<T>(x, k, rows, staged);
   }
   if (first >= n) {
     if (!waited) pdl_wait();
     return;
   }
   const auto xs = [&] {
-    if constexpr (kPro == Prologue::rms_norm)
+    if constexpr (kPro != Prologue::none)
       return StagedRows{staged, chunks};
     else
       return GlobalRows<T>{x, k};
@@ -322,6 +338,18 @@ __global__ void __launch_bounds__(kThreads, 2)
                      int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
                      float eps, int norm_threads, bool pdl_early) {
   gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(
+      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
+}
+
+// The copy prologue (experimental): the plain and add variants with x staged in shared memory,
+// at two CTAs per SM like the norm kernels.
+template <class T, class OutT, int R, Epilogue kEpi>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_staged_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                       const void* __restrict__ bias, bool bias_f32, OutT* __restrict__ out,
+                       int rows, int64_t n, int64_t k, int64_t rows_per_warp,
+                       const T* __restrict__ norm_w, float eps, int norm_threads, bool pdl_early) {
+  gemv_body<T, OutT, R, Prologue::copy, kEpi, 0>(
       x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
@@ -421,6 +449,8 @@ template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
 constexpr auto kernel_of() {
   if constexpr (P == Prologue::none)
     return gemv_kernel<T, OutT, R, E>;
+  else if constexpr (P == Prologue::copy)
+    return gemv_staged_kernel<T, OutT, R, E>;
   else
     return gemv_norm_kernel<T, R, E, A>;
 }
@@ -448,7 +478,7 @@ template <class T, class OutT, int R, Prologue P, Epilogue E, int A>
 void launch_r(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStream_t stream) {
   const auto kernel = kernel_of<T, OutT, R, P, E, A>();
   // The staged rows (gemv_init raised the kernels' limit to kGemvMaxStagedBytes).
-  const size_t smem = P == Prologue::rms_norm ? size_t(g.t * g.k) * sizeof(T) : 0;
+  const size_t smem = P != Prologue::none ? size_t(g.t * g.k) * sizeof(T) : 0;
   // Every warp gets the same number of whole rows and all warps are resident at once, so the
   // weight stream never drains into a last partial wave.
   const int64_t warps = resident_warps(reinterpret_cast<const void*>(kernel), smem);
@@ -497,18 +527,29 @@ bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStr
       launch_rope_epilogue<T, false>(g, f, bias_f32, stream);
     return true;
   }
+  // The copy prologue where asked for and x fits the staged bytes.
+  const bool copy = g.stage_x && g.t * g.k * int64_t(sizeof(T)) <= kGemvMaxStagedBytes;
   if (!norm && !act && !f.add_to_out) {
-    if (g.out_dtype == DType::f32)
-      launch_rows<T, float, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
-    else
+    if (g.out_dtype == DType::f32) {
+      if (copy)
+        launch_rows<T, float, Prologue::copy, Epilogue::store>(g, f, bias_f32, stream);
+      else
+        launch_rows<T, float, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
+    } else if (copy) {
+      launch_rows<T, T, Prologue::copy, Epilogue::store>(g, f, bias_f32, stream);
+    } else {
       launch_rows<T, T, Prologue::none, Epilogue::store>(g, f, bias_f32, stream);
+    }
     return true;
   }
   if (g.out_dtype != g.in_dtype) return false;
   if (norm && !act && !f.add_to_out) {
     launch_rows<T, T, Prologue::rms_norm, Epilogue::store>(g, f, bias_f32, stream);
   } else if (!norm && !act && f.add_to_out) {
-    launch_rows<T, T, Prologue::none, Epilogue::add>(g, f, bias_f32, stream);
+    if (copy)
+      launch_rows<T, T, Prologue::copy, Epilogue::add>(g, f, bias_f32, stream);
+    else
+      launch_rows<T, T, Prologue::none, Epilogue::add>(g, f, bias_f32, stream);
   } else if (norm && act && !f.add_to_out) {
     switch (f.act) {
       case kSilu:
@@ -547,6 +588,9 @@ cudaError_t allow_staged_rows() {
   };
   allow(gemv_rope_kernel<T, true>);
   allow(gemv_rope_kernel<T, false>);
+  allow(gemv_staged_kernel<T, T, 1, Epilogue::store>);
+  allow(gemv_staged_kernel<T, float, 1, Epilogue::store>);
+  allow(gemv_staged_kernel<T, T, 1, Epilogue::add>);
   per_rows(std::integral_constant<int, 1>{});
   return first_error;
 }
@@ -561,8 +605,8 @@ cudaError_t gemv_init() {
 
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                 const GemvFusion& fusion) {
-  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k};
+                 const GemvFusion& fusion, bool stage_x) {
+  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k, stage_x};
   if (g.t < 1 || g.t > kGemvMaxRows || g.n < 1 || g.k < 8 || g.k % 8 != 0) return false;
   if (g.in_dtype != DType::bf16 && g.in_dtype != DType::f16) return false;
   if (g.out_dtype != g.in_dtype && g.out_dtype != DType::f32) return false;

@@ -618,7 +618,7 @@ int main(int argc, char** argv) {
     // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
-    // run's row counts), "gemv" (the batch-1 GEMVs) or "b1attn"
+    // run's row counts), "gemv" (the batch-1 GEMVs, with and without TROUPE_GEMV_STAGE_X) or "b1attn"
     // (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
@@ -631,15 +631,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (only == "gemv") {  // the batch-1 GEMVs: a decode layer's fused ones and lm_head
+      for (const char* stage : {"0", "1"}) {  // x read through L1, or staged (experimental)
+        Bench bench(iters, std::string("TROUPE_GEMV_STAGE_X=") + stage);
+        std::printf("TROUPE_GEMV_STAGE_X=%s\n", stage);
+        bench_fused(bench, 1);
+        const Tensor w = bench.floats(DType::bf16, {kVocab, kHidden}, 0.02f);
+        const Tensor x = bench.floats(DType::bf16, {1, kHidden});
+        const Tensor out = bench.alloc(DType::f32, {1, kVocab});
+        bench.time("linear lm_head 4096x128256 -> f32 T=1",
+                   kBf * double(kHidden + kVocab * kHidden) + 4.0 * double(kVocab), 0,
+                   [&] { bench.b().linear(x, w, nullptr, out); });
+        bench.release();
+      }
       Bench bench(iters);
-      bench_fused(bench, 1);
-      const Tensor w = bench.floats(DType::bf16, {kVocab, kHidden}, 0.02f);
-      const Tensor x = bench.floats(DType::bf16, {1, kHidden});
-      const Tensor out = bench.alloc(DType::f32, {1, kVocab});
-      bench.time("linear lm_head 4096x128256 -> f32 T=1",
-                 kBf * double(kHidden + kVocab * kHidden) + 4.0 * double(kVocab), 0,
-                 [&] { bench.b().linear(x, w, nullptr, out); });
-      bench.release();
       // The rest of a batch-1 step of `troupe bench latency` (128 in / 128 out: contexts of
       // 129-256 keys): attention, the sampler's row (temperature 1), so that 32 x (the layer's
       // GEMVs + attention) + lm_head + sampling is the step's GPU time to compare with it.

@@ -407,4 +407,104 @@ TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache reports a bad position or slot
   CHECK_NOTHROW(p.gpu().synchronize());
 }
 
+TEST_CASE("cuda skinny GEMM gives the same bits with x staged in shared memory", "[cuda][ops][fused]") {
+  // TROUPE_GEMV_STAGE_X=1 copies x into shared memory before the plain and add variants read
+  // it, in the same order: every value must stay the same (the norm variants, staged anyway,
+  // must not change either).
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(29);
+  const DType dt = DType::bf16;
+  const int64_t k = 4096, n_o = 4096, inter = 1792, k_down = 14336;
+  const int64_t nh = 32, nkv = 8, d = 128, qkv_n = (nh + 2 * nkv) * d;
+  const auto weights = [&](int64_t rows, int64_t cols) {
+    const float scale = 1.0f / std::sqrt(float(cols));
+    return p.gpu_floats(dt, {rows, cols},
+                        rounded(random_floats(rng, size_t(rows * cols), -scale, scale), dt));
+  };
+  const auto row = [&](int64_t cols) {
+    return p.gpu_floats(dt, {1, cols}, rounded(random_floats(rng, size_t(cols), -2.0f, 2.0f), dt));
+  };
+  const Tensor x = row(k), x_down = row(k_down), residual = row(n_o);
+  const Tensor nw = p.gpu_floats(dt, {k}, rounded(random_floats(rng, size_t(k), 0.5f, 1.5f), dt));
+  const Tensor w_o = weights(n_o, k), w_down = weights(n_o, k_down), w_gu = weights(2 * inter, k);
+  const Tensor w_qkv = weights(qkv_n, k);
+  const Tensor cs = p.gpu_floats(DType::f32, {512, d}, rope_cos_sin(512, d, 500000.0));
+  const Tensor pos = p.gpu_i32({1}, {301}), slots = p.gpu_i32({1}, {37});
+
+  // Every skinny-GEMM variant of a decode layer, on `b`, into fresh outputs.
+  struct Outs {
+    Tensor lin, logits, o_res, down_res, qkv, gu_act, q, kc, vc;
+  };
+  const auto run = [&](Backend& b) {
+    Outs o{p.gpu_nan(dt, {1, n_o}),        p.gpu_nan(DType::f32, {1, n_o}),
+           p.gpu_floats(dt, {1, n_o}, p.read(residual)),
+           p.gpu_floats(dt, {1, n_o}, p.read(residual)),
+           p.gpu_nan(dt, {1, qkv_n}),      p.gpu_nan(dt, {1, inter}),
+           p.gpu_nan(dt, {1, nh * d}),     p.gpu_nan(dt, {4, 16, nkv, d}),
+           p.gpu_nan(dt, {4, 16, nkv, d})};
+    const Tensor h = p.gpu_nan(dt, {1, k}), scratch = p.gpu_nan(dt, {1, n_o});
+    const Tensor gate_up = p.gpu_nan(dt, {1, 2 * inter}), qkv_scratch = p.gpu_nan(dt, {1, qkv_n});
+    p.gpu().synchronize();
+    b.linear(x, w_o, nullptr, o.lin);
+    b.linear(x, w_o, nullptr, o.logits);
+    b.linear_add(x, w_o, nullptr, o.o_res, scratch);
+    b.linear_add(x_down, w_down, nullptr, o.down_res, scratch);
+    b.rms_norm_linear(x, nw, 1e-5f, h, w_qkv, nullptr, o.qkv);
+    b.rms_norm_linear_act_mul(x, nw, 1e-5f, h, w_gu, nullptr, GatedActivation::silu, gate_up,
+                              o.gu_act);
+    b.rms_norm_linear_rope_qkv_to_cache(x, nw, 1e-5f, h, w_qkv, nullptr, qkv_scratch, pos, cs,
+                                        int32_t(d), int32_t(d), RopeStyle::neox, int32_t(nh),
+                                        int32_t(nkv), o.kc, o.vc, slots, o.q);
+    b.synchronize();
+    return o;
+  };
+  const Outs want = run(p.gpu());
+  for (const char* value : {"1"}) {
+    ::setenv("TROUPE_GEMV_STAGE_X", value, 1);
+    std::unique_ptr<Backend> other;
+    try {
+      other = make_cuda_backend(0);
+    } catch (...) {
+      ::unsetenv("TROUPE_GEMV_STAGE_X");
+      throw;
+    }
+    ::unsetenv("TROUPE_GEMV_STAGE_X");
+    const Outs got = run(*other);
+    const std::string tag = std::string(" with TROUPE_GEMV_STAGE_X=") + value;
+    check_same_bits(p, "linear o_proj" + tag, got.lin, want.lin);
+    check_same_bits(p, "linear o_proj to f32" + tag, got.logits, want.logits);
+    check_same_bits(p, "linear_add o_proj" + tag, got.o_res, want.o_res);
+    check_same_bits(p, "linear_add down" + tag, got.down_res, want.down_res);
+    check_same_bits(p, "rms_norm_linear qkv" + tag, got.qkv, want.qkv);
+    check_same_bits(p, "rms_norm_linear_act_mul gate_up" + tag, got.gu_act, want.gu_act);
+    check_same_bits(p, "rms_norm_linear_rope_qkv_to_cache q" + tag, got.q, want.q);
+    check_same_bits(p, "rms_norm_linear_rope_qkv_to_cache k cache" + tag, got.kc, want.kc);
+    check_same_bits(p, "rms_norm_linear_rope_qkv_to_cache v cache" + tag, got.vc, want.vc);
+  }
+  // The values themselves against the CPU: the plain GEMV row (the others are checked against
+  // their op sequences above and against the CPU in their own cases).
+  const Tensor c_out = p.cpu_nan({1, n_o});
+  p.cpu().linear(p.cpu_f32({1, k}, p.read(x)), p.cpu_f32({n_o, k}, p.read(w_o)), nullptr, c_out);
+  report("linear o_proj vs cpu", norm_error(p.read(want.lin), p.read(c_out)), tolerance(dt));
+}
+
+TEST_CASE("cuda backend: a bad TROUPE_GEMV_STAGE_X is refused by name", "[cuda][errors]") {
+  TROUPE_REQUIRE_GPU();
+  for (const char* bad : {"2", "yes"}) {
+    ::setenv("TROUPE_GEMV_STAGE_X", bad, 1);
+    std::string what;
+    try {
+      auto b = make_cuda_backend(0);
+    } catch (const std::invalid_argument& e) {
+      what = e.what();
+    }
+    ::unsetenv("TROUPE_GEMV_STAGE_X");
+    INFO(what);
+    CHECK(what.find("TROUPE_GEMV_STAGE_X") != std::string::npos);
+    CHECK(what.find(std::string("'") + bad + "'") != std::string::npos);
+    CHECK(what.find("0 or 1") != std::string::npos);
+  }
+}
+
 }  // namespace troupe::test

@@ -4,6 +4,7 @@
 #   1. the CUDA test cases;
 #   2. the op bench's batch-1 group (a decode layer's GEMVs one by one and back to back,
 #      lm_head, the batch-1 attention and the sampler's row): their sum is the step's kernels;
+#      the GEMV lines also with TROUPE_GEMV_STAGE_X=1 (experimental, not yet run on a GPU);
 #   3. batch-1 latency (128 in / 128 out, --async-scheduling) with troupe bench's per-step
 #      breakdown (host planning, the executor round trip, the time inside the executor);
 #   4. Nsight Compute on every skinny-GEMM launch of that op-bench group (why down + add
@@ -20,10 +21,13 @@ echo "tests: exit $?"
 grep -E "test cases|assertions|FAILED" "$out/tests.txt" | tail -n 5
 source "$here/env.sh"
 timeout 60 "$root/bin/troupe_cuda_opbench" 50 gemv 2>&1 | tee "$out/opbench_gemv.txt" |
-  grep -E "fused|lm_head|attention|sample"
+  grep -E "STAGE|fused|lm_head|attention|sample"
 timeout 90 "$root/bin/troupe" --log-level warn bench latency "${model_args[@]}" --async-scheduling \
   --batch-size 1 --input-len 128 --output-len 128 --num-iters-warmup 1 --num-iters 3 \
   --output-json "$out/latency_b1.json" 2>&1 | tail -n 14
+VARIANTS_LATENCY_ONLY=1 timeout 150 bash "$here/variants.sh" --async-scheduling \
+  "--async-scheduling TROUPE_GEMV_STAGE_X=1" --async-scheduling \
+  "--async-scheduling TROUPE_GEMV_STAGE_X=1" 2>&1 | sed -n '/=== summary ===/,$p'
 OUT=$out NCU_KERNEL=gemv NCU_GROUP=gemv NCU_COUNT=64 NCU_TIMEOUT=150 bash "$here/ncu_decode.sh" |
   tail -n 80
 OUT=$out SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-200} bash "$here/sanitize_all.sh" racecheck:sampling
