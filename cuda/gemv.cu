@@ -341,10 +341,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
-// The copy prologue (experimental): the plain and add variants with x staged in shared memory,
-// at two CTAs per SM like the norm kernels.
+// The copy prologue (experimental): the plain and add variants with x staged in shared memory.
+// Four CTAs per SM, as many warps as the plain kernel keeps resident (48 registers: five);
+// left to itself ptxas takes 104 registers, which allows two.
 template <class T, class OutT, int R, Epilogue kEpi>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 4)
     gemv_staged_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const void* __restrict__ bias, bool bias_f32, OutT* __restrict__ out,
                        int rows, int64_t n, int64_t k, int64_t rows_per_warp,
