@@ -24,6 +24,8 @@
 //   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
+// - copy prologue (experimental, launch_gemv's stage_x): the plain and add variants stage x as
+//   it is, like the norm prologue, instead of every warp reading it through L1.
 //
 // Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows (fused: at most
 // kGemvMaxFusedRows, with the norm prologue kGemvMaxNormRows), K % 8 == 0 and every pointer is
