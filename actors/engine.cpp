@@ -56,6 +56,40 @@ std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep) {
   return {ep.substr(0, colon), uint16_t(port)};
 }
 
+/// Asks `exec` to load the model and waits for its reply or its end, whichever comes first:
+/// CAF answers no pending request when a remote worker's connection drops (its process was
+/// killed while loading, or crashed), so a plain request would wait forever. `who` names the
+/// executor in the error.
+caf::expected<ExecutorInfo> init_executor(caf::actor_system& sys, const executor_actor& exec,
+                                          const ExecutorInit& init, const std::string& who) {
+  caf::scoped_actor self{sys};
+  const caf::actor waiter = caf::actor_cast<caf::actor>(self);
+  sys.spawn([exec, init, waiter, who](caf::event_based_actor* h) -> caf::behavior {
+    h->monitor(exec);
+    h->set_down_handler([=](caf::down_msg& dm) {
+      if (dm.source != exec.address()) return;
+      h->send(waiter, make_troupe_error(fmt::format("{} went down while loading the model ({})",
+                                                    who, caf::to_string(dm.reason))));
+      h->quit();
+    });
+    h->request(exec, caf::infinite, init_atom::value, init)
+        .then(
+            [=](const ExecutorInfo& info) {
+              h->send(waiter, info);
+              h->quit();
+            },
+            [=](caf::error& e) {
+              h->send(waiter, std::move(e));
+              h->quit();
+            });
+    return {[](caf::unit_t) {}};  // stays up until the reply or the down message
+  });
+  caf::expected<ExecutorInfo> out{caf::make_error(caf::sec::runtime_error)};
+  self->receive([&](const ExecutorInfo& info) { out = info; },
+                [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 executor_actor connect_executor(caf::actor_system& sys, const std::string& endpoint) {
   auto [host, port] = parse_endpoint(endpoint);
   caf::error last;
@@ -154,24 +188,20 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
 
   int32_t num_blocks = INT32_MAX;
   int32_t num_cpu_blocks = INT32_MAX;
-  {
-    caf::scoped_actor self{sys};
-    for (size_t i = 0; i < m.executors.size(); ++i) {
-      init.tp_rank = int32_t(i);
-      std::string err;
-      self->request(m.executors[i], caf::infinite, init_atom::value, init)
-          .receive(
-              [&](const ExecutorInfo& info) {
-                num_blocks = std::min(num_blocks, info.num_blocks);
-                num_cpu_blocks = std::min(num_cpu_blocks, info.num_cpu_blocks);
-                m.info.backend = info.backend;
-              },
-              [&](caf::error& e) { err = error_text(e); });
-      if (!err.empty()) {
-        for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
-        throw Error(err);
-      }
+  for (size_t i = 0; i < m.executors.size(); ++i) {
+    init.tp_rank = int32_t(i);
+    const std::string who =
+        args.executor_endpoints.empty()
+            ? fmt::format("executor {}", i)
+            : fmt::format("executor {} (the worker at {})", i, args.executor_endpoints[i]);
+    const auto info = init_executor(sys, m.executors[i], init, who);
+    if (!info) {
+      for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+      throw Error(error_text(info.error()));
     }
+    num_blocks = std::min(num_blocks, info->num_blocks);
+    num_cpu_blocks = std::min(num_cpu_blocks, info->num_cpu_blocks);
+    m.info.backend = info->backend;
   }
   m.info.num_kv_blocks = num_blocks;
   m.info.num_cpu_blocks = swap ? num_cpu_blocks : 0;

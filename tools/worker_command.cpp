@@ -5,6 +5,7 @@
 #include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "actors/executor.hpp"
@@ -13,12 +14,32 @@
 #include "tools/commands.hpp"
 
 namespace troupe::cli {
+namespace {
+
+// An executor whose process exits, with no reply, on the engine's init request
+// (--fault exit-on-init).
+executor_actor spawn_faulty_executor(caf::actor_system& sys) {
+  return sys.spawn<caf::detached>([]() -> executor_actor::behavior_type {
+    return {
+        [](init_atom, const ExecutorInit&) -> caf::result<ExecutorInfo> {
+          std::cout.flush();
+          std::_Exit(3);
+        },
+        [](execute_atom, const StepPlan&) -> caf::result<StepResult> {
+          return make_troupe_error("worker: --fault: no steps");
+        },
+    };
+  });
+}
+
+}  // namespace
 
 Runner add_worker_command(CLI::App& app) {
   struct Options {
     std::string host = "127.0.0.1";
     uint16_t port = 0;
     int heartbeat_ms = 500;
+    std::string fault;
   };
   auto o = std::make_shared<Options>();
   app.add_option("--host", o->host, "address to listen on")->capture_default_str();
@@ -26,6 +47,10 @@ Runner add_worker_command(CLI::App& app) {
   app.add_option("--heartbeat-ms", o->heartbeat_ms,
                  "middleman heartbeat interval, so a frozen peer is noticed (0: off)")
       ->capture_default_str();
+  // Fault injection for the engine's tests: the process dies as a worker that is killed
+  // while it loads its model would (the OOM killer, a crash), without answering.
+  app.add_option("--fault", o->fault, "fault injection for tests: exit-on-init")
+      ->check(CLI::IsMember({"exit-on-init"}));
   return [o] {
     caf::actor_system_config cfg;
     register_message_types(cfg);
@@ -33,7 +58,7 @@ Runner add_worker_command(CLI::App& app) {
       cfg.set("middleman.heartbeat-interval",
               caf::timespan{std::chrono::milliseconds(o->heartbeat_ms)});
     caf::actor_system sys{cfg};
-    auto exec = spawn_executor(sys);
+    auto exec = o->fault.empty() ? spawn_executor(sys) : spawn_faulty_executor(sys);
     auto port = sys.middleman().publish(exec, o->port, o->host.c_str(), true);
     if (!port) {
       caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);

@@ -469,6 +469,25 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
   }
 }
 
+TEST_CASE("a worker that dies while loading its model fails the engine's start with the reason",
+          "[engine][remote][fault]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  WorkerProcess worker({"--fault", "exit-on-init"});
+  EngineArgs a = fixture_args("llama_gqa");
+  a.executor_endpoints = {worker.endpoint()};
+  // The engine notices the dropped connection: it neither waits forever for the reply nor
+  // starts without the executor.
+  std::string error;
+  try {
+    LLM llm(a);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  INFO(error);
+  CHECK_THAT(error, Catch::Contains("executor 0") && Catch::Contains(worker.endpoint()));
+  CHECK(worker.wait_exit(10.0));
+}
+
 TEST_CASE("losing the executor's process mid-generation fails every request with the reason",
           "[engine][remote][fault]") {
   if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;

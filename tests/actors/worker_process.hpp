@@ -11,12 +11,14 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace troupe {
 
 class WorkerProcess {
  public:
-  WorkerProcess() {
+  /// `extra`: more `troupe worker` options (e.g. "--fault", "exit-on-init").
+  explicit WorkerProcess(std::vector<std::string> extra = {}) {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
@@ -26,8 +28,13 @@ class WorkerProcess {
       close(fds[0]);
       close(fds[1]);
       const std::string exe = std::string(TROUPE_BINARY_DIR) + "/tools/troupe";
-      execl(exe.c_str(), exe.c_str(), "--log-level", "warn", "worker", "--host", "127.0.0.1",
-            "--port", "0", static_cast<char*>(nullptr));
+      std::vector<std::string> args{exe, "--log-level", "warn", "worker", "--host", "127.0.0.1",
+                                    "--port", "0"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
       _exit(127);
     }
     close(fds[1]);
