@@ -36,3 +36,12 @@ field() {
   python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[sys.argv[2]] * float(sys.argv[3]), 3))" \
     "$1" "$2" "${3:-1}" 2>/dev/null || echo n/a
 }
+
+# session_tests OUT: the CUDA test cases (run_cuda_tests.sh, which unpacks the bundle into
+# $root), logged to OUT/tests.txt, with their exit status and summary printed: the first step
+# of every session script.
+session_tests() {
+  OUT=$1 bash "$(dirname "${BASH_SOURCE[0]}")/run_cuda_tests.sh" tests > "$1/tests.txt" 2>&1
+  echo "tests: exit $?"
+  grep -E "test cases|assertions|FAILED" "$1/tests.txt" | tail -n 5
+}

@@ -13,10 +13,8 @@ set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
 here=$(dirname "$0")
-OUT=$out bash "$here/run_cuda_tests.sh" tests > "$out/tests.txt" 2>&1
-echo "tests: exit $?"
-grep -E "test cases|assertions|FAILED" "$out/tests.txt" | tail -n 5
 source "$here/env.sh"
+session_tests "$out"
 timeout 150 "$root/bin/troupe_cuda_opbench" 10 > "$out/opbench.txt" 2>&1
 echo "opbench: exit $? ($(wc -l < "$out/opbench.txt") lines in opbench.txt)"
 timeout 200 bash "$here/variants.sh" default "$@" 2>&1 | sed -n '/=== summary ===/,$p'

@@ -17,10 +17,8 @@ set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
 here=$(dirname "$0")
-OUT=$out bash "$here/run_cuda_tests.sh" tests > "$out/tests.txt" 2>&1
-echo "tests: exit $?"
-grep -E "test cases|assertions|FAILED" "$out/tests.txt" | tail -n 5
 source "$here/env.sh"
+session_tests "$out"
 timeout 60 "$root/bin/troupe_cuda_opbench" 50 gemv 2>&1 | tee "$out/opbench_gemv.txt" |
   grep -E "STAGE|fused|lm_head|attention|sample"
 # --log-level info: the executor's own split of each step when it goes away (host time

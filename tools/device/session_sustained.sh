@@ -14,10 +14,8 @@ set -uo pipefail
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
 here=$(dirname "$0")
-OUT=$out bash "$here/run_cuda_tests.sh" tests > "$out/tests.txt" 2>&1
-echo "tests: exit $?"
-grep -E "test cases|assertions|FAILED" "$out/tests.txt" | tail -n 5
 source "$here/env.sh"
+session_tests "$out"
 source "$here/smi.sh"
 VARIANTS_LATENCY_ONLY=1 timeout 120 bash "$here/variants.sh" "$@" 2>&1 | sed -n '/=== summary ===/,$p'
 timeout 40 "$root/bin/troupe_cuda_opbench" 20 sample 2>&1 | grep -E "^TROUPE|plain T=1|greedy"
