@@ -268,14 +268,15 @@ void bench_fused(Bench& bench, int64_t max_t = 8) {
     });
     bench.time("rms_norm_linear qkv 4096x6144 (fused)" + ts, qkv_b, 0,
                [&] { bench.b().rms_norm_linear(residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv); });
+    // The rope inputs and KV cache of the qkv lines with rope and of the whole-layer line.
+    const Tensor cs = bench.floats(DType::f32, {4096, kDim});
+    std::vector<int32_t> pos(static_cast<size_t>(t)), slot(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = slot[size_t(i)] = int32_t(100 + i);
+    const Tensor positions = bench.ints({t}, pos), slots = bench.ints({t}, slot);
+    const Tensor kc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
+    const Tensor vc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
     {
       // The batch-1 layer's first two kernels, and the one that replaces them at T = 1.
-      const Tensor cs = bench.floats(DType::f32, {4096, kDim});
-      std::vector<int32_t> pos(static_cast<size_t>(t)), slot(static_cast<size_t>(t));
-      for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = slot[size_t(i)] = int32_t(100 + i);
-      const Tensor positions = bench.ints({t}, pos), slots = bench.ints({t}, slot);
-      const Tensor kc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
-      const Tensor vc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
       const Tensor q = bench.alloc(bf, {t, kHeads * kDim});
       bench.time("rms_norm_linear + rope_qkv_to_cache qkv" + ts, qkv_b, 0, [&] {
         bench.b().rms_norm_linear(residual, norm_w, 1e-5f, h, qkv_w, nullptr, qkv);
@@ -313,10 +314,6 @@ void bench_fused(Bench& bench, int64_t max_t = 8) {
     if (t == 1) {
       // A decode layer's four GEMVs back to back (attention left out), as the step runs
       // them: each launch overlaps its predecessor's tail (programmatic dependent launch).
-      const Tensor cs = bench.floats(DType::f32, {4096, kDim});
-      const Tensor positions = bench.ints({1}, {100}), slots = bench.ints({1}, {100});
-      const Tensor kc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
-      const Tensor vc = bench.alloc(bf, {64, 16, kKvHeads, kDim});
       bench.time("decode layer's 4 GEMVs back to back (fused)" + ts, qkv_b + o_b + gu_b + down_b,
                  0, [&] {
                    bench.b().rms_norm_linear_rope_qkv_to_cache(
@@ -618,8 +615,8 @@ int main(int argc, char** argv) {
     // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
-    // run's row counts), "gemv" (the batch-1 GEMVs, with and without TROUPE_GEMV_STAGE_X) or "b1attn"
-    // (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
+    // run's row counts), "gemv" (the batch-1 GEMVs, with and without TROUPE_GEMV_STAGE_X) or
+    // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
         only != "overlap" && only != "sample" && only != "gemm" && only != "gemv" &&
