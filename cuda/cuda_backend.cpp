@@ -160,8 +160,9 @@ class CudaBackendImpl final : public CudaBackend {
     // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
     if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
       use_gemv_ = false;
-    // Experimental: the plain and add skinny GEMMs stage x in shared memory (launch_gemv).
-    gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 0, {0, 1}, "0 or 1") == 1;
+    // The plain and add skinny GEMMs stage x in shared memory (launch_gemv); 0 (for
+    // comparison): every warp reads x through L1.
+    gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 1, {0, 1}, "0 or 1") == 1;
     decode_ = decode_options_from_env();
     // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
     cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
@@ -668,8 +669,10 @@ class CudaBackendImpl final : public CudaBackend {
                  cuda::kMaxSampleVocab);
     check.fits_int("rows", logits.dim(0));
     if (rows.empty()) return {};
-    auto result = sampler_.sample(logits, rows, stream_);
-    check_device_errors("sample");
+    // The error word comes back with the results, under the sampler's one synchronisation.
+    auto result = sampler_.sample(logits, rows, stream_, err_word_.as<const int>(),
+                                  err_host_.as<int>());
+    raise_device_errors("sample");
     return result;
   }
 
@@ -703,6 +706,12 @@ class CudaBackendImpl final : public CudaBackend {
                                cudaMemcpyDeviceToHost, stream_),
                op);
     check_cuda(cudaStreamSynchronize(stream_), op);
+    raise_device_errors(op);
+  }
+
+  // The error word already copied to err_host_ (and the stream synchronised since): clears it
+  // on the device and fails when a kernel set a bit.
+  void raise_device_errors(const char* op) {
     const int bits = *err_host_.as<int>();
     if (bits == 0) return;
     check_cuda(cudaMemsetAsync(err_word_.data(), 0, sizeof(int), stream_), op);
@@ -788,7 +797,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  bool gemv_stage_x_ = false;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
+  bool gemv_stage_x_ = true;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
   cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TROUPE_OP_PROFILE; last: goes first

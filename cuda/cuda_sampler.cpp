@@ -60,7 +60,8 @@ void CudaSampler::add_mods(const SamplingRow& row, int64_t vocab) {
 
 std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
                                               std::span<const SamplingRow> rows,
-                                              cudaStream_t stream) {
+                                              cudaStream_t stream, const int* err_device,
+                                              int* err_host) {
   const int64_t num_rows = logits.dim(0), vocab = logits.dim(1);
   SamplePlan plan{};
   check_cuda(plan_sample(vocab, int32_t(num_rows), &plan), "sample: launch plan");
@@ -127,6 +128,9 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   check_cuda(cudaMemcpyAsync(results_host_.data(), results_.data(),
                              size_t(result_ints) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
              "sample: download of results");
+  if (err_device != nullptr && err_host != nullptr)
+    check_cuda(cudaMemcpyAsync(err_host, err_device, sizeof(int), cudaMemcpyDeviceToHost, stream),
+               "sample: download of the device error word");
   check_cuda(cudaStreamSynchronize(stream), "sample: kernels");
 
   std::vector<SampledToken> out(rows.size());

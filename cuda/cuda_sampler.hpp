@@ -23,10 +23,14 @@ void validate_sampling_row(const SamplingRow& row, int64_t vocab, size_t index);
 class CudaSampler {
  public:
   /// logits [S, V] f32 on the device; rows.size() == S (checked by the caller).
-  /// Synchronises `stream`; the caller checks the device error word afterwards.
+  /// Synchronises `stream` once. With err_device and err_host (page-locked), the device error
+  /// word is copied to err_host behind the results, before that one synchronisation, so the
+  /// caller can read it without another round trip (one per decode step saved).
   [[nodiscard]] std::vector<SampledToken> sample(const Tensor& logits,
                                                  std::span<const SamplingRow> rows,
-                                                 cudaStream_t stream);
+                                                 cudaStream_t stream,
+                                                 const int* err_device = nullptr,
+                                                 int* err_host = nullptr);
 
  private:
   void add_mods(const SamplingRow& row, int64_t vocab);

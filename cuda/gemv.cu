@@ -24,8 +24,10 @@
 //   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
-// - copy prologue (experimental, launch_gemv's stage_x): the plain and add variants stage x as
-//   it is, like the norm prologue, instead of every warp reading it through L1.
+// - copy prologue (launch_gemv's stage_x, the default): the plain and add variants stage x as
+//   it is, like the norm prologue, instead of every warp reading it through L1 (batch-1
+//   decode on the H200: 4.213/4.234 ms per token against 4.361/4.349 without, alternating in
+//   one call; o_proj 8.7 -> 6.8 us, down 32.9 -> 30.3 us, lm_head 253 -> 246 us).
 //
 // Used by CudaBackend::linear (and the fused ops) when T <= kGemvMaxRows (fused: at most
 // kGemvMaxFusedRows, with the norm prologue kGemvMaxNormRows), K % 8 == 0 and every pointer is
@@ -65,7 +67,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;
 
 /// What happens to x before the product: nothing (warps read it through L1), copied into
-/// shared memory as it is (experimental, TROUPE_GEMV_STAGE_X), or rms_norm staged there.
+/// shared memory as it is (the default; TROUPE_GEMV_STAGE_X=0 turns it off), or rms_norm staged
+/// there.
 enum class Prologue { none, copy, rms_norm };
 /// What happens to a product row: stored, added into out (the residual), or paired with the
 /// row n further on as act_mul's [gate | up].
@@ -343,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
 }
 
-// The copy prologue (experimental): the plain and add variants with x staged in shared memory.
+// The copy prologue (the default): the plain and add variants with x staged in shared memory.
 // Four CTAs per SM, as many warps as the plain kernel keeps resident (48 registers: five);
 // left to itself ptxas takes 104 registers, which allows two.
 template <class T, class OutT, int R, Epilogue kEpi>

@@ -615,7 +615,7 @@ int main(int argc, char** argv) {
     // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
-    // run's row counts), "gemv" (the batch-1 GEMVs, with and without TROUPE_GEMV_STAGE_X) or
+    // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
     // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
@@ -628,7 +628,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (only == "gemv") {  // the batch-1 GEMVs: a decode layer's fused ones and lm_head
-      for (const char* stage : {"0", "1"}) {  // x read through L1, or staged (experimental)
+      for (const char* stage : {"0", "1"}) {  // x read through L1, or staged (the default)
         Bench bench(iters, std::string("TROUPE_GEMV_STAGE_X=") + stage);
         std::printf("TROUPE_GEMV_STAGE_X=%s\n", stage);
         bench_fused(bench, 1);

@@ -219,6 +219,17 @@ TEST_CASE("decode split counts fill one wave of CTAs without spilling into a sec
   CHECK(plan(1, 8, 100000, 0, 256).splits == 33);
   CHECK(plan(64, 8, 4096, 0, 256).splits == 1);  // a full wave: not this knob's
   CHECK(plan(64, 8, 4096, 0, 256).split_keys == 64);
+  // The default: 256-key splits below a wave (a batch-1 context of up to 256 keys in one).
+  CHECK(cuda::DecodeOptions{}.min_split_keys == 256);
+  cuda::AttentionArgs b1{};
+  b1.num_seqs = 1;
+  b1.num_kv_heads = 8;
+  b1.num_heads = 32;
+  b1.head_dim = 128;
+  b1.max_seq_len = 4096;  // a CUDA graph's bound
+  const cuda::DecodePlan d = cuda::plan_decode(b1, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, {});
+  CHECK(d.splits == 16);
+  CHECK(d.split_keys == 256);
 }
 
 TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda][attention]") {
@@ -239,7 +250,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   };
   refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
   refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
-  refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64 (the default), 128, 256, 512 or 1024");
+  refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64, 128, 256 (the default), 512 or 1024");
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
@@ -280,14 +291,15 @@ TEST_CASE("cuda attention: 64-key prefill tiles match the CPU", "[cuda][attentio
   }
 }
 
-// The experimental knobs of the tensor-core kernel: two-stage rings, and large batches split
-// every 256 keys (so the mixed batch below, padded to a full wave, takes the long-split path).
+// The experimental knobs of the tensor-core kernel: two-stage rings, large batches split
+// every 256 keys (so the mixed batch below, padded to a full wave, takes the long-split path),
+// and small batches split every 64 keys (the default is 256).
 TEST_CASE("cuda attention: the tensor-core decode kernel's knobs keep it exact",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
   for (const auto& [name, value] :
        {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"},
-        std::pair{"TROUPE_DECODE_MIN_SPLIT_KEYS", "256"}}) {
+        std::pair{"TROUPE_DECODE_MIN_SPLIT_KEYS", "64"}}) {
     ::setenv(name, value, 1);
     Pair p;
     ::unsetenv(name);

@@ -405,12 +405,25 @@ TEST_CASE("cuda rms_norm_linear_rope_qkv_to_cache reports a bad position or slot
   CHECK_THROWS_WITH(p.gpu().synchronize(), Catch::Contains("slot_mapping"));
   run(3, 5);
   CHECK_NOTHROW(p.gpu().synchronize());
+  // A decode step's only synchronisation is sample()'s, which brings the error word back with
+  // the sampled tokens: a bad slot earlier in the step fails the sample call by name, and the
+  // word is cleared for the next one.
+  const Tensor logits = p.gpu_floats(DType::f32, {1, 64}, std::vector<float>(64, 0.0f));
+  std::vector<SamplingRow> rows(1);
+  rows[0].temperature = 0.0f;
+  run(3, 64);
+  CHECK_THROWS_WITH(p.gpu().sample(logits, rows), Catch::Contains("slot_mapping"));
+  run(3, 5);
+  std::vector<SampledToken> tokens;
+  CHECK_NOTHROW(tokens = p.gpu().sample(logits, rows));
+  REQUIRE(tokens.size() == 1);
+  CHECK(tokens[0].token == 0);  // greedy over equal logits: the lowest id
 }
 
 TEST_CASE("cuda skinny GEMM gives the same bits with x staged in shared memory", "[cuda][ops][fused]") {
-  // TROUPE_GEMV_STAGE_X=1 copies x into shared memory before the plain and add variants read
-  // it, in the same order: every value must stay the same (the norm variants, staged anyway,
-  // must not change either).
+  // By default (TROUPE_GEMV_STAGE_X=1) the plain and add variants copy x into shared memory
+  // before they read it; with 0 every warp reads x through L1, in the same order: every value
+  // must stay the same (the norm variants, staged anyway, must not change either).
   TROUPE_REQUIRE_GPU();
   Pair p;
   std::mt19937_64 rng(29);
@@ -460,7 +473,7 @@ TEST_CASE("cuda skinny GEMM gives the same bits with x staged in shared memory",
     return o;
   };
   const Outs want = run(p.gpu());
-  for (const char* value : {"1"}) {
+  for (const char* value : {"0"}) {
     ::setenv("TROUPE_GEMV_STAGE_X", value, 1);
     std::unique_ptr<Backend> other;
     try {
