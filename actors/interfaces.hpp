@@ -8,10 +8,12 @@
 namespace troupe {
 
 /// One per GPU (or CPU rank); detached (its own thread). May live in a `troupe worker`
-/// process, so its messages are the registered cross-process types.
+/// process, so its messages are the registered cross-process types. finish_atom is its own
+/// (it polls the step in flight with it, actors/executor.cpp).
 using executor_actor = caf::typed_actor<
     caf::replies_to<init_atom, ExecutorInit>::with<ExecutorInfo>,
-    caf::replies_to<execute_atom, StepPlan>::with<StepResult>>;
+    caf::replies_to<execute_atom, StepPlan>::with<StepResult>,
+    caf::reacts_to<finish_atom, uint64_t>>;
 
 /// Owns the KV block accounting (runtime/kv) and grants each step's ask.
 using cache_manager_actor = caf::typed_actor<

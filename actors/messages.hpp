@@ -39,6 +39,7 @@ using decode_atom = caf::atom_constant<caf::atom("decode")>;
 using detok_atom = caf::atom_constant<caf::atom("detok")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
 
 // ---- engine-local message types ----
 

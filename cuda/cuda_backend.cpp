@@ -657,17 +657,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   std::vector<SampledToken> sample(const Tensor& logits,
                                    std::span<const SamplingRow> rows) override {
-    const OpCheck check("sample", device_);
     const auto prof = profile("sample", rows_of(logits));
-    not_capturing("sample");
-    check.tensor("logits", logits, DType::f32, 2);
-    if (int64_t(rows.size()) != logits.dim(0))
-      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
-                 logits.dim(0));
-    if (logits.dim(1) <= 0 || logits.dim(1) >= cuda::kMaxSampleVocab)
-      check.fail("logits {}: vocabulary size must be in [1, {})", describe(logits),
-                 cuda::kMaxSampleVocab);
-    check.fits_int("rows", logits.dim(0));
+    check_sample_args("sample", logits, rows);
     if (rows.empty()) return {};
     // The error word comes back with the results, under the sampler's one synchronisation.
     auto result = sampler_.sample(logits, rows, stream_, err_word_.as<const int>(),
@@ -676,8 +667,59 @@ class CudaBackendImpl final : public CudaBackend {
     return result;
   }
 
+  void start_sample(const Tensor& logits, std::span<const SamplingRow> rows) override {
+    check_sample_args("start_sample", logits, rows);
+    if (rows.empty()) fail("start_sample: no rows to sample");
+    sampler_.start(logits, rows, stream_, err_word_.as<const int>(), err_host_.as<int>());
+  }
+
+  bool sample_done() override { return sampler_.done(); }
+
+  std::vector<SampledToken> finish_sample() override {
+    if (!sampler_.in_flight()) fail("finish_sample: no sampling is in flight");
+    auto result = sampler_.collect();
+    raise_device_errors("sample");
+    return result;
+  }
+
+  void feed_sampled_tokens(const Tensor& dst, std::span<const TokenFeed> feeds) override {
+    if (!sampler_.in_flight()) fail("feed_sampled_tokens: no sampling is in flight");
+    check_token_feeds(dst, feeds, sampler_.rows_in_flight());
+    if (feeds.empty()) return;
+    const int32_t* results = sampler_.device_token(0);
+    feed_pairs_.clear();
+    for (const TokenFeed& f : feeds) {
+      feed_pairs_.push_back(sampler_.device_token(size_t(f.row)) - results);
+      feed_pairs_.push_back(f.index);
+    }
+    feed_device_.ensure(feed_pairs_.size() * sizeof(int64_t), "feed_sampled_tokens: feeds");
+    // From pageable memory: staged before the call returns, so feed_pairs_ may change after.
+    check_cuda(cudaMemcpyAsync(feed_device_.data(), feed_pairs_.data(),
+                               feed_pairs_.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
+                               stream_),
+               "feed_sampled_tokens: upload");
+    cuda::launch_feed_tokens(results, feed_device_.as<const int64_t>(), int(feeds.size()),
+                             dst.as<int32_t>(), stream_);
+    after_launch("feed_sampled_tokens");
+  }
+
  private:
   int* err() const { return err_word_.as<int>(); }
+
+  void check_sample_args(const char* op, const Tensor& logits,
+                         std::span<const SamplingRow> rows) const {
+    const OpCheck check(op, device_);
+    not_capturing(op);
+    check.tensor("logits", logits, DType::f32, 2);
+    if (int64_t(rows.size()) != logits.dim(0))
+      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
+                 logits.dim(0));
+    if (logits.dim(1) <= 0 || logits.dim(1) >= cuda::kMaxSampleVocab)
+      check.fail("logits {}: vocabulary size must be in [1, {})", describe(logits),
+                 cuda::kMaxSampleVocab);
+    check.fits_int("rows", logits.dim(0));
+    if (sampler_.in_flight()) fail("{}: a sampling is already in flight", op);
+  }
 
   // Ends a capture that will not be used (an op threw inside it) and drops what it recorded;
   // the stream leaves capture mode, so the backend stays usable.
@@ -800,6 +842,8 @@ class CudaBackendImpl final : public CudaBackend {
   bool gemv_stage_x_ = true;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
   cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
+  std::vector<int64_t> feed_pairs_;  // feed_sampled_tokens: (result offset, dst index) pairs
+  cuda::DeviceBuffer feed_device_;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TROUPE_OP_PROFILE; last: goes first
 };
 

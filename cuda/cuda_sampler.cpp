@@ -58,10 +58,31 @@ void CudaSampler::add_mods(const SamplingRow& row, int64_t vocab) {
   for (size_t i = begin; i < mods_.size(); ++i) slot_of_[size_t(mods_[i].token)] = -1;
 }
 
+CudaSampler::~CudaSampler() {
+  if (done_ != nullptr) cudaEventDestroy(done_);
+}
+
 std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
                                               std::span<const SamplingRow> rows,
                                               cudaStream_t stream, const int* err_device,
                                               int* err_host) {
+  start(logits, rows, stream, err_device, err_host);
+  return collect();
+}
+
+bool CudaSampler::done() const {
+  if (!in_flight_) return true;
+  const cudaError_t e = cudaEventQuery(done_);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it
+    return false;
+  }
+  return true;  // done, or failed: collect() reports it
+}
+
+void CudaSampler::start(const Tensor& logits, std::span<const SamplingRow> rows,
+                        cudaStream_t stream, const int* err_device, int* err_host) {
+  if (in_flight_) fail("sample: a sampling is already in flight");
   const int64_t num_rows = logits.dim(0), vocab = logits.dim(1);
   SamplePlan plan{};
   check_cuda(plan_sample(vocab, int32_t(num_rows), &plan), "sample: launch plan");
@@ -131,11 +152,20 @@ std::vector<SampledToken> CudaSampler::sample(const Tensor& logits,
   if (err_device != nullptr && err_host != nullptr)
     check_cuda(cudaMemcpyAsync(err_host, err_device, sizeof(int), cudaMemcpyDeviceToHost, stream),
                "sample: download of the device error word");
-  check_cuda(cudaStreamSynchronize(stream), "sample: kernels");
+  if (done_ == nullptr)
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "sample: event");
+  check_cuda(cudaEventRecord(done_, stream), "sample: event record");
+  in_flight_ = true;
+}
 
-  std::vector<SampledToken> out(rows.size());
+std::vector<SampledToken> CudaSampler::collect() {
+  if (!in_flight_) fail("sample: no sampling is in flight");
+  in_flight_ = false;
+  check_cuda(cudaEventSynchronize(done_), "sample: kernels");
+
+  std::vector<SampledToken> out(params_.size());
   const int32_t* res = results_host_.as<const int32_t>();
-  for (size_t r = 0; r < rows.size(); ++r) {
+  for (size_t r = 0; r < params_.size(); ++r) {
     const int32_t* p = res + params_[r].out_offset;
     if (p[0] < 0) {  // the CPU reference throws in the same cases
       if (p[0] == kSampleRawInf) fail("sampling row {}: a raw logit is +inf", r);

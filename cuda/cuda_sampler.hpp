@@ -22,6 +22,11 @@ void validate_sampling_row(const SamplingRow& row, int64_t vocab, size_t index);
 
 class CudaSampler {
  public:
+  CudaSampler() = default;
+  CudaSampler(const CudaSampler&) = delete;
+  CudaSampler& operator=(const CudaSampler&) = delete;
+  ~CudaSampler();
+
   /// logits [S, V] f32 on the device; rows.size() == S (checked by the caller).
   /// Synchronises `stream` once. With err_device and err_host (page-locked), the device error
   /// word is copied to err_host behind the results, before that one synchronisation, so the
@@ -31,6 +36,21 @@ class CudaSampler {
                                                  cudaStream_t stream,
                                                  const int* err_device = nullptr,
                                                  int* err_host = nullptr);
+
+  /// sample() in two halves: start enqueues the upload, the kernel and the results' (and error
+  /// word's) download and returns; collect waits for them and reads the results. One sampling
+  /// in flight at a time (start throws while one is).
+  void start(const Tensor& logits, std::span<const SamplingRow> rows, cudaStream_t stream,
+             const int* err_device = nullptr, int* err_host = nullptr);
+  [[nodiscard]] bool in_flight() const { return in_flight_; }
+  /// Whether collect() would return without waiting.
+  [[nodiscard]] bool done() const;
+  [[nodiscard]] std::vector<SampledToken> collect();
+  /// Where row r's sampled token lands in device memory (valid while in flight and after).
+  [[nodiscard]] const int32_t* device_token(size_t r) const {
+    return results_.as<const int32_t>() + params_[r].out_offset;
+  }
+  [[nodiscard]] size_t rows_in_flight() const { return in_flight_ ? params_.size() : 0; }
 
  private:
   void add_mods(const SamplingRow& row, int64_t vocab);
@@ -42,6 +62,8 @@ class CudaSampler {
   std::vector<int32_t> slot_of_;  // [V] index into mods_ of this row's entry, -1 when none
   DeviceBuffer meta_, scratch_, results_;
   PinnedBuffer staging_, results_host_;
+  cudaEvent_t done_ = nullptr;  // recorded behind the downloads
+  bool in_flight_ = false;
 };
 
 }  // namespace troupe::cuda

@@ -166,4 +166,24 @@ void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,
   }
 }
 
+namespace {
+
+__global__ void feed_tokens_kernel(const int32_t* __restrict__ results,
+                                   const int64_t* __restrict__ feeds, int n,
+                                   int32_t* __restrict__ dst) {
+  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x)) {
+    const int32_t t = results[feeds[2 * i]];
+    dst[feeds[2 * i + 1]] = t < 0 ? 0 : t;  // a failed row's error code: token 0
+  }
+}
+
+}  // namespace
+
+void launch_feed_tokens(const int32_t* results, const int64_t* feeds, int n, int32_t* dst,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  const int blocks = (n + kThreads - 1) / kThreads;
+  feed_tokens_kernel<<<blocks < 64 ? blocks : 64, kThreads, 0, stream>>>(results, feeds, n, dst);
+}
+
 }  // namespace troupe::cuda

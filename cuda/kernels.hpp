@@ -32,6 +32,11 @@ enum DeviceError : int {
 
 /// out[t] = src[idx[t]] for t < n_out; rows of `row_bytes`. Indices outside [0, n_src)
 /// zero the row and set `err_bit`.
+/// dst[feeds[2i + 1]] = results[feeds[2i]] for i < n, a negative value written as 0: a step's
+/// input tokens fed from the sampler's results on the device (Backend::feed_sampled_tokens).
+void launch_feed_tokens(const int32_t* results, const int64_t* feeds, int n, int32_t* dst,
+                        cudaStream_t stream);
+
 void launch_gather_rows(const void* src, int64_t n_src, const int32_t* idx, void* out,
                         int64_t n_out, int64_t row_bytes, int err_bit, int* err,
                         cudaStream_t stream);

@@ -28,6 +28,7 @@ executor_actor spawn_faulty_executor(caf::actor_system& sys) {
         [](execute_atom, const StepPlan&) -> caf::result<StepResult> {
           return make_troupe_error("worker: --fault: no steps");
         },
+        [](finish_atom, uint64_t) {},
     };
   });
 }

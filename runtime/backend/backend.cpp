@@ -106,4 +106,40 @@ size_t check_swap_blocks(const Tensor& dst, const Tensor& src, std::span<const B
   return size_t(src.row_elems()) * dtype_size(src.dtype);
 }
 
+void Backend::start_sample(const Tensor& logits, std::span<const SamplingRow> rows) {
+  if (kept_samples_) fail("start_sample: a sampling is already in flight");
+  kept_samples_ = sample(logits, rows);
+}
+
+std::vector<SampledToken> Backend::finish_sample() {
+  if (!kept_samples_) fail("finish_sample: no sampling is in flight");
+  std::vector<SampledToken> out = std::move(*kept_samples_);
+  kept_samples_.reset();
+  return out;
+}
+
+void Backend::check_token_feeds(const Tensor& dst, std::span<const TokenFeed> feeds,
+                                size_t rows_in_flight) const {
+  if (dst.dtype != DType::i32 || !(dst.device == device()))
+    fail("feed_sampled_tokens: dst must be i32 on {}, got {}", to_string(device()), describe(dst));
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const TokenFeed& f = feeds[i];
+    if (f.row < 0 || size_t(f.row) >= rows_in_flight)
+      fail("feed_sampled_tokens: feeds[{}].row = {}: the sampling in flight has {} rows", i, f.row,
+           rows_in_flight);
+    if (f.index < 0 || f.index >= dst.numel())
+      fail("feed_sampled_tokens: feeds[{}].index = {}: dst {} has {} elements", i, f.index,
+           describe(dst), dst.numel());
+  }
+}
+
+void Backend::feed_sampled_tokens(const Tensor& dst, std::span<const TokenFeed> feeds) {
+  if (!kept_samples_) fail("feed_sampled_tokens: no sampling is in flight");
+  check_token_feeds(dst, feeds, kept_samples_->size());
+  for (const TokenFeed& f : feeds) {
+    const int32_t token = (*kept_samples_)[size_t(f.row)].token;
+    upload(dst.view({dst.numel()}).rows(f.index, f.index + 1), &token, sizeof(token));
+  }
+}
+
 }  // namespace troupe

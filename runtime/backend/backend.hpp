@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,6 +89,13 @@ class CapturedGraph {
 /// throws troupe::Error naming what is wrong. Returns the bytes of one block.
 size_t check_swap_blocks(const Tensor& dst_cache, const Tensor& src_cache,
                          std::span<const BlockCopy> pairs, const Device& device);
+
+/// One input token fed from the sampling in flight (Backend::feed_sampled_tokens): the token
+/// that sampling row `row` draws goes to element `index` of the destination.
+struct TokenFeed {
+  int32_t row = 0;
+  int64_t index = 0;
+};
 
 class Backend {
  public:
@@ -229,6 +237,27 @@ class Backend {
   virtual std::vector<SampledToken> sample(const Tensor& logits,
                                            std::span<const SamplingRow> rows) = 0;
 
+  // ---- sampling in flight (the executor's pipelined steps, ModelRunner::launch) ----
+  // A step's sampling may stay in flight while the host enqueues the next step, whose input
+  // tokens are then fed from it on the device: the GPU never waits for the host between steps.
+  // One sampling in flight at a time; sample() is not called meanwhile.
+
+  /// Starts sampling logits [S, V] f32 as sample() does; finish_sample() returns the results.
+  /// Throws what sample() throws for bad rows. The default runs sample() now and keeps its
+  /// results (host backends: nothing is left to overlap).
+  virtual void start_sample(const Tensor& logits, std::span<const SamplingRow> rows);
+  /// Whether finish_sample() would return without waiting (default: true).
+  [[nodiscard]] virtual bool sample_done() { return true; }
+  /// The results of the sampling in flight, waiting for them; throws as sample() would, and
+  /// troupe::Error when none is in flight.
+  virtual std::vector<SampledToken> finish_sample();
+  /// dst[f.index] = the token that row f.row of the sampling in flight draws, for each feed,
+  /// ordered after that sampling and before later ops (dst: i32 on this backend). A row that
+  /// fails to sample feeds token 0 (finish_sample() then throws). Throws troupe::Error when no
+  /// sampling is in flight or a row or index is out of range. The default uploads the kept
+  /// tokens.
+  virtual void feed_sampled_tokens(const Tensor& dst, std::span<const TokenFeed> feeds);
+
   /// The attention inputs of one layer in one op (vLLM's rotary embedding and
   /// reshape_and_cache together): qkv [T, (num_heads + 2 num_kv_heads) d] holds each token's
   /// q heads, then k heads, then v heads (one fused GEMM's output). Rotates q and k as `rope`
@@ -260,6 +289,15 @@ class Backend {
     (void)ops;
     return nullptr;
   }
+
+ protected:
+  /// The checks every feed_sampled_tokens makes: dst i32 on this backend, rows below
+  /// `rows_in_flight`, indices inside dst. Throws troupe::Error naming the bad one.
+  void check_token_feeds(const Tensor& dst, std::span<const TokenFeed> feeds,
+                         size_t rows_in_flight) const;
+
+ private:
+  std::optional<std::vector<SampledToken>> kept_samples_;  // the default start_sample's
 };
 
 }  // namespace troupe

@@ -448,7 +448,36 @@ PositionLogprobs ModelRunner::prompt_logprobs_row(const float* row, int32_t next
 }
 
 StepResult ModelRunner::execute(const StepPlan& plan) {
+  if (pending_ || launched_)
+    fail("execute: step {} is still in flight (finish it first)",
+         pending_ ? pending_->result.step_id : launched_->result.step_id);
+  launch(plan);
+  start_sampling();
+  return finish();
+}
+
+bool ModelRunner::must_finish_before(const StepPlan& plan) const {
+  if (!pending_ || pending_->completed) return false;
+  if (!plan.swap_out.empty() || !plan.swap_in.empty()) return true;
+  const auto touched = [&](uint64_t id) {
+    for (const PendingRow& r : pending_->rows)
+      if (r.seq_id == id) return true;
+    return false;
+  };
+  for (uint64_t id : plan.finished_seq_ids)
+    if (touched(id)) return true;
+  for (const NewSeq& n : plan.new_seqs)
+    if (touched(n.seq_id)) return true;
+  return false;
+}
+
+void ModelRunner::launch(const StepPlan& plan) {
   const auto t0 = Clock::now();
+  if (launched_) fail("launch: step {} is launched and not sampling yet", launched_->result.step_id);
+  if (must_finish_before(plan))
+    fail("step {}: it forgets, replaces or swaps a sequence whose token step {} is still "
+         "sampling (finish that step first)",
+         plan.step_id, pending_->result.step_id);
   for (uint64_t id : plan.finished_seq_ids) seqs_.erase(id);
   // Swap out before swap in before the forward: a block a swap-out vacates may be filled by a
   // swap-in or written by this step's forward, and the stream runs them in this order.
@@ -478,6 +507,10 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
       // The scheduler's token wins (in a group, rank 0 samples for all) unless a step made
       // ahead already computed on this executor's own.
       const size_t at = s.tokens.size() - size_t(s.num_unconfirmed);
+      if (s.awaited >= 0 && at == size_t(s.awaited))
+        fail("step {}: sequence {}: the scheduler confirms token {} at position {}, which this "
+             "executor is still sampling",
+             plan.step_id, c.seq_id, t, at);
       if (s.tokens[at] != t) {
         if (int32_t(at) < s.num_computed)
           fail("step {}: sequence {}: the scheduler has token {} at position {}, where this "
@@ -496,9 +529,13 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   const auto prefill_end = std::stable_partition(
       sched.begin(), sched.end(), [](const Scheduled& s) { return s.count >= 2; });
   const auto num_prefill_seqs = int32_t(prefill_end - sched.begin());
-  StepResult result;
-  result.step_id = plan.step_id;
-  if (sched.empty()) return result;
+  Launched step;
+  step.t0 = t0;
+  step.result.step_id = plan.step_id;
+  if (sched.empty()) {
+    launched_ = std::move(step);
+    return;
+  }
 
   // ---- host-side inputs ----
   const auto num_seqs = int32_t(sched.size());
@@ -521,25 +558,22 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     fail("step {}: {} tokens exceed max_num_batched_tokens = {}", plan.step_id, num_tokens,
          max_num_batched_tokens_);
 
-  // Logits rows: sampled sequences first (so their rows are contiguous for sample()), then
-  // prompt-logprob positions.
-  struct PromptRows {
-    size_t sched_index;
-    int32_t first_position;
-    int32_t count;
-    int32_t first_row;
-  };
+  // Logits rows: sampled sequences first (so their rows are contiguous for sampling), then
+  // prompt-logprob positions. Tokens still being sampled by the step in flight: fed on the
+  // device from its results (token_feeds_, by their offsets among the step's tokens).
   std::vector<int32_t> logits_rows;
-  std::vector<size_t> sampled;  // indices into sched
-  std::vector<PromptRows> prompt_rows;
+  token_feeds_.clear();
   {
     int32_t token_offset = 0;
     for (size_t i = 0; i < sched.size(); ++i) {
       const Scheduled& s = sched[i];
       if (s.start + s.count == int32_t(s.seq->tokens.size())) {
-        sampled.push_back(i);
+        step.sampled.push_back(i);
         logits_rows.push_back(token_offset + s.count - 1);
       }
+      const int32_t a = s.seq->awaited;
+      if (a >= s.start && a < s.start + s.count)
+        token_feeds_.push_back(TokenFeed{s.seq->awaited_row, int64_t(token_offset + a - s.start)});
       token_offset += s.count;
     }
     token_offset = 0;
@@ -549,7 +583,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
         // Row at position p predicts token p + 1; prompt tokens 1 .. num_prompt - 1.
         const int32_t last = std::min(s.start + s.count, s.seq->num_prompt - 1);
         if (last > s.start) {
-          prompt_rows.push_back(
+          step.prompt_rows.push_back(
               PromptRows{i, s.start, last - s.start, int32_t(logits_rows.size())});
           for (int32_t p = s.start; p < last; ++p)
             logits_rows.push_back(token_offset + p - s.start);
@@ -560,8 +594,8 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   }
   // A step of prompt chunks only still asks for one (unused) logits row: model programs
   // always end in the logits head.
-  const bool dummy_logits = logits_rows.empty();
-  if (dummy_logits) logits_rows.push_back(num_tokens - 1);
+  step.dummy_logits = logits_rows.empty();
+  if (step.dummy_logits) logits_rows.push_back(num_tokens - 1);
   if (int32_t(logits_rows.size()) > max_logits_rows_)
     fail("step {}: {} logits rows exceed the reserved {}", plan.step_id, logits_rows.size(),
          max_logits_rows_);
@@ -570,7 +604,8 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   for (size_t i = 0; i < sched.size(); ++i)
     slices[i] =
         SeqSlice{sched[i].seq->tokens, sched[i].seq->block_table, sched[i].start, sched[i].count};
-  const int32_t padded = padded_batch_size(sched, max_seq, !prompt_rows.empty());
+  const int32_t padded = padded_batch_size(sched, max_seq, !step.prompt_rows.empty());
+  step.num_logits = logits_rows.size();
   const size_t L = logits_rows.size();
   // A padded step: the capture size's fixed shape in the fixed buffer; else the exact shape.
   const StepInputLayout layout =
@@ -582,6 +617,10 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   const Buffer& device_inputs = padded > 0 ? graph_inputs_ : input_buffer_;
   const Tensor all = device_inputs.tensor(DType::i32, {int64_t(layout.total)});
   backend_->upload(all, host_inputs_.data(), layout.total * sizeof(int32_t));
+  if (!token_feeds_.empty()) {
+    for (TokenFeed& f : token_feeds_) f.index += int64_t(layout.token_ids);
+    backend_->feed_sampled_tokens(all, token_feeds_);
+  }
   // A padded step's attention bounds are the graph's: the same kernels and splits whether
   // it is replayed or run eagerly (enforce_eager, or a size whose recording failed).
   ForwardInputs in = padded > 0 ? forward_inputs(all, layout, 1, max_seq_len_to_capture_)
@@ -590,30 +629,48 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
 
   for (const Scheduled& s : sched) s.seq->num_computed = s.start + s.count;
 
-  result.outputs.resize(sched.size());
-  for (size_t i = 0; i < sched.size(); ++i) result.outputs[i].seq_id = sched[i].seq_id;
+  step.result.outputs.resize(sched.size());
+  for (size_t i = 0; i < sched.size(); ++i) step.result.outputs[i].seq_id = sched[i].seq_id;
+  step.sched = std::move(sched);
   ++stats_.steps;
-  last_num_sampled_ = 0;
   const auto t_forward = Clock::now();
   stats_.prepare_seconds += std::chrono::duration<double>(t_forward - t0).count();
   // [L, vocab] f32 (padded: [padded, vocab], the rows past L unused)
-  const Tensor logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
-  last_logits_ = logits;
+  step.logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
+  stats_.forward_seconds += seconds_since(t_forward);
+  launched_ = std::move(step);
+}
+
+void ModelRunner::start_sampling() {
+  if (!launched_) fail("start_sampling: no step is launched");
+  if (pending_) fail("start_sampling: step {} is still sampling", pending_->result.step_id);
+  Launched step = std::move(*launched_);
+  launched_.reset();
   const auto t_sample = Clock::now();
-  stats_.forward_seconds += std::chrono::duration<double>(t_sample - t_forward).count();
-  if (dummy_logits) {
+  Pending p;
+  p.result = std::move(step.result);
+  p.t0 = step.t0;
+  last_num_sampled_ = 0;
+  last_logits_ = step.logits;
+  if (step.sched.empty()) {
+    p.completed = true;
+    pending_ = std::move(p);
+    return;
+  }
+  if (step.dummy_logits) {
     backend_->synchronize();  // the KV cache is filled; nothing to read back
-    result.execute_seconds = seconds_since(t0);
+    p.completed = true;
     stats_.sample_seconds += seconds_since(t_sample);
-    return result;
+    pending_ = std::move(p);
+    return;
   }
 
   // ---- sampling ----
-  if (!sampled.empty()) {
-    std::vector<SamplingRow> rows(sampled.size());
-    std::vector<std::vector<std::pair<int32_t, float>>> biases(sampled.size());
-    for (size_t r = 0; r < sampled.size(); ++r) {
-      const LiveSeq& s = *sched[sampled[r]].seq;
+  if (!step.sampled.empty()) {
+    std::vector<SamplingRow> rows(step.sampled.size());
+    std::vector<std::vector<std::pair<int32_t, float>>> biases(step.sampled.size());
+    for (size_t r = 0; r < step.sampled.size(); ++r) {
+      const LiveSeq& s = *step.sched[step.sampled[r]].seq;
       const SeqSampling& sp = s.sampling;
       const int32_t n_out = int32_t(s.tokens.size()) - s.num_prompt;
       auto& bias = biases[r];
@@ -635,36 +692,33 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
       row.output_ids = std::span<const int32_t>(s.tokens.data() + s.num_prompt, size_t(n_out));
       row.logit_bias = bias;
     }
-    last_num_sampled_ = int32_t(sampled.size());
-    const std::vector<SampledToken> tokens =
-        backend_->sample(logits.rows(0, int64_t(sampled.size())), rows);
-    for (size_t r = 0; r < sampled.size(); ++r) {
-      SeqStepOutput& o = result.outputs[sampled[r]];
-      const SampledToken& tok = tokens[r];
-      // The next step may be planned before the scheduler sees this token (async scheduling):
-      // it is the sequence's next input either way.
-      LiveSeq& s = *sched[sampled[r]].seq;
-      s.tokens.push_back(tok.token);
+    last_num_sampled_ = int32_t(step.sampled.size());
+    backend_->start_sample(step.logits.rows(0, int64_t(step.sampled.size())), rows);
+    // The next step may be planned before the scheduler sees this token (async scheduling)
+    // and launched before the host has it: it is the sequence's next input either way, fed
+    // on the device until finish() writes it here.
+    for (size_t r = 0; r < step.sampled.size(); ++r) {
+      LiveSeq& s = *step.sched[step.sampled[r]].seq;
+      s.awaited = int32_t(s.tokens.size());
+      s.awaited_row = int32_t(r);
+      s.tokens.push_back(0);
       ++s.num_unconfirmed;
-      o.sampled = true;
-      o.token = tok.token;
-      o.logprobs.chosen = LogprobEntry{tok.token, tok.logprob, tok.rank};
-      for (const TokenLogprob& t : tok.top)
-        o.logprobs.top.push_back(LogprobEntry{t.token, t.logprob, t.rank});
+      p.rows.push_back(PendingRow{step.sched[step.sampled[r]].seq_id, &s, step.sampled[r]});
     }
   }
 
-  // ---- prompt logprobs (host side) ----
-  if (!prompt_rows.empty()) {
+  // ---- prompt logprobs (host side): the logits are read now, before a later step's forward
+  // may overwrite them, so such a step completes here ----
+  if (!step.prompt_rows.empty()) {
     const int64_t v = config_.vocab_size;
-    const int32_t first = prompt_rows.front().first_row;
-    const int32_t count = int32_t(L) - first;
+    const int32_t first = step.prompt_rows.front().first_row;
+    const int32_t count = int32_t(step.num_logits) - first;
     std::vector<float> host_logits(size_t(count) * size_t(v));
-    backend_->download(host_logits.data(), logits.rows(first, first + count),
+    backend_->download(host_logits.data(), step.logits.rows(first, first + count),
                        host_logits.size() * sizeof(float));
-    for (const PromptRows& pr : prompt_rows) {
-      const Scheduled& s = sched[pr.sched_index];
-      auto& out = result.outputs[pr.sched_index].prompt_logprobs;
+    for (const PromptRows& pr : step.prompt_rows) {
+      const Scheduled& s = step.sched[pr.sched_index];
+      auto& out = p.result.outputs[pr.sched_index].prompt_logprobs;
       for (int32_t j = 0; j < pr.count; ++j) {
         const float* row = host_logits.data() + size_t(pr.first_row - first + j) * size_t(v);
         const int32_t next = s.seq->tokens[size_t(pr.first_position + j + 1)];
@@ -672,9 +726,54 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
       }
     }
   }
-  result.execute_seconds = seconds_since(t0);
   stats_.sample_seconds += seconds_since(t_sample);
-  return result;
+  pending_ = std::move(p);
+}
+
+bool ModelRunner::pending_done() {
+  return !pending_ || pending_->completed || pending_->rows.empty() || backend_->sample_done();
+}
+
+StepResult ModelRunner::finish() {
+  if (!pending_) fail("finish: no step is in flight");
+  Pending p = std::move(*pending_);
+  pending_.reset();
+  const auto t_wait = Clock::now();
+  if (!p.rows.empty()) {
+    const std::vector<SampledToken> tokens = backend_->finish_sample();
+    for (size_t r = 0; r < p.rows.size(); ++r) {
+      const PendingRow& row = p.rows[r];
+      const SampledToken& tok = tokens[r];
+      row.seq->tokens[size_t(row.seq->awaited)] = tok.token;
+      row.seq->awaited = -1;
+      row.seq->awaited_row = -1;
+      SeqStepOutput& o = p.result.outputs[row.output];
+      o.sampled = true;
+      o.token = tok.token;
+      o.logprobs.chosen = LogprobEntry{tok.token, tok.logprob, tok.rank};
+      for (const TokenLogprob& t : tok.top)
+        o.logprobs.top.push_back(LogprobEntry{t.token, t.logprob, t.rank});
+    }
+  }
+  stats_.sample_seconds += seconds_since(t_wait);
+  p.result.execute_seconds = seconds_since(p.t0);
+  return std::move(p.result);
+}
+
+void ModelRunner::reset_batch() {
+  launched_.reset();
+  if (pending_ && !pending_->completed && !pending_->rows.empty()) {
+    try {
+      (void)backend_->finish_sample();
+    } catch (const std::exception&) {  // the step failed already; its error was reported
+    }
+  }
+  pending_.reset();
+  try {
+    backend_->synchronize();  // drain what was enqueued; clear any device error it raised
+  } catch (const std::exception&) {
+  }
+  seqs_.clear();
 }
 
 }  // namespace troupe

@@ -26,8 +26,10 @@
 // finished_seq_ids) and comes back as a NewSeq with its new block table.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -107,13 +109,42 @@ class ModelRunner {
   [[nodiscard]] const ExecutorInfo& info() const { return info_; }
   [[nodiscard]] const ModelConfig& model_config() const { return config_; }
 
-  /// Runs one step. Throws troupe::Error on an inconsistent plan (unknown sequence, block
-  /// table too short): the scheduler and executor disagree, which is a bug to surface.
+  /// Runs one step: launch, start_sampling and finish. Throws troupe::Error on an
+  /// inconsistent plan (unknown sequence, block table too short): the scheduler and executor
+  /// disagree, which is a bug to surface. Nothing may be in flight.
   [[nodiscard]] StepResult execute(const StepPlan& plan);
 
+  // ---- pipelined steps (the executor actor's) ----
+  // A step in three calls, so that the next step's forward is enqueued before this one's
+  // tokens reach the host and the GPU does not wait for the host between steps:
+  //   launch(N+1)        uploads N+1's inputs, feeds the tokens step N is still sampling into
+  //                      them on the device (Backend::feed_sampled_tokens) and enqueues the
+  //                      forward;
+  //   finish()           waits for step N's tokens and returns N's result;
+  //   start_sampling()   enqueues N+1's sampling (its rows need N's tokens: penalties, offsets).
+  // A step with prompt logprobs, or with no row to sample, completes inside start_sampling.
+  // At most one step launched and one sampling at a time.
+
+  /// Enqueues a step's forward. Throws troupe::Error on an inconsistent plan, or when the
+  /// plan must wait for the step in flight (must_finish_before).
+  void launch(const StepPlan& plan);
+  /// Enqueues the launched step's sampling (or completes the step, see above).
+  void start_sampling();
+  /// Whether finish() would return without waiting.
+  [[nodiscard]] bool pending_done();
+  /// The result of the step whose sampling started; waits for its tokens. Throws what
+  /// sampling throws.
+  [[nodiscard]] StepResult finish();
+  /// True when `plan` forgets, re-adds or swaps a sequence that the step in flight is still
+  /// sampling for, or swaps any blocks: finish that step before launching it.
+  [[nodiscard]] bool must_finish_before(const StepPlan& plan) const;
+  [[nodiscard]] bool sampling_in_flight() const { return pending_.has_value(); }
+  [[nodiscard]] bool launched() const { return launched_.has_value(); }
+
   [[nodiscard]] size_t num_live_sequences() const { return seqs_.size(); }
-  /// Forgets every sequence (after a failed step the scheduler starts afresh).
-  void reset_batch() { seqs_.clear(); }
+  /// Forgets every sequence and any step in flight, after waiting for the device (after a
+  /// failed step the scheduler starts afresh).
+  void reset_batch();
 
   [[nodiscard]] const RunnerStats& stats() const { return stats_; }
   /// Capture sizes in use (ascending); empty when decode steps are not padded.
@@ -134,12 +165,46 @@ class ModelRunner {
     // (async scheduling) computes such a token before the scheduler knows it. A confirmation
     // that differs replaces the token if no step has computed on it yet.
     int32_t num_unconfirmed = 0;
+    // The position whose token the sampling in flight is drawing (row awaited_row of it); the
+    // token there is a placeholder until finish(). -1: none.
+    int32_t awaited = -1;
+    int32_t awaited_row = -1;
   };
   struct Scheduled {
     uint64_t seq_id;
     LiveSeq* seq;
     int32_t start;  // first position computed this step
     int32_t count;  // tokens computed this step
+  };
+
+  struct PromptRows {
+    size_t sched_index;
+    int32_t first_position;
+    int32_t count;
+    int32_t first_row;
+  };
+  // A step whose forward is enqueued (launch) and whose sampling is not yet.
+  struct Launched {
+    StepResult result;
+    std::vector<Scheduled> sched;
+    std::vector<size_t> sampled;  // indices into sched, in sampling-row order
+    std::vector<PromptRows> prompt_rows;
+    size_t num_logits = 0;
+    bool dummy_logits = false;
+    Tensor logits;
+    std::chrono::steady_clock::time_point t0;
+  };
+  struct PendingRow {
+    uint64_t seq_id;
+    LiveSeq* seq;
+    size_t output;  // index into the result's outputs
+  };
+  // A step whose sampling is in flight (or that completed inside start_sampling).
+  struct Pending {
+    StepResult result;
+    std::vector<PendingRow> rows;  // one per sampling row
+    bool completed = false;
+    std::chrono::steady_clock::time_point t0;
   };
 
   // A recorded decode step of one batch size and the logits tensor its replays write.
@@ -204,6 +269,10 @@ class ModelRunner {
   int32_t graph_max_blocks_ = 0;  // block table width of the padded inputs
   Buffer graph_inputs_;           // fixed: recorded graphs read their inputs from here
   std::map<int32_t, DecodeGraph> graphs_;
+
+  std::optional<Launched> launched_;
+  std::optional<Pending> pending_;
+  std::vector<TokenFeed> token_feeds_;  // staging
 
   RunnerStats stats_;
   Tensor last_logits_;

@@ -20,6 +20,7 @@
 #include "runtime/error.hpp"
 #include "runtime/exec/model_runner.hpp"
 #include "tests/cuda/cuda_harness.hpp"
+#include "tests/models/pipelined_case.hpp"
 #include "tests/models/plan_driver.hpp"
 
 namespace troupe::test {
@@ -184,6 +185,25 @@ TEST_CASE("cuda graphs: decode steps replayed from graphs equal eager steps bit 
   graphs_match_eager("synthetic bf16 (head dim 128, GQA 4:1)", init_for(dir, "dummy", "bfloat16"),
                      5e-2);
   graphs_match_eager("synthetic f16", init_for(dir, "dummy", "float16"), 5e-2);
+  std::filesystem::remove_all(dir);
+}
+
+// Pipelined steps on the GPU (tests/models/pipelined_case.hpp): step N+1's graph replays on
+// tokens the device feeds from step N's sampler results before the host has them; every token
+// and logprob equals the sequential runner's.
+TEST_CASE("cuda runner: pipelined steps equal sequential ones bit for bit", "[cuda][graphs]") {
+  TROUPE_REQUIRE_GPU();
+  const std::string dir = synthetic_model_dir();
+  for (const bool eager : {false, true}) {
+    ExecutorInit init = init_for(dir, "dummy", "bfloat16");
+    init.enforce_eager = eager;
+    ModelRunner ref(make_cuda_backend(0), init);
+    ModelRunner pipe(make_cuda_backend(0), init);
+    INFO("enforce_eager " << eager);
+    troupe::testing::pipelined_matches_sequential(ref, pipe, init.block_size);
+    CHECK(pipe.stats().graph_replays == ref.stats().graph_replays);
+    if (!eager) CHECK(pipe.stats().graph_replays > 0);
+  }
   std::filesystem::remove_all(dir);
 }
 

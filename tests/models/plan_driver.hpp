@@ -113,6 +113,21 @@ class PlanDriver {
   uint64_t next_step_ = 1;
 };
 
+/// A small CPU runner over the llama_gqa fixture (GQA 4/2 heads of 16): blocks of 4 tokens,
+/// 256 of them, decode graphs padded up to 48 tokens (the padding and pipelining tests').
+inline ExecutorInit small_cpu_init() {
+  ExecutorInit init;
+  init.model_dir = std::string(TROUPE_FIXTURES_DIR) + "/models/llama_gqa";
+  init.device = "cpu";
+  init.block_size = 4;
+  init.max_num_batched_tokens = 256;
+  init.max_num_seqs = 16;
+  init.max_model_len = 128;
+  init.num_gpu_blocks_override = 256;
+  init.max_seq_len_to_capture = 48;
+  return init;
+}
+
 /// Random prompts of the given lengths over [0, vocab).
 inline std::vector<std::vector<int32_t>> random_prompts(const std::vector<int32_t>& lengths,
                                                         int32_t vocab, uint64_t seed) {

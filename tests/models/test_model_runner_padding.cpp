@@ -100,19 +100,6 @@ TEST_CASE("step inputs: exact layout and a padded one, value by value", "[exec][
 
 namespace {
 
-ExecutorInit small_init() {
-  ExecutorInit init;
-  init.model_dir = std::string(TROUPE_FIXTURES_DIR) + "/models/llama_gqa";  // GQA 4/2 heads
-  init.device = "cpu";
-  init.block_size = 4;
-  init.max_num_batched_tokens = 256;
-  init.max_num_seqs = 16;
-  init.max_model_len = 128;
-  init.num_gpu_blocks_override = 256;
-  init.max_seq_len_to_capture = 48;
-  return init;
-}
-
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < b.size(); ++i) {
@@ -196,7 +183,7 @@ TEST_CASE("requested capture sizes replace the default, less those no decode ste
   CHECK(decode_capture_sizes(1024, 8192, {600, 1024}) == std::vector<int32_t>{600, 1024});
 
   // A runner padding decode steps to {3, 8}: 5 rows pad to 8, 9 rows run unpadded.
-  ExecutorInit init = small_init();
+  ExecutorInit init = small_cpu_init();
   init.cudagraph_capture_sizes = {8, 3};
   RunnerOptions pad;
   pad.pad_decode = RunnerOptions::PadDecode::always;
@@ -220,7 +207,7 @@ TEST_CASE("decode graphs are recorded at start-up and replay the eager steps' bi
   // A backend that records graphs on the CPU (tests/models/recording_backend.hpp): the runner
   // records every capture size when it is made, then replays them; a runner padding the same
   // steps eagerly must give the same bits.
-  const ExecutorInit init = small_init();
+  const ExecutorInit init = small_cpu_init();
   auto recording = std::make_unique<RecordingBackend>(make_cpu_backend(2));
   RecordingBackend& rec = *recording;
   ModelRunner graphs(std::move(recording), init);
@@ -293,7 +280,7 @@ TEST_CASE("decode graphs are recorded at start-up and replay the eager steps' bi
 
 TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
           "[exec][graphs]") {
-  SECTION("llama_gqa fixture (4/2 heads of 16)") { padded_matches_unpadded(small_init()); }
+  SECTION("llama_gqa fixture (4/2 heads of 16)") { padded_matches_unpadded(small_cpu_init()); }
   SECTION("Llama-3-shaped dummy model (8/2 heads of 128)") {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("troupe_padding_model_" + std::to_string(::getpid()));
@@ -314,7 +301,7 @@ TEST_CASE("cpu runner: padded decode steps give the unpadded logits and tokens",
                               {"hidden_act", "silu"},
                               {"dtype", "bfloat16"}};
     std::ofstream(dir / "config.json") << c.dump(2);
-    ExecutorInit init = small_init();
+    ExecutorInit init = small_cpu_init();
     init.model_dir = dir.string();
     init.load_format = "dummy";
     padded_matches_unpadded(init);
