@@ -668,6 +668,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void start_sample(const Tensor& logits, std::span<const SamplingRow> rows) override {
+    const auto prof = profile("sample", rows_of(logits));  // times the work it enqueues
     check_sample_args("start_sample", logits, rows);
     if (rows.empty()) fail("start_sample: no rows to sample");
     sampler_.start(logits, rows, stream_, err_word_.as<const int>(), err_host_.as<int>());
