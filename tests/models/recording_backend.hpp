@@ -18,7 +18,7 @@
 
 namespace troupe::testing {
 
-class RecordingBackend final : public Backend {
+class RecordingBackend : public Backend {
  public:
   explicit RecordingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
 

@@ -10,6 +10,7 @@
 #include "runtime/exec/model_runner.hpp"
 #include "tests/models/pipelined_case.hpp"
 #include "tests/models/plan_driver.hpp"
+#include "tests/models/recording_backend.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -52,4 +53,58 @@ TEST_CASE("pipelined steps refuse calls out of order by name", "[exec][pipelined
   // A backend with no sampling in flight refuses feeds and finishes by name.
   auto b = make_cpu_backend(1);
   CHECK_THROWS_WITH(b->finish_sample(), Catch::Contains("no sampling is in flight"));
+}
+
+namespace {
+
+// Fails the next finish_sample once armed, as a CUDA sampling whose row or kernel failed does.
+class FailingFinish : public RecordingBackend {
+ public:
+  using RecordingBackend::RecordingBackend;
+  bool fail_next = false;
+  std::vector<SampledToken> finish_sample() override {
+    std::vector<SampledToken> out = Backend::finish_sample();
+    if (fail_next) {
+      fail_next = false;
+      fail("sample: injected failure");
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a step whose sampling fails after the next one launched leaves a usable runner",
+          "[exec][pipelined]") {
+  // Step 1 samples; step 2 is launched on step 1's token (fed on the device); then step 1's
+  // sampling fails. The executor actor fails both steps and resets the batch: afterwards
+  // nothing is in flight and a new sequence runs normally.
+  auto owned = std::make_unique<FailingFinish>(make_cpu_backend(1));
+  FailingFinish& backend = *owned;
+  ModelRunner r(std::move(owned), small_cpu_init());
+  const int32_t vocab = int32_t(r.model_config().vocab_size);
+  PlanDriver driver(4, 256, 8);
+  const uint64_t a = driver.add(random_prompts({3}, vocab, 2)[0]);
+  r.launch(driver.plan({a}));
+  r.start_sampling();
+  StepPlan ahead;  // a's fourth token, sampled by step 1, still in flight (block 0 holds it)
+  ahead.step_id = 2;
+  CachedSeq c;
+  c.seq_id = a;
+  c.num_computed_tokens = 3;
+  c.num_new_tokens = 1;
+  ahead.cached_seqs.push_back(c);
+  CHECK_FALSE(r.must_finish_before(ahead));
+  r.launch(ahead);
+  backend.fail_next = true;
+  CHECK_THROWS_WITH(r.finish(), Catch::Contains("injected failure"));
+  r.reset_batch();
+  CHECK_FALSE(r.launched());
+  CHECK_FALSE(r.sampling_in_flight());
+  CHECK(r.num_live_sequences() == 0);
+  PlanDriver fresh(4, 256, 9);
+  const uint64_t b = fresh.add(random_prompts({5}, vocab, 3)[0]);
+  const StepResult res = r.execute(fresh.plan({b}));
+  REQUIRE(res.outputs.size() == 1);
+  CHECK(res.outputs[0].sampled);
 }
