@@ -530,9 +530,9 @@ void ModelRunner::launch(const StepPlan& plan) {
       sched.begin(), sched.end(), [](const Scheduled& s) { return s.count >= 2; });
   const auto num_prefill_seqs = int32_t(prefill_end - sched.begin());
   Launched step;
-  step.t0 = t0;
   step.result.step_id = plan.step_id;
   if (sched.empty()) {
+    step.busy_seconds = seconds_since(t0);
     launched_ = std::move(step);
     return;
   }
@@ -638,6 +638,7 @@ void ModelRunner::launch(const StepPlan& plan) {
   // [L, vocab] f32 (padded: [padded, vocab], the rows past L unused)
   step.logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
   stats_.forward_seconds += seconds_since(t_forward);
+  step.busy_seconds = seconds_since(t0);
   launched_ = std::move(step);
 }
 
@@ -649,11 +650,12 @@ void ModelRunner::start_sampling() {
   const auto t_sample = Clock::now();
   Pending p;
   p.result = std::move(step.result);
-  p.t0 = step.t0;
+  p.busy_seconds = step.busy_seconds;
   last_num_sampled_ = 0;
   last_logits_ = step.logits;
   if (step.sched.empty()) {
     p.completed = true;
+    p.busy_seconds += seconds_since(t_sample);
     pending_ = std::move(p);
     return;
   }
@@ -661,6 +663,7 @@ void ModelRunner::start_sampling() {
     backend_->synchronize();  // the KV cache is filled; nothing to read back
     p.completed = true;
     stats_.sample_seconds += seconds_since(t_sample);
+    p.busy_seconds += seconds_since(t_sample);
     pending_ = std::move(p);
     return;
   }
@@ -727,6 +730,7 @@ void ModelRunner::start_sampling() {
     }
   }
   stats_.sample_seconds += seconds_since(t_sample);
+  p.busy_seconds += seconds_since(t_sample);
   pending_ = std::move(p);
 }
 
@@ -756,7 +760,7 @@ StepResult ModelRunner::finish() {
     }
   }
   stats_.sample_seconds += seconds_since(t_wait);
-  p.result.execute_seconds = seconds_since(p.t0);
+  p.result.execute_seconds = p.busy_seconds + seconds_since(t_wait);
   return std::move(p.result);
 }
 

@@ -26,7 +26,6 @@
 // finished_seq_ids) and comes back as a NewSeq with its new block table.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -192,7 +191,7 @@ class ModelRunner {
     size_t num_logits = 0;
     bool dummy_logits = false;
     Tensor logits;
-    std::chrono::steady_clock::time_point t0;
+    double busy_seconds = 0;  // host time in launch
   };
   struct PendingRow {
     uint64_t seq_id;
@@ -204,7 +203,10 @@ class ModelRunner {
     StepResult result;
     std::vector<PendingRow> rows;  // one per sampling row
     bool completed = false;
-    std::chrono::steady_clock::time_point t0;
+    // Host time in launch and start_sampling; finish adds its own (waiting for the tokens
+    // included) for StepResult::execute_seconds, which then does not count the time the step
+    // sat in flight while the executor served the next one.
+    double busy_seconds = 0;
   };
 
   // A recorded decode step of one batch size and the logits tensor its replays write.
