@@ -18,6 +18,10 @@
 // GEMMs' algorithms and the decode attention's split depend on the batch shape, so padding in
 // both modes is what makes a graph step compute the same bits as an eager one.
 //
+// Pipelined steps: the executor actor runs each step as launch / finish (of the step before) /
+// start_sampling, so the next step's forward is on the device before this step's tokens reach
+// the host; those tokens are fed into its inputs on the device (see "pipelined steps" below).
+//
 // Swap space: with ExecutorInit::swap_space_bytes > 0 the runner also holds a host KV cache
 // of num_cpu_blocks blocks (allocate_host: page-locked on CUDA), laid out like the device one
 // (per layer K and V, [num_cpu_blocks, block_size, num_kv_heads, d]). A plan's swap_out and
