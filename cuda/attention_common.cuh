@@ -96,9 +96,9 @@ cudaError_t for_each_half_dim(F&& f) {
 
 /// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
 /// keys_per_tile: 64 (up to d = 128), or anything else for the default, 32; heavy_first:
-/// DecodeOptions::prefill_heavy_first.
+/// DecodeOptions::prefill_heavy_first; mask_every: DecodeOptions::prefill_mask_every.
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              bool heavy_first, cudaStream_t stream);
+                              bool heavy_first, bool mask_every, cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
 /// Split-KV decode over sequences with q_len == 1 with o.kernel (+ the reduction when

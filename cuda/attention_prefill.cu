@@ -40,7 +40,7 @@ constexpr int smem_bytes() {
 
 template <class T, int D, int BN>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a,
-                                                            bool heavy_first) {
+                                                            bool heavy_first, bool mask_every) {
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // n8 tiles of S per warp
@@ -142,15 +142,22 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
       }
     }
 
-    // Causal mask, scale, online softmax (a row's 4 owners are the lanes of one quad).
+    // Causal mask, scale, online softmax (a row's 4 owners are the lanes of one quad). Tiles
+    // whose every key is visible to the warp's first row (so to all its rows; then also below
+    // kv_len when that row is the sequence's) skip the mask: the same bits with ~5 integer ops
+    // less per score, on all but the diagonal tiles. A warp of padding rows only (first row
+    // past q_len) may then score zero-filled keys; its rows are never written.
     float alpha[2], sum[2];
-    online_softmax_step(
-        sc,
-        [&](int nt, int e) {
-          const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
-          return col <= (e < 2 ? pos_a : pos_b) && col < seq.kv_len;
-        },
-        scale_log2, m, o, alpha, sum);
+    if (!mask_every && n0 + BN - 1 <= ctx + m0 + warp * 16)
+      online_softmax_step(sc, [](int, int) { return true; }, scale_log2, m, o, alpha, sum);
+    else
+      online_softmax_step(
+          sc,
+          [&](int nt, int e) {
+            const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
+            return col <= (e < 2 ? pos_a : pos_b) && col < seq.kv_len;
+          },
+          scale_log2, m, o, alpha, sum);
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
 
@@ -190,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
 }  // namespace
 
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              bool heavy_first, cudaStream_t stream) {
+                              bool heavy_first, bool mask_every, cudaStream_t stream) {
   // With the prompts ordered first, the grid spans them only: every other sequence would add
   // a slab of CTAs that read its lengths and exit.
   const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
@@ -206,9 +213,11 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per
                                   : dim3(tiles, unsigned(a.num_heads), unsigned(seqs));
     if (keys_per_tile == 64 && wide_block_n<D>() != 32)
       prefill_kernel<T, D, wide_block_n<D>()>
-          <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a, heavy_first);
+          <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a, heavy_first,
+                                                                            mask_every);
     else
-      prefill_kernel<T, D, 32><<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a, heavy_first);
+      prefill_kernel<T, D, 32>
+          <<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a, heavy_first, mask_every);
   });
 }
 

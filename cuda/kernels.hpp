@@ -250,6 +250,10 @@ struct DecodeOptions {
   /// the first, across every head and sequence, so the last wave holds the lightest tiles.
   /// Off (TROUPE_PREFILL_ORDER=tiles, for comparison): tiles in order, per head.
   bool prefill_heavy_first = true;
+  /// The prefill kernel masks only the K/V tiles that cross a warp's causal diagonal (or the
+  /// sequence's end); the tiles every row of the warp sees in full skip the mask (same bits).
+  /// On (TROUPE_PREFILL_MASK=every, for comparison): every tile is masked.
+  bool prefill_mask_every = false;
 };
 
 /// A decode launch: the grid's split count and the shortest split a sequence takes.

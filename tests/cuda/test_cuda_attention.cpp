@@ -4,6 +4,7 @@
 // sequence (which both backends zero).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "cuda/kernels.hpp"
@@ -64,7 +65,8 @@ struct AttnCase {
   int32_t num_prefill_seqs = -1;  // AttentionBatch's hint (the CPU checks that it is exact)
 };
 
-void run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
+/// Runs the case on both backends, reports the error and returns the GPU's output.
+std::vector<float> run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
   const HostBatch b = make_batch(c.seqs, c.block_size, c.padding_rows, rng);
   const int64_t q_row = int64_t(c.num_heads) * c.head_dim;
   const auto q = rounded(random_floats(rng, size_t(b.tokens * q_row), -2.0f, 2.0f), dt);
@@ -99,9 +101,11 @@ void run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
   cb.block_tables = p.cpu_i32({b.num_seqs, b.max_blocks}, b.tables);
   p.cpu().attention(cq, ck, cv, cb, shape, c_out);
 
+  std::vector<float> g = p.read(g_out);
   report(fmt::format("attention {} {} heads {}/{} d={} bs={}", dname(dt), c.label, c.num_heads,
                      c.num_kv_heads, c.head_dim, c.block_size),
-         norm_error(p.read(g_out), p.read(c_out)), tolerance(dt));
+         norm_error(g, p.read(c_out)), tolerance(dt));
+  return g;
 }
 
 // Prefill (two query tiles), chunked prefill, decodes (one with a single key), and padding.
@@ -254,6 +258,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
+  refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
   refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
 
@@ -272,6 +277,27 @@ TEST_CASE("cuda attention: the tile-order prefill grid matches the CPU", "[cuda]
     run_case(p, dt, {8, 8, 128, 32, {{300, 300}, {2, 2}, {65, 700}}, 0,
                      "tile order, long prefill and chunks"}, rng);
   }
+}
+
+// TROUPE_PREFILL_MASK=every: the prefill kernel masks every K/V tile, as before the default
+// skipped the mask on the tiles a warp sees whole. Both must match the CPU, and each other bit
+// for bit (the skipped mask only ever kept every score).
+TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  ::setenv("TROUPE_PREFILL_MASK", "every", 1);
+  Pair every;
+  ::unsetenv("TROUPE_PREFILL_MASK");
+  Pair diagonal;
+  for (DType dt : kFloatTypes)
+    for (int d : {64, 128, 256}) {
+      const AttnCase c{8, 2, d, 16, {{300, 300}, {20, 90}, {65, 700}, {1, 130}, {64, 128}}, 1,
+                       "mask every tile"};
+      std::mt19937_64 rng_a(17), rng_b(17);
+      const std::vector<float> a = run_case(every, dt, c, rng_a);
+      const std::vector<float> b = run_case(diagonal, dt, c, rng_b);
+      REQUIRE(a.size() == b.size());
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
 }
 
 // TROUPE_PREFILL_KEYS=64: the prefill kernel walks the keys in tiles of 64 (the default is 32)
