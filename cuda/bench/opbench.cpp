@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/bench/stream.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/kernels.hpp"
 #include "runtime/backend/dtype.hpp"
@@ -616,14 +617,15 @@ int main(int argc, char** argv) {
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
     // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
-    // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS).
+    // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS) or "stream"
+    // (HBM read rates: the ceiling for decode attention; cuda/bench/stream.cu).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
         only != "overlap" && only != "sample" && only != "gemm" && only != "gemv" &&
-        only != "b1attn") {
+        only != "b1attn" && only != "stream") {
       std::fprintf(stderr,
                    "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
-                   "sample, gemm, gemv, b1attn\n",
+                   "sample, gemm, gemv, b1attn, stream\n",
                    only.c_str());
       return 2;
     }
@@ -646,6 +648,10 @@ int main(int argc, char** argv) {
       // GEMVs + attention) + lm_head + sampling is the step's GPU time to compare with it.
       bench_attention(bench, "attention decode 1 seq x 192 ctx (batch-1 step)", 1, 1, 192);
       bench_sample(bench, 1, SampleKind::unit);
+      return 0;
+    }
+    if (only == "stream") {
+      cuda_bench::bench_stream(iters);
       return 0;
     }
     if (only == "gemm") {
@@ -689,6 +695,32 @@ int main(int argc, char** argv) {
       bench_attention(bench, "attention decode 256 seqs x 1024 ctx", 256, 1, 1024);
       bench_attention(bench, "attention decode 232 seqs x 1536 ctx", 232, 1, 1536);
       bench_attention(bench, "attention decode 4 seqs x 32768 ctx (split KV)", 4, 1, 32768);
+      // The 1000 x 1000 run's decode steps hold contexts from 1,000 to 2,000 keys in one batch:
+      // in a shuffled order (as the scheduler's), longest first and shortest first, to see
+      // what the last wave's uneven CTAs cost against the uniform 232 x 1536 line above.
+      std::vector<std::pair<int32_t, int32_t>> spread;
+      for (int32_t s = 0; s < 256; ++s) spread.emplace_back(1, 1000 + (s * 1000) / 255);
+      std::shuffle(spread.begin(), spread.end(), std::mt19937_64(7));
+      const auto shuffled = spread;
+      bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shuffled", spread);
+      std::sort(spread.begin(), spread.end(),
+                [](const auto& a, const auto& b) { return a.second > b.second; });
+      bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, longest first",
+                            spread);
+      std::reverse(spread.begin(), spread.end());
+      bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shortest first",
+                            spread);
+      {  // two-stage rings (three CTAs an SM) against the default's three stages
+        const char* knob = "TROUPE_DECODE_STAGES=2";
+        Bench other(iters, knob);
+        const std::string tail = std::string(", ") + knob;
+        bench_attention(other, "attention decode 1 seq x 160 ctx" + tail, 1, 1, 160);
+        bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
+        bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
+        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
+        bench_attention_batch(other, "attention decode 256 seqs x 1000-2000 ctx, shuffled" + tail,
+                              shuffled);
+      }
       return 0;
     }
     if (only != "prefill") {
@@ -723,6 +755,17 @@ int main(int argc, char** argv) {
       bench_attention(other, "attention chunked prefill 8 x 512 over 4096, tile order", 8, 512,
                       4096);
       bench_prompt_step(other, 128, true, ", tiles");
+    }
+    {
+      // Every K/V tile masked (the default masks only those crossing a warp's diagonal).
+      Bench other(iters, "TROUPE_PREFILL_MASK=every");
+      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_MASK=every", 4,
+                      1024, 1024);
+      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_MASK=every", 8,
+                      1000, 1000);
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, mask every tile", 8,
+                      512, 4096);
+      bench_prompt_step(other, 128, true, ", mask every tile");
     }
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call (about 5 minutes of an H200, .carry/cuda carried; bundle_cuda_tests.sh here
+# first): decode attention against the HBM read ceiling, and the 1000 x 1000 run:
+#   1. the attention test cases ([attention]);
+#   2. HBM read rates (op bench "stream"), decode attention's K/V row pattern with 32 to 256 KB
+#      in flight an SM;
+#   3. decode attention (op bench "decode"): uniform and spread contexts, two-stage rings
+#      against the default (the ninth session's calls 2-4 also had the knobs for six-stage
+#      rings, L2 prefetch and early-released stages, measured and removed: docs/engine.md);
+#   4. the 1000 x 1000 throughput run, --async-scheduling, once per argument ("default" or
+#      NAME=VALUE knobs, e.g. TROUPE_PREFILL_MASK=every), none without arguments.
+# TESTS=all runs every CUDA test case in step 1 instead; STREAM=0 skips step 2; RACECHECK=FILTER
+# runs compute-sanitizer's racecheck on the test cases FILTER selects at the end.
+# Logs under $OUT.
+set -uo pipefail
+out=${OUT:-/tmp/troupe_cuda_out}
+mkdir -p "$out"
+here=$(dirname "$0")
+source "$here/env.sh"
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+if [[ ${TESTS:-} == all ]]; then session_tests "$out"
+else "$root/bin/troupe_cuda_tests" "[attention]" 2>&1 | tail -n 3; fi
+[[ ${STREAM:-1} == 1 ]] && timeout 60 "$root/bin/troupe_cuda_opbench" 10 stream 2>&1 | tee "$out/stream.txt"
+timeout 90 "$root/bin/troupe_cuda_opbench" 20 decode 2>&1 | tee "$out/decode.txt"
+n=0
+for variant in "$@"; do
+  n=$((n + 1))
+  split_variant "$variant"
+  echo "=== 1000 x 1000 $variant"
+  env "${envs[@]}" timeout 280 "$root/bin/troupe" --log-level info bench "${long_args[@]}" \
+    --async-scheduling "${flags[@]}" --output-json "$out/throughput_1000_$n.json" 2>&1 |
+    grep -vE "it/s|^\s*$" | tail -n 8
+done
+if [[ -n ${RACECHECK:-} ]]; then  # a Catch filter: racecheck on those test cases
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+  timeout "${RACECHECK_TIMEOUT:-90}" "$sanitizer" --tool racecheck --racecheck-report analysis \
+    --error-exitcode 9 --print-limit 20 "$root/bin/troupe_cuda_tests" "$RACECHECK" 2>&1 | tail -n 8
+  echo "racecheck: exit ${PIPESTATUS[0]}"
+fi

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One device call (about 3 minutes of an H200, .carry/cuda carried; bundle_cuda_tests.sh here
+# first): the throughput target on one machine: the ceilings (ceilings.sh, 3 s sustained) and
+# the 1000 x 1000 run (--async-scheduling) right after, so the MFU divides by the matmul rate
+# of the machine that ran it. Logs under $OUT.
+set -uo pipefail
+out=${OUT:-/tmp/troupe_cuda_out}
+mkdir -p "$out"
+here=$(dirname "$0")
+source "$here/env.sh"
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+OUT=$out SUSTAIN_S=3 timeout 90 bash "$here/ceilings.sh" | grep -E "copy|matmul 8192\^3:"
+timeout 200 "$root/bin/troupe" --log-level info bench "${long_args[@]}" --async-scheduling \
+  --output-json "$out/throughput_1000.json" 2>&1 | grep -vE "it/s|^\s*$" | tail -n 14
