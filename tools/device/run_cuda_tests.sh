@@ -33,6 +33,7 @@ nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"
 # cuBLASLt is not in the bundle (too big): take the machine's own CUDA 13 copy.
 {
   echo "cuBLASLt from: ${cublas:-NOT FOUND}"
+  [[ -n $cublas ]] && echo "cuBLASLt file: $(readlink -f "$cublas/libcublasLt.so.13")"
   ldd "$root/bin/troupe_cuda_tests"
 } 2>&1 | tee "$out/ldd.txt"
 if grep -q "not found" "$out/ldd.txt"; then
