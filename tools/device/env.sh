@@ -45,3 +45,16 @@ session_tests() {
   echo "tests: exit $?"
   grep -E "test cases|assertions|FAILED" "$1/tests.txt" | tail -n 5
 }
+
+# session_init [unpack]: the start of a session script after it sourced this file: `out`
+# ($OUT or /tmp/troupe_cuda_out, created) and `here` (this folder); with "unpack", the bundle
+# (.carry/cuda/troupe_cuda.tar.gz) unpacked into $root, for scripts that skip session_tests.
+session_init() {
+  set -uo pipefail
+  out=${OUT:-/tmp/troupe_cuda_out}
+  mkdir -p "$out"
+  here=$(dirname "${BASH_SOURCE[0]}")
+  if [[ ${1:-} == unpack ]]; then
+    rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+  fi
+}

@@ -5,12 +5,8 @@
 # the ceilings, so a difference between builds is not one between machines. The ninth session
 # measured 105.6-106.6 s on three machines against the eighth's 102.48 s with the same decode
 # path; this settles whether a build or the machines moved. RUNS=n pairs (default 2).
-set -uo pipefail
-out=${OUT:-/tmp/troupe_cuda_out}
-mkdir -p "$out"
-here=$(dirname "$0")
-source "$here/env.sh"
-rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+source "$(dirname "$0")/env.sh"
+session_init unpack
 gunzip -c .carry/cuda/troupe_old.gz > "$root/bin/troupe_old" && chmod +x "$root/bin/troupe_old"
 echo "old build: $(cat .carry/cuda/troupe_old.commit 2>/dev/null || echo unknown)"
 echo "cuBLASLt: $(readlink -f "$cublas/libcublasLt.so.13")"

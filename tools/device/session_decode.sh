@@ -12,12 +12,8 @@
 # TESTS=all runs every CUDA test case in step 1 instead; STREAM=0 skips step 2; RACECHECK=FILTER
 # runs compute-sanitizer's racecheck on the test cases FILTER selects at the end.
 # Logs under $OUT.
-set -uo pipefail
-out=${OUT:-/tmp/troupe_cuda_out}
-mkdir -p "$out"
-here=$(dirname "$0")
-source "$here/env.sh"
-rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+source "$(dirname "$0")/env.sh"
+session_init unpack
 if [[ ${TESTS:-} == all ]]; then session_tests "$out"
 else "$root/bin/troupe_cuda_tests" "[attention]" 2>&1 | tail -n 3; fi
 [[ ${STREAM:-1} == 1 ]] && timeout 60 "$root/bin/troupe_cuda_opbench" 10 stream 2>&1 | tee "$out/stream.txt"

@@ -10,11 +10,8 @@
 #   5. Nsight Compute on the sampler at 256 rows and on the 8 x 1000 prefill
 #      (ncu_sample_prefill.sh).
 # Logs under $OUT.
-set -uo pipefail
-out=${OUT:-/tmp/troupe_cuda_out}
-mkdir -p "$out"
-here=$(dirname "$0")
-source "$here/env.sh"
+source "$(dirname "$0")/env.sh"
+session_init
 session_tests "$out"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit --format=csv
 timeout 60 "$root/bin/troupe_cuda_opbench" 10 stream 2>&1 | tee "$out/stream.txt"

@@ -3,12 +3,8 @@
 # first): the throughput target on one machine: the ceilings (ceilings.sh, 3 s sustained) and
 # the 1000 x 1000 run (--async-scheduling) right after, so the MFU divides by the matmul rate
 # of the machine that ran it. Logs under $OUT.
-set -uo pipefail
-out=${OUT:-/tmp/troupe_cuda_out}
-mkdir -p "$out"
-here=$(dirname "$0")
-source "$here/env.sh"
-rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
+source "$(dirname "$0")/env.sh"
+session_init unpack
 echo "cuBLASLt: $(readlink -f "$cublas/libcublasLt.so.13")"
 nvidia-smi --query-gpu=driver_version,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$out SUSTAIN_S=3 timeout 90 bash "$here/ceilings.sh" | grep -E "copy|matmul 8192\^3:"
