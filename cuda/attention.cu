@@ -80,8 +80,8 @@ void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
   if (a.max_query_len >= 2)
-    launch_attention_prefill(dt, a, decode.prefill_keys, decode.prefill_heavy_first,
-                             decode.prefill_mask_every, stream);
+    launch_attention_prefill(dt, a, decode.prefill_keys, decode.prefill_rows,
+                             decode.prefill_heavy_first, decode.prefill_mask_every, stream);
   launch_attention_decode(dt, a, plan.splits, decode, ws, stream);
 }
 

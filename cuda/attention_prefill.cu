@@ -1,7 +1,8 @@
 // Paged causal attention for query rows of prefills and chunked prefills (sequences with two
 // or more query rows this step), f16/bf16, FlashAttention-2 style:
 //
-// - One CTA of 4 warps per (64-query tile, query head, sequence); each warp owns 16 query rows.
+// - One CTA of 4 warps per (64-query tile, query head, sequence); each warp owns 16 query rows
+//   (or 32 in two m16 tiles, 128 a CTA: TROUPE_PREFILL_ROWS=32, up to d = 128).
 // - The CTA walks the keys its tile can see in tiles of BN (32; 64 on request up to d = 128).
 //   K/V tiles come from the paged cache (through the block table) by cp.async into
 //   a two-stage ring in shared memory: tile i + 1 is in flight while tile i is multiplied.
@@ -19,7 +20,6 @@ namespace troupe::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kBlockM = 64;    // query rows per CTA
 
 /// Keys per K/V tile: 32 by default (at d = 128: 126 registers and 52 KB of shared memory, so
 /// four CTAs per SM); 64 on request (TROUPE_PREFILL_KEYS=64) up to d = 128 (167 registers and
@@ -33,21 +33,34 @@ constexpr int wide_block_n() {
 
 constexpr int kStages = 2;  // K/V tiles in the cp.async ring
 
-template <int D, int BN>
-constexpr int smem_bytes() {
-  return (kBlockM + 2 * kStages * BN) * (D + 8) * 2;
+/// Query rows per CTA: each of the 4 warps owns WM tiles of 16 rows.
+template <int WM>
+constexpr int block_m() {
+  return 4 * 16 * WM;
 }
 
-template <class T, int D, int BN>
+template <int D, int BN, int WM>
+constexpr int smem_bytes() {
+  return (block_m<WM>() + 2 * kStages * BN) * (D + 8) * 2;
+}
+
+// WM = 1: a warp's 16 query rows meet each K/V fragment it reads from shared memory; WM = 2
+// (TROUPE_PREFILL_ROWS=32, up to d = 128): 32 rows in two m16 tiles share every K and V
+// fragment (FlashAttention-2's register blocking: half the shared-memory reads per MMA, twice
+// the accumulators). Each row's sums run in the same order either way, and the tiles past a
+// row's diagonal that the wider CTA walks are fully masked (p = 0, alpha = 1), so the bits are
+// the same.
+template <class T, int D, int BN, int WM>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a,
                                                             bool heavy_first, bool mask_every) {
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
-  constexpr int NT = BN / 8;  // n8 tiles of S per warp
-  constexpr int DT = D / 8;   // n8 tiles of O per warp
+  constexpr int NT = BN / 8;  // n8 tiles of S per m16 tile
+  constexpr int DT = D / 8;   // n8 tiles of O per m16 tile
+  constexpr int BM = block_m<WM>();
   extern __shared__ __align__(16) unsigned char smem[];
-  T* qs = reinterpret_cast<T*>(smem);    // [kBlockM][LD]
-  T* ks = qs + kBlockM * LD;             // [kStages][BN][LD]
+  T* qs = reinterpret_cast<T*>(smem);    // [BM][LD]
+  T* ks = qs + BM * LD;                  // [kStages][BN][LD]
   T* vs = ks + kStages * BN * LD;        // [kStages][BN][LD]
 
   // Grid (query tiles, heads, sequences), or with heavy_first (heads, sequences, query tiles
@@ -55,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   const int qt = heavy_first ? int(gridDim.z - 1 - blockIdx.z) : int(blockIdx.x);
   const int h = heavy_first ? int(blockIdx.x) : int(blockIdx.y);
   const int s = heavy_first ? int(blockIdx.y) : int(blockIdx.z);
-  const int m0 = qt * kBlockM;
+  const int m0 = qt * BM;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok) {
     if (qt == 0 && h == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
@@ -73,8 +86,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   const T* vc = static_cast<const T*>(a.v_cache);
   const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks;
 
-  // Q tile [kBlockM, D]; rows past the sequence are zeros (computed, never written).
-  for (int idx = tid; idx < kBlockM * CH; idx += kThreads) {
+  // Q tile [BM, D]; rows past the sequence are zeros (computed, never written).
+  for (int idx = tid; idx < BM * CH; idx += kThreads) {
     const int r = idx / CH, c = idx % CH;
     const bool in = m0 + r < seq.q_len;
     const T* src = in ? q + int64_t(seq.q_begin + m0 + r) * q_stride + int64_t(h) * D + c * 8 : q;
@@ -95,23 +108,27 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   };
 
   // Keys [0, n_end) are visible to at least one row of the tile.
-  const int n_end = ctx + min(m0 + kBlockM, seq.q_len);
+  const int n_end = ctx + min(m0 + BM, seq.q_len);
   const int tiles = (n_end + BN - 1) / BN;
-  const int row_a = m0 + warp * 16 + g, row_b = row_a + 8;  // query rows within the sequence
-  const int pos_a = ctx + row_a, pos_b = ctx + row_b;
+  // This warp's rows: m16 tile mt holds rows row0 + 16 mt + g and + 8 (within the sequence).
+  const int row0 = m0 + warp * 16 * WM;
   const float scale_log2 = a.scale * kLog2e;
 
-  float o[DT][4];
+  float o[WM][DT][4];
 #pragma unroll
-  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
+  for (int mt = 0; mt < WM; ++mt)
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  float m[WM][2], l[WM][2];  // rows g and g + 8 of each m16 tile
+#pragma unroll
+  for (int mt = 0; mt < WM; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
 
   load_tile(0, 0);
   cp_async_commit();  // group 0: Q and the first K/V tile
   // ldmatrix row addresses of this lane: A (Q) rows lane % 16, column half lane / 16; B of
   // S (K rows) key (lane % 8) + 8 (lane / 16), column half (lane / 8) % 2; B of O (V
   // transposed) key lane % 16, column half lane / 16.
-  const T* qa = qs + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+  const T* qa = qs + (warp * 16 * WM + (lane & 15)) * LD + (lane >> 4) * 8;
   const int k_row = ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
   const int v_row = (lane & 15) * LD + (lane >> 4) * 8;
 
@@ -126,53 +143,70 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
     const T* kt = ks + stage * BN * LD;
     const T* vt = vs + stage * BN * LD;
 
-    // S = Q K^T for this warp's 16 rows x BN keys.
-    float sc[NT][4];
+    // S = Q K^T for this warp's WM x 16 rows x BN keys: each K fragment serves every m16 tile.
+    float sc[WM][NT][4];
 #pragma unroll
-    for (int i = 0; i < NT; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+    for (int mt = 0; mt < WM; ++mt)
+#pragma unroll
+      for (int i = 0; i < NT; ++i) sc[mt][i][0] = sc[mt][i][1] = sc[mt][i][2] = sc[mt][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t af[4];
-      ldmatrix_x4(af, qa + kk * 16);
+      uint32_t af[WM][4];
+#pragma unroll
+      for (int mt = 0; mt < WM; ++mt) ldmatrix_x4(af[mt], qa + mt * 16 * LD + kk * 16);
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t bk[4];
         ldmatrix_x4(bk, kt + np * 16 * LD + k_row + kk * 16);
-        mma16816_x2<T>(sc[2 * np], sc[2 * np + 1], af, bk);
+#pragma unroll
+        for (int mt = 0; mt < WM; ++mt)
+          mma16816_x2<T>(sc[mt][2 * np], sc[mt][2 * np + 1], af[mt], bk);
       }
     }
 
     // Causal mask, scale, online softmax (a row's 4 owners are the lanes of one quad). Tiles
-    // whose every key is visible to the warp's first row (so to all its rows; then also below
-    // kv_len when that row is the sequence's) skip the mask: the same bits with ~5 integer ops
-    // less per score, on all but the diagonal tiles. A warp of padding rows only (first row
-    // past q_len) may then score zero-filled keys; its rows are never written.
-    float alpha[2], sum[2];
-    if (!mask_every && n0 + BN - 1 <= ctx + m0 + warp * 16)
-      online_softmax_step(sc, [](int, int) { return true; }, scale_log2, m, o, alpha, sum);
-    else
-      online_softmax_step(
-          sc,
-          [&](int nt, int e) {
-            const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
-            return col <= (e < 2 ? pos_a : pos_b) && col < seq.kv_len;
-          },
-          scale_log2, m, o, alpha, sum);
+    // whose every key is visible to the m16 tile's first row (so to all its rows; then also
+    // below kv_len when that row is the sequence's) skip the mask: the same bits with ~5
+    // integer ops less per score, on all but the diagonal tiles. An m16 tile of padding rows
+    // only (first row past q_len) may then score zero-filled keys; its rows are never written.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
+    for (int mt = 0; mt < WM; ++mt) {
+      const int first = row0 + mt * 16;
+      const int pos_a = ctx + first + g, pos_b = pos_a + 8;
+      float alpha[2], sum[2];
+      if (!mask_every && n0 + BN - 1 <= ctx + first)
+        online_softmax_step(sc[mt], [](int, int) { return true; }, scale_log2, m[mt], o[mt], alpha,
+                            sum);
+      else
+        online_softmax_step(
+            sc[mt],
+            [&](int nt, int e) {
+              const int col = n0 + nt * 8 + t4 * 2 + (e & 1);
+              return col <= (e < 2 ? pos_a : pos_b) && col < seq.kv_len;
+            },
+            scale_log2, m[mt], o[mt], alpha, sum);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[mt][r] = l[mt][r] * alpha[r] + quad_sum(sum[r]);
+    }
 
-    // O += P V: P's C fragments of two adjacent n8 tiles form one A fragment (k = 16 keys).
+    // O += P V: P's C fragments of two adjacent n8 tiles form one A fragment (k = 16 keys);
+    // each V fragment serves every m16 tile.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t af[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
-                              pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      uint32_t af[WM][4];
+#pragma unroll
+      for (int mt = 0; mt < WM; ++mt) {
+        af[mt][0] = pack2<T>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        af[mt][1] = pack2<T>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        af[mt][2] = pack2<T>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        af[mt][3] = pack2<T>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t bv[4];
         ldmatrix_x4_trans(bv, vt + kk * 16 * LD + v_row + dp * 16);
-        mma16816_x2<T>(o[2 * dp], o[2 * dp + 1], af, bv);
+#pragma unroll
+        for (int mt = 0; mt < WM; ++mt) mma16816_x2<T>(o[mt][2 * dp], o[mt][2 * dp + 1], af[mt], bv);
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
@@ -180,24 +214,31 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
   cp_async_wait<0>();
 
   // Normalise and store this warp's rows that belong to the sequence.
-  const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f;
-  const float inv_b = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
   T* out = static_cast<T*>(a.out);
-  T* out_a = out + int64_t(seq.q_begin + row_a) * q_stride + int64_t(h) * D + t4 * 2;
-  T* out_b = out + int64_t(seq.q_begin + row_b) * q_stride + int64_t(h) * D + t4 * 2;
 #pragma unroll
-  for (int dt = 0; dt < DT; ++dt) {
-    if (row_a < seq.q_len)
-      *reinterpret_cast<uint32_t*>(out_a + dt * 8) = pack2<T>(o[dt][0] * inv_a, o[dt][1] * inv_a);
-    if (row_b < seq.q_len)
-      *reinterpret_cast<uint32_t*>(out_b + dt * 8) = pack2<T>(o[dt][2] * inv_b, o[dt][3] * inv_b);
+  for (int mt = 0; mt < WM; ++mt) {
+    const int row_a = row0 + mt * 16 + g, row_b = row_a + 8;
+    const float inv_a = l[mt][0] > 0.0f ? 1.0f / l[mt][0] : 0.0f;
+    const float inv_b = l[mt][1] > 0.0f ? 1.0f / l[mt][1] : 0.0f;
+    T* out_a = out + int64_t(seq.q_begin + row_a) * q_stride + int64_t(h) * D + t4 * 2;
+    T* out_b = out + int64_t(seq.q_begin + row_b) * q_stride + int64_t(h) * D + t4 * 2;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      if (row_a < seq.q_len)
+        *reinterpret_cast<uint32_t*>(out_a + dt * 8) =
+            pack2<T>(o[mt][dt][0] * inv_a, o[mt][dt][1] * inv_a);
+      if (row_b < seq.q_len)
+        *reinterpret_cast<uint32_t*>(out_b + dt * 8) =
+            pack2<T>(o[mt][dt][2] * inv_b, o[mt][dt][3] * inv_b);
+    }
   }
 }
 
 }  // namespace
 
 void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              bool heavy_first, bool mask_every, cudaStream_t stream) {
+                              int32_t rows_per_warp, bool heavy_first, bool mask_every,
+                              cudaStream_t stream) {
   // With the prompts ordered first, the grid spans them only: every other sequence would add
   // a slab of CTAs that read its lengths and exit.
   const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
@@ -205,19 +246,27 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    // CTAs start in grid order (x fastest). In order, a head's light first tiles and heavy
-    // last ones alternate through the launch; heavy_first starts every head's last tile
-    // first, so the light ones fill the last wave.
-    const auto tiles = unsigned((a.max_query_len + kBlockM - 1) / kBlockM);
-    const dim3 grid = heavy_first ? dim3(unsigned(a.num_heads), unsigned(seqs), tiles)
-                                  : dim3(tiles, unsigned(a.num_heads), unsigned(seqs));
-    if (keys_per_tile == 64 && wide_block_n<D>() != 32)
-      prefill_kernel<T, D, wide_block_n<D>()>
-          <<<grid, kThreads, smem_bytes<D, wide_block_n<D>()>(), stream>>>(a, heavy_first,
-                                                                            mask_every);
-    else
-      prefill_kernel<T, D, 32>
-          <<<grid, kThreads, smem_bytes<D, 32>(), stream>>>(a, heavy_first, mask_every);
+    const auto launch = [&](auto kernel, int bm, int smem) {
+      // CTAs start in grid order (x fastest). In order, a head's light first tiles and heavy
+      // last ones alternate through the launch; heavy_first starts every head's last tile
+      // first, so the light ones fill the last wave.
+      const auto tiles = unsigned((a.max_query_len + bm - 1) / bm);
+      const dim3 grid = heavy_first ? dim3(unsigned(a.num_heads), unsigned(seqs), tiles)
+                                    : dim3(tiles, unsigned(a.num_heads), unsigned(seqs));
+      kernel<<<grid, kThreads, size_t(smem), stream>>>(a, heavy_first, mask_every);
+    };
+    if (keys_per_tile == 64 && wide_block_n<D>() != 32) {
+      launch(prefill_kernel<T, D, wide_block_n<D>(), 1>, block_m<1>(),
+             smem_bytes<D, wide_block_n<D>(), 1>());
+      return;
+    }
+    if constexpr (D <= 128) {  // past d = 128 two m16 tiles' accumulators spill
+      if (rows_per_warp == 32) {
+        launch(prefill_kernel<T, D, 32, 2>, block_m<2>(), smem_bytes<D, 32, 2>());
+        return;
+      }
+    }
+    launch(prefill_kernel<T, D, 32, 1>, block_m<1>(), smem_bytes<D, 32, 1>());
   });
 }
 
@@ -226,12 +275,19 @@ cudaError_t attention_prefill_init() {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     constexpr int BN = wide_block_n<D>();
-    cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D, 32>,
+    cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D, 32, 1>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem_bytes<D, 32>());
+                                         smem_bytes<D, 32, 1>());
     if (e == cudaSuccess && BN != 32)
-      e = cudaFuncSetAttribute(prefill_kernel<T, D, BN>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, BN>());
+      e = cudaFuncSetAttribute(prefill_kernel<T, D, BN, 1>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem_bytes<D, BN, 1>());
+    if constexpr (D <= 128) {
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(prefill_kernel<T, D, 32, 2>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem_bytes<D, 32, 2>());
+    }
     return e;
   });
 }

@@ -66,6 +66,8 @@ DecodeOptions decode_options_from_env() {
                               "0 or 32 (the default) or 64 keys per prefill tile");
   o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"heavy_first", "tiles"},
                                     "heavy_first, the default, or tiles") != 1;
+  o.prefill_rows = env_choice("TROUPE_PREFILL_ROWS", o.prefill_rows, {16, 32},
+                              "16 (the default) or 32 query rows per warp");
   o.prefill_mask_every = env_word("TROUPE_PREFILL_MASK", {"diagonal", "every"},
                                   "diagonal, the default, or every") == 1;
   return o;

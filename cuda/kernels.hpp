@@ -254,6 +254,10 @@ struct DecodeOptions {
   /// sequence's end); the tiles every row of the warp sees in full skip the mask (same bits).
   /// On (TROUPE_PREFILL_MASK=every, for comparison): every tile is masked.
   bool prefill_mask_every = false;
+  /// Query rows a warp of the prefill kernel owns: 16 (the default), or 32 in two m16 tiles
+  /// that share each K/V fragment read from shared memory (TROUPE_PREFILL_ROWS=32; with 32-key
+  /// tiles up to d = 128, else 16). Same bits.
+  int32_t prefill_rows = 16;
 };
 
 /// A decode launch: the grid's split count and the shortest split a sequence takes.

@@ -757,6 +757,19 @@ int main(int argc, char** argv) {
       bench_prompt_step(other, 128, true, ", tiles");
     }
     {
+      // 32 query rows per warp in two m16 tiles (128 a CTA) sharing each K/V fragment.
+      Bench other(iters, "TROUPE_PREFILL_ROWS=32");
+      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ROWS=32", 4,
+                      1024, 1024);
+      bench_attention(other, "attention prefill 1 x 8192 (causal), TROUPE_PREFILL_ROWS=32", 1,
+                      8192, 8192);
+      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ROWS=32", 8,
+                      1000, 1000);
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, 32 rows a warp", 8,
+                      512, 4096);
+      bench_prompt_step(other, 128, true, ", 32 rows a warp");
+    }
+    {
       // Every K/V tile masked (the default masks only those crossing a warp's diagonal).
       Bench other(iters, "TROUPE_PREFILL_MASK=every");
       bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_MASK=every", 4,

@@ -259,6 +259,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
   refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
+  refused("TROUPE_PREFILL_ROWS", "64", "16 (the default) or 32 query rows per warp");
   refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
 
@@ -298,6 +299,32 @@ TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cu
       REQUIRE(a.size() == b.size());
       CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
+}
+
+// TROUPE_PREFILL_ROWS=32: each prefill warp owns two m16 tiles of query rows (128 a CTA) that
+// share every K/V fragment. Every row's sums run in the same order and the extra tiles a row
+// walks past its diagonal are fully masked, so the bits equal the default's: prompts, chunks
+// over context, lengths on and off the 128-row tiles, a decode in the batch, and d = 256,
+// which keeps 16 rows.
+TEST_CASE("cuda attention: 32 query rows per prefill warp give the same bits",
+          "[cuda][attention]") {
+  TROUPE_REQUIRE_GPU();
+  ::setenv("TROUPE_PREFILL_ROWS", "32", 1);
+  Pair wide;
+  ::unsetenv("TROUPE_PREFILL_ROWS");
+  Pair narrow;
+  for (DType dt : kFloatTypes)
+    for (int d : {64, 80, 96, 128, 256})
+      for (int bs : {8, 16}) {
+        const AttnCase c{8, 2, d, bs,
+                         {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}},
+                         1, "32 rows per warp"};
+        std::mt19937_64 rng_a(19), rng_b(19);
+        const std::vector<float> a = run_case(wide, dt, c, rng_a);
+        const std::vector<float> b = run_case(narrow, dt, c, rng_b);
+        REQUIRE(a.size() == b.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      }
 }
 
 // TROUPE_PREFILL_KEYS=64: the prefill kernel walks the keys in tiles of 64 (the default is 32)
