@@ -9,15 +9,19 @@
 #      rings, L2 prefetch and early-released stages, measured and removed: docs/engine.md);
 #   4. the 1000 x 1000 throughput run, --async-scheduling, once per argument ("default" or
 #      NAME=VALUE knobs, e.g. TROUPE_PREFILL_MASK=every), none without arguments.
-# TESTS=all runs every CUDA test case in step 1 instead; STREAM=0 skips step 2; RACECHECK=FILTER
-# runs compute-sanitizer's racecheck on the test cases FILTER selects at the end.
+# TESTS=all runs every CUDA test case in step 1 instead; STREAM=0 skips step 2, DECODE=0 step
+# 3; PREFILL=1 adds the op bench's prefill group (e.g. TROUPE_PREFILL_ROWS=32 against the
+# default); RACECHECK=FILTER runs compute-sanitizer's racecheck on the test cases FILTER
+# selects at the end. The next session's second call: TESTS=all STREAM=0 DECODE=0 PREFILL=1
+# bash tools/device/session_decode.sh default TROUPE_PREFILL_ROWS=32
 # Logs under $OUT.
 source "$(dirname "$0")/env.sh"
 session_init unpack
 if [[ ${TESTS:-} == all ]]; then session_tests "$out"
 else "$root/bin/troupe_cuda_tests" "[attention]" 2>&1 | tail -n 3; fi
 [[ ${STREAM:-1} == 1 ]] && timeout 60 "$root/bin/troupe_cuda_opbench" 10 stream 2>&1 | tee "$out/stream.txt"
-timeout 90 "$root/bin/troupe_cuda_opbench" 20 decode 2>&1 | tee "$out/decode.txt"
+[[ ${DECODE:-1} == 1 ]] && timeout 90 "$root/bin/troupe_cuda_opbench" 20 decode 2>&1 | tee "$out/decode.txt"
+[[ ${PREFILL:-0} == 1 ]] && timeout 150 "$root/bin/troupe_cuda_opbench" 10 prefill 2>&1 | tee "$out/prefill.txt"
 n=0
 for variant in "$@"; do
   n=$((n + 1))
