@@ -631,6 +631,67 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("attention");
   }
 
+  void rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
+                      int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
+                      int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& slot_mapping, const Tensor& q_out, const AttentionBatch& batch,
+                      const AttentionShape& shape, const Tensor& out) override {
+    // One kernel only where the tensor-core decode kernel can rotate in registers (neox over
+    // the whole head, d a multiple of 32 up to 128) a decode-only batch; else the two ops.
+    const bool fused = decode_.fused_rope && batch.max_query_len == 1 &&
+                       qkv.dtype != DType::f32 &&
+                       decode_.kernel == cuda::DecodeKernel::tensor_cores &&
+                       style == RopeStyle::neox && rotary_dim == head_dim && head_dim % 32 == 0 &&
+                       head_dim <= 128 && shape.head_dim == head_dim;
+    if (!fused) {
+      Backend::rope_attention(qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
+                              num_kv_heads, k_cache, v_cache, slot_mapping, q_out, batch, shape,
+                              out);
+      return;
+    }
+    const OpCheck check("rope_attention", device_);
+    const auto prof = profile("attention (decode, rope fused)", rows_of(qkv));
+    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
+                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    check_attention(check, q_out, k_cache, v_cache, batch, shape, out);
+    int log2_bs = 0;
+    while ((1 << log2_bs) < shape.block_size) ++log2_bs;
+    cuda::AttentionArgs a{q_out.data,
+                          k_cache.data,
+                          v_cache.data,
+                          out.data,
+                          batch.query_start_loc.as<const int32_t>(),
+                          batch.seq_lens.as<const int32_t>(),
+                          batch.block_tables.as<const int32_t>(),
+                          q_out.dim(0),
+                          batch.num_seqs,
+                          batch.max_query_len,
+                          batch.max_seq_len,
+                          int32_t(batch.block_tables.dim(1)),
+                          int32_t(k_cache.dim(0)),
+                          shape.num_heads,
+                          shape.num_kv_heads,
+                          shape.head_dim,
+                          shape.block_size,
+                          log2_bs,
+                          shape.scale,
+                          err(),
+                          0,  // decode_split_keys: the launch plans it
+                          batch.num_prefill_seqs};
+    a.rope_qkv = qkv.data;
+    a.rope_positions = positions.as<const int32_t>();
+    a.rope_cos_sin = cos_sin.as<const float>();
+    a.rope_slots = slot_mapping.as<const int32_t>();
+    a.rope_max_positions = cos_sin.dim(0);
+    a.rope_n_slots = k_cache.dim(0) * k_cache.dim(1);
+    const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
+                                   decode_workspace_.bytes() / sizeof(float),
+                                   decode_counters_.as<uint32_t>(),
+                                   decode_counters_.bytes() / sizeof(uint32_t)};
+    cuda::launch_attention_half(qkv.dtype, a, num_sms_, ws, decode_, stream_);
+    after_launch("rope_attention");
+  }
+
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
     const auto prof = profile("act_mul", rows_of(gate_up));
