@@ -147,7 +147,9 @@ __device__ __forceinline__ void rope_write_new_kv(const AttentionArgs& a, const 
   for (int i = threadIdx.x; i < D; i += blockDim.x) v_dst[i] = v_src[i];
 }
 
-template <class T, int D, int S>
+// kRope: AttentionArgs::rope_qkv is set (a separate instantiation, so the default kernel's
+// code is what it was without the fused rope).
+template <class T, int D, int S, bool kRope = false>
 __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
                       float* __restrict__ part_ml, uint32_t* __restrict__ counters,
@@ -164,10 +166,10 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   // Fused rope (AttentionArgs::rope_qkv): the token's position, checked as rope_qkv_kernel
   // does; with a bad one the query stays unrotated and nothing is written (the step fails on
   // the error word).
-  const bool rope = a.rope_qkv != nullptr;
+  constexpr bool rope = kRope;
   int64_t pos = 0;
   bool pos_ok = false;
-  if (rope) {
+  if constexpr (rope) {
     pos = a.rope_positions[c.seq.q_begin];
     pos_ok = pos >= 0 && pos < a.rope_max_positions;
     if (!pos_ok && c.split == 0 && c.kvh == 0 && threadIdx.x == 0)
@@ -236,8 +238,8 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
         qa[kk][2] = on ? lds32(qg + kk * 16 + 8) : 0u;
         qa[kk][3] = on8 ? lds32(qg8 + kk * 16 + 8) : 0u;
       }
-      if constexpr (D % 32 == 0) {
-        if (rope && pos_ok) {
+      if constexpr (rope && D % 32 == 0) {
+        if (pos_ok) {
           // neox pairs (i, i + D/2): register kk holds columns kk * 16 + 2 t4 (+ 8), and kk +
           // KT/2 their partners, so each lane rotates the pairs it holds, rounding as
           // rope_qkv_kernel does when it writes q_out.
@@ -368,7 +370,10 @@ void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, i
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    if (stages == 2)
+    if (a.rope_qkv != nullptr)  // fused rope: three stages whatever the knob says
+      launch_pdl(decode_mma_kernel<T, D, 3, true>, grid, dim3(kThreads), smem_bytes<T, D, 3>(),
+                 stream, a, splits, part_o, part_ml, counters);
+    else if (stages == 2)
       launch_pdl(decode_mma_kernel<T, D, 2>, grid, dim3(kThreads), smem_bytes<T, D, 2>(), stream,
                  a, splits, part_o, part_ml, counters);
     else
@@ -387,7 +392,10 @@ cudaError_t attention_decode_mma_init() {
     const cudaError_t e3 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(smem_bytes<T, D, 3>()));
-    return e2 != cudaSuccess ? e2 : e3;
+    const cudaError_t e3r = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(smem_bytes<T, D, 3>()));
+    return e2 != cudaSuccess ? e2 : e3 != cudaSuccess ? e3 : e3r;
   });
 }
 
