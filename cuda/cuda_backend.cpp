@@ -595,40 +595,51 @@ class CudaBackendImpl final : public CudaBackend {
     const auto prof =
         profile(batch.max_query_len == 1 ? "attention (decode)" : "attention (prompt)", rows_of(q));
     check_attention(check, q, k_cache, v_cache, batch, shape, out);
+    const cuda::AttentionArgs a = attention_args(q, k_cache, v_cache, batch, shape, out);
+    if (q.dtype == DType::f32)
+      cuda::launch_attention_f32(a, stream_);
+    else
+      launch_half_attention(q.dtype, a);
+    after_launch("attention");
+  }
+
+  /// The kernels' view of attention's arguments (checked by the caller).
+  cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& k_cache,
+                                     const Tensor& v_cache, const AttentionBatch& batch,
+                                     const AttentionShape& shape, const Tensor& out) {
     int log2_bs = 0;
     while ((1 << log2_bs) < shape.block_size) ++log2_bs;
-    const cuda::AttentionArgs a{q.data,
-                                k_cache.data,
-                                v_cache.data,
-                                out.data,
-                                batch.query_start_loc.as<const int32_t>(),
-                                batch.seq_lens.as<const int32_t>(),
-                                batch.block_tables.as<const int32_t>(),
-                                q.dim(0),
-                                batch.num_seqs,
-                                batch.max_query_len,
-                                batch.max_seq_len,
-                                int32_t(batch.block_tables.dim(1)),
-                                int32_t(k_cache.dim(0)),
-                                shape.num_heads,
-                                shape.num_kv_heads,
-                                shape.head_dim,
-                                shape.block_size,
-                                log2_bs,
-                                shape.scale,
-                                err(),
-                                0,  // decode_split_keys: the launch plans it
-                                batch.num_prefill_seqs};
-    if (q.dtype == DType::f32) {
-      cuda::launch_attention_f32(a, stream_);
-    } else {
-      const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
-                                     decode_workspace_.bytes() / sizeof(float),
-                                     decode_counters_.as<uint32_t>(),
-                                     decode_counters_.bytes() / sizeof(uint32_t)};
-      cuda::launch_attention_half(q.dtype, a, num_sms_, ws, decode_, stream_);
-    }
-    after_launch("attention");
+    return cuda::AttentionArgs{q.data,
+                               k_cache.data,
+                               v_cache.data,
+                               out.data,
+                               batch.query_start_loc.as<const int32_t>(),
+                               batch.seq_lens.as<const int32_t>(),
+                               batch.block_tables.as<const int32_t>(),
+                               q.dim(0),
+                               batch.num_seqs,
+                               batch.max_query_len,
+                               batch.max_seq_len,
+                               int32_t(batch.block_tables.dim(1)),
+                               int32_t(k_cache.dim(0)),
+                               shape.num_heads,
+                               shape.num_kv_heads,
+                               shape.head_dim,
+                               shape.block_size,
+                               log2_bs,
+                               shape.scale,
+                               err(),
+                               0,  // decode_split_keys: the launch plans it
+                               batch.num_prefill_seqs};
+  }
+
+  /// f16 / bf16 attention with the decode workspace and knobs.
+  void launch_half_attention(DType dt, const cuda::AttentionArgs& a) {
+    const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
+                                   decode_workspace_.bytes() / sizeof(float),
+                                   decode_counters_.as<uint32_t>(),
+                                   decode_counters_.bytes() / sizeof(uint32_t)};
+    cuda::launch_attention_half(dt, a, num_sms_, ws, decode_, stream_);
   }
 
   void rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
@@ -654,41 +665,14 @@ class CudaBackendImpl final : public CudaBackend {
     check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
                    num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
     check_attention(check, q_out, k_cache, v_cache, batch, shape, out);
-    int log2_bs = 0;
-    while ((1 << log2_bs) < shape.block_size) ++log2_bs;
-    cuda::AttentionArgs a{q_out.data,
-                          k_cache.data,
-                          v_cache.data,
-                          out.data,
-                          batch.query_start_loc.as<const int32_t>(),
-                          batch.seq_lens.as<const int32_t>(),
-                          batch.block_tables.as<const int32_t>(),
-                          q_out.dim(0),
-                          batch.num_seqs,
-                          batch.max_query_len,
-                          batch.max_seq_len,
-                          int32_t(batch.block_tables.dim(1)),
-                          int32_t(k_cache.dim(0)),
-                          shape.num_heads,
-                          shape.num_kv_heads,
-                          shape.head_dim,
-                          shape.block_size,
-                          log2_bs,
-                          shape.scale,
-                          err(),
-                          0,  // decode_split_keys: the launch plans it
-                          batch.num_prefill_seqs};
+    cuda::AttentionArgs a = attention_args(q_out, k_cache, v_cache, batch, shape, out);
     a.rope_qkv = qkv.data;
     a.rope_positions = positions.as<const int32_t>();
     a.rope_cos_sin = cos_sin.as<const float>();
     a.rope_slots = slot_mapping.as<const int32_t>();
     a.rope_max_positions = cos_sin.dim(0);
     a.rope_n_slots = k_cache.dim(0) * k_cache.dim(1);
-    const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
-                                   decode_workspace_.bytes() / sizeof(float),
-                                   decode_counters_.as<uint32_t>(),
-                                   decode_counters_.bytes() / sizeof(uint32_t)};
-    cuda::launch_attention_half(qkv.dtype, a, num_sms_, ws, decode_, stream_);
+    launch_half_attention(qkv.dtype, a);
     after_launch("rope_attention");
   }
 

@@ -808,29 +808,16 @@ int main(int argc, char** argv) {
                       4096);
       bench_prompt_step(other, 128, true, ", tiles");
     }
-    {
-      // 32 query rows per warp in two m16 tiles (128 a CTA) sharing each K/V fragment.
-      Bench other(iters, "TROUPE_PREFILL_ROWS=32");
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ROWS=32", 4,
-                      1024, 1024);
-      bench_attention(other, "attention prefill 1 x 8192 (causal), TROUPE_PREFILL_ROWS=32", 1,
-                      8192, 8192);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ROWS=32", 8,
-                      1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, 32 rows a warp", 8,
-                      512, 4096);
-      bench_prompt_step(other, 128, true, ", 32 rows a warp");
-    }
-    {
-      // Every K/V tile masked (the default masks only those crossing a warp's diagonal).
-      Bench other(iters, "TROUPE_PREFILL_MASK=every");
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_MASK=every", 4,
-                      1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_MASK=every", 8,
-                      1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, mask every tile", 8,
-                      512, 4096);
-      bench_prompt_step(other, 128, true, ", mask every tile");
+    // 32 query rows per warp in two m16 tiles (128 a CTA) sharing each K/V fragment, and every
+    // K/V tile masked (the default masks only those crossing a warp's diagonal).
+    for (const char* knob : {"TROUPE_PREFILL_ROWS=32", "TROUPE_PREFILL_MASK=every"}) {
+      Bench other(iters, knob);
+      const std::string tail = std::string(", ") + knob;
+      bench_attention(other, "attention prefill 4 x 1024 (causal)" + tail, 4, 1024, 1024);
+      bench_attention(other, "attention prefill 1 x 8192 (causal)" + tail, 1, 8192, 8192);
+      bench_attention(other, "attention prefill 8 x 1000 (causal)" + tail, 8, 1000, 1000);
+      bench_attention(other, "attention chunked prefill 8 x 512 over 4096" + tail, 8, 512, 4096);
+      bench_prompt_step(other, 128, true, tail.c_str());
     }
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);

@@ -65,6 +65,21 @@ struct AttnCase {
   int32_t num_prefill_seqs = -1;  // AttentionBatch's hint (the CPU checks that it is exact)
 };
 
+/// The batch's metadata on the GPU (gpu) or the CPU.
+AttentionBatch batch_on(Pair& p, bool gpu, const HostBatch& b) {
+  const auto ints = [&](std::initializer_list<int64_t> dims, const std::vector<int32_t>& v) {
+    return gpu ? p.gpu_i32(dims, v) : p.cpu_i32(dims, v);
+  };
+  AttentionBatch ab;
+  ab.query_start_loc = ints({b.num_seqs + 1}, b.qsl);
+  ab.seq_lens = ints({b.num_seqs}, b.seq_lens);
+  ab.block_tables = ints({b.num_seqs, b.max_blocks}, b.tables);
+  ab.num_seqs = b.num_seqs;
+  ab.max_query_len = b.max_query_len;
+  ab.max_seq_len = b.max_seq_len;
+  return ab;
+}
+
 /// Runs the case on both backends, reports the error and returns the GPU's output.
 std::vector<float> run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_64& rng) {
   const HostBatch b = make_batch(c.seqs, c.block_size, c.padding_rows, rng);
@@ -82,23 +97,15 @@ std::vector<float> run_case(Pair& p, DType dt, const AttnCase& c, std::mt19937_6
   const Tensor gq = p.gpu_floats(dt, {b.tokens, q_row}, q);
   const Tensor gk = p.gpu_floats(dt, cache_dims, kc), gv = p.gpu_floats(dt, cache_dims, vc);
   const Tensor g_out = p.gpu_nan(dt, {b.tokens, q_row});
-  AttentionBatch gb;
-  gb.query_start_loc = p.gpu_i32({b.num_seqs + 1}, b.qsl);
-  gb.seq_lens = p.gpu_i32({b.num_seqs}, b.seq_lens);
-  gb.block_tables = p.gpu_i32({b.num_seqs, b.max_blocks}, b.tables);
-  gb.num_seqs = b.num_seqs;
-  gb.max_query_len = b.max_query_len;
-  gb.max_seq_len = b.max_seq_len;
+  AttentionBatch gb = batch_on(p, true, b);
   gb.num_prefill_seqs = c.num_prefill_seqs;
   p.gpu().attention(gq, gk, gv, gb, shape, g_out);
 
   const Tensor cq = p.cpu_f32({b.tokens, q_row}, q);
   const Tensor ck = p.cpu_f32(cache_dims, kc), cv = p.cpu_f32(cache_dims, vc);
   const Tensor c_out = p.cpu_nan({b.tokens, q_row});
-  AttentionBatch cb = gb;
-  cb.query_start_loc = p.cpu_i32({b.num_seqs + 1}, b.qsl);
-  cb.seq_lens = p.cpu_i32({b.num_seqs}, b.seq_lens);
-  cb.block_tables = p.cpu_i32({b.num_seqs, b.max_blocks}, b.tables);
+  AttentionBatch cb = batch_on(p, false, b);
+  cb.num_prefill_seqs = c.num_prefill_seqs;
   p.cpu().attention(cq, ck, cv, cb, shape, c_out);
 
   std::vector<float> g = p.read(g_out);
@@ -281,25 +288,33 @@ TEST_CASE("cuda attention: the tile-order prefill grid matches the CPU", "[cuda]
   }
 }
 
+// Each case run on a backend made with the knob NAME=VALUE and on a default one: both match
+// the CPU (run_case), and each other bit for bit.
+void check_knob_keeps_bits(const char* name, const char* value, const std::vector<int>& dims,
+                           const std::vector<int>& block_sizes, const std::vector<SeqSpec>& seqs,
+                           uint64_t seed) {
+  ::setenv(name, value, 1);
+  Pair knob;
+  ::unsetenv(name);
+  Pair plain;
+  for (DType dt : kFloatTypes)
+    for (int d : dims)
+      for (int bs : block_sizes) {
+        const AttnCase c{8, 2, d, bs, seqs, 1, std::string(name) + "=" + value};
+        std::mt19937_64 rng_a(seed), rng_b(seed);
+        const std::vector<float> a = run_case(knob, dt, c, rng_a);
+        const std::vector<float> b = run_case(plain, dt, c, rng_b);
+        REQUIRE(a.size() == b.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      }
+}
+
 // TROUPE_PREFILL_MASK=every: the prefill kernel masks every K/V tile, as before the default
-// skipped the mask on the tiles a warp sees whole. Both must match the CPU, and each other bit
-// for bit (the skipped mask only ever kept every score).
+// skipped the mask on the tiles a warp sees whole (the skipped mask only ever kept every score).
 TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_MASK", "every", 1);
-  Pair every;
-  ::unsetenv("TROUPE_PREFILL_MASK");
-  Pair diagonal;
-  for (DType dt : kFloatTypes)
-    for (int d : {64, 128, 256}) {
-      const AttnCase c{8, 2, d, 16, {{300, 300}, {20, 90}, {65, 700}, {1, 130}, {64, 128}}, 1,
-                       "mask every tile"};
-      std::mt19937_64 rng_a(17), rng_b(17);
-      const std::vector<float> a = run_case(every, dt, c, rng_a);
-      const std::vector<float> b = run_case(diagonal, dt, c, rng_b);
-      REQUIRE(a.size() == b.size());
-      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    }
+  check_knob_keeps_bits("TROUPE_PREFILL_MASK", "every", {64, 128, 256}, {16},
+                        {{300, 300}, {20, 90}, {65, 700}, {1, 130}, {64, 128}}, 17);
 }
 
 // TROUPE_PREFILL_ROWS=32: each prefill warp owns two m16 tiles of query rows (128 a CTA) that
@@ -310,22 +325,9 @@ TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cu
 TEST_CASE("cuda attention: 32 query rows per prefill warp give the same bits",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_ROWS", "32", 1);
-  Pair wide;
-  ::unsetenv("TROUPE_PREFILL_ROWS");
-  Pair narrow;
-  for (DType dt : kFloatTypes)
-    for (int d : {64, 80, 96, 128, 256})
-      for (int bs : {8, 16}) {
-        const AttnCase c{8, 2, d, bs,
-                         {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}},
-                         1, "32 rows per warp"};
-        std::mt19937_64 rng_a(19), rng_b(19);
-        const std::vector<float> a = run_case(wide, dt, c, rng_a);
-        const std::vector<float> b = run_case(narrow, dt, c, rng_b);
-        REQUIRE(a.size() == b.size());
-        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-      }
+  check_knob_keeps_bits(
+      "TROUPE_PREFILL_ROWS", "32", {64, 80, 96, 128, 256}, {8, 16},
+      {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}}, 19);
 }
 
 // TROUPE_DECODE_ROPE=fused: Backend::rope_attention runs a decode-only batch as one kernel
@@ -373,13 +375,7 @@ TEST_CASE("cuda attention: rope fused into decode attention gives the bits of th
         const Tensor g_slots = p.gpu_i32({b.tokens}, slots);
         const Tensor q_out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
         const Tensor out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
-        AttentionBatch gb;
-        gb.query_start_loc = p.gpu_i32({b.num_seqs + 1}, b.qsl);
-        gb.seq_lens = p.gpu_i32({b.num_seqs}, b.seq_lens);
-        gb.block_tables = p.gpu_i32({b.num_seqs, b.max_blocks}, b.tables);
-        gb.num_seqs = b.num_seqs;
-        gb.max_query_len = b.max_query_len;
-        gb.max_seq_len = b.max_seq_len;
+        const AttentionBatch gb = batch_on(p, true, b);
         p.gpu().rope_attention(g_qkv, g_pos, g_cs, d, d, RopeStyle::neox, nh, nkv, gk, gv,
                                g_slots, q_out, gb, shape, out);
         results[w][0] = p.read(out);
@@ -518,23 +514,14 @@ TEST_CASE("cuda write_kv then attention equals the CPU doing the same", "[cuda][
     p.gpu().write_kv(p.gpu_floats(dt, {b.tokens, kv_row}, k),
                      p.gpu_floats(dt, {b.tokens, kv_row}, v), gkc, gvc,
                      p.gpu_i32({b.tokens}, slots));
-    AttentionBatch gb;
-    gb.query_start_loc = p.gpu_i32({b.num_seqs + 1}, b.qsl);
-    gb.seq_lens = p.gpu_i32({b.num_seqs}, b.seq_lens);
-    gb.block_tables = p.gpu_i32({b.num_seqs, b.max_blocks}, b.tables);
-    gb.num_seqs = b.num_seqs;
-    gb.max_query_len = b.max_query_len;
-    gb.max_seq_len = b.max_seq_len;
+    const AttentionBatch gb = batch_on(p, true, b);
     const Tensor g_out = p.gpu_nan(dt, {b.tokens, q_row});
     p.gpu().attention(p.gpu_floats(dt, {b.tokens, q_row}, q), gkc, gvc, gb, shape, g_out);
 
     const Tensor ckc = p.cpu_f32(cdims, cache0), cvc = p.cpu_f32(cdims, cache0);
     p.cpu().write_kv(p.cpu_f32({b.tokens, kv_row}, k), p.cpu_f32({b.tokens, kv_row}, v), ckc, cvc,
                      p.cpu_i32({b.tokens}, slots));
-    AttentionBatch cb = gb;
-    cb.query_start_loc = p.cpu_i32({b.num_seqs + 1}, b.qsl);
-    cb.seq_lens = p.cpu_i32({b.num_seqs}, b.seq_lens);
-    cb.block_tables = p.cpu_i32({b.num_seqs, b.max_blocks}, b.tables);
+    const AttentionBatch cb = batch_on(p, false, b);
     const Tensor c_out = p.cpu_nan({b.tokens, q_row});
     p.cpu().attention(p.cpu_f32({b.tokens, q_row}, q), ckc, cvc, cb, shape, c_out);
     report(fmt::format("write_kv + attention {}", dname(dt)),
