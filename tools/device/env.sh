@@ -46,6 +46,17 @@ session_tests() {
   grep -E "test cases|assertions|FAILED" "$1/tests.txt" | tail -n 5
 }
 
+# unpack_bundle: .carry/cuda/troupe_cuda.tar.gz (bundle_cuda_tests.sh) unpacked into $root;
+# fails, saying so, when the bundle was not carried.
+unpack_bundle() {
+  local bundle=.carry/cuda/troupe_cuda.tar.gz
+  if [[ ! -f $bundle ]]; then
+    echo "$bundle is missing: run tools/device/bundle_cuda_tests.sh here and carry .carry/cuda"
+    return 2
+  fi
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle"
+}
+
 # session_init [unpack]: the start of a session script after it sourced this file: `out`
 # ($OUT or /tmp/troupe_cuda_out, created) and `here` (this folder); with "unpack", the bundle
 # (.carry/cuda/troupe_cuda.tar.gz) unpacked into $root, for scripts that skip session_tests.
@@ -54,7 +65,5 @@ session_init() {
   out=${OUT:-/tmp/troupe_cuda_out}
   mkdir -p "$out"
   here=$(dirname "${BASH_SOURCE[0]}")
-  if [[ ${1:-} == unpack ]]; then
-    rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf .carry/cuda/troupe_cuda.tar.gz
-  fi
+  if [[ ${1:-} == unpack ]]; then unpack_bundle; fi
 }

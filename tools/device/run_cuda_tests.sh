@@ -20,13 +20,10 @@ filter=${3:-[cuda]}
 out=${OUT:-/tmp/troupe_cuda_out}
 mkdir -p "$out"
 source "$(dirname "$0")/env.sh"  # root, cublas, LD_LIBRARY_PATH
-bundle=.carry/cuda/troupe_cuda.tar.gz
-if [[ ! -f $bundle ]]; then
-  echo "run_cuda_tests: $bundle is missing: run tools/device/bundle_cuda_tests.sh here and" \
-       "carry .carry/cuda" | tee "$out/error.txt"
+if ! msg=$(unpack_bundle 2>&1); then
+  echo "run_cuda_tests: $msg" | tee "$out/error.txt"
   exit 2
 fi
-rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle"
 
 nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"
 
