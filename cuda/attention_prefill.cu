@@ -1,8 +1,9 @@
 // Paged causal attention for query rows of prefills and chunked prefills (sequences with two
 // or more query rows this step), f16/bf16, FlashAttention-2 style:
 //
-// - One CTA of 4 warps per (64-query tile, query head, sequence); each warp owns 16 query rows
-//   (or 32 in two m16 tiles, 128 a CTA: TROUPE_PREFILL_ROWS=32, up to d = 128).
+// - One CTA of 4 warps per (128-query tile, query head, sequence); each warp owns 32 query rows
+//   in two m16 tiles up to d = 128 (16 rows, a 64-query tile, past it or with
+//   TROUPE_PREFILL_ROWS=16).
 // - The CTA walks the keys its tile can see in tiles of BN (32; 64 on request up to d = 128).
 //   K/V tiles come from the paged cache (through the block table) by cp.async into
 //   a two-stage ring in shared memory: tile i + 1 is in flight while tile i is multiplied.
@@ -44,8 +45,8 @@ constexpr int smem_bytes() {
   return (block_m<WM>() + 2 * kStages * BN) * (D + 8) * 2;
 }
 
-// WM = 1: a warp's 16 query rows meet each K/V fragment it reads from shared memory; WM = 2
-// (TROUPE_PREFILL_ROWS=32, up to d = 128): 32 rows in two m16 tiles share every K and V
+// WM = 1 (past d = 128, or TROUPE_PREFILL_ROWS=16): a warp's 16 query rows meet each K/V
+// fragment it reads from shared memory; WM = 2 (the default up to d = 128): 32 rows in two m16 tiles share every K and V
 // fragment (FlashAttention-2's register blocking: half the shared-memory reads per MMA, twice
 // the accumulators). Each row's sums run in the same order either way, and the tiles past a
 // row's diagonal that the wider CTA walks are fully masked (p = 0, alpha = 1), so the bits are

@@ -266,10 +266,10 @@ struct DecodeOptions {
   /// sequence's end); the tiles every row of the warp sees in full skip the mask (same bits).
   /// On (TROUPE_PREFILL_MASK=every, for comparison): every tile is masked.
   bool prefill_mask_every = false;
-  /// Query rows a warp of the prefill kernel owns: 16 (the default), or 32 in two m16 tiles
-  /// that share each K/V fragment read from shared memory (TROUPE_PREFILL_ROWS=32; with 32-key
-  /// tiles up to d = 128, else 16). Same bits.
-  int32_t prefill_rows = 16;
+  /// Query rows a warp of the prefill kernel owns: 32 in two m16 tiles that share each K/V
+  /// fragment read from shared memory (the default; with 32-key tiles up to d = 128, else 16),
+  /// or 16 (TROUPE_PREFILL_ROWS=16, for comparison). Same bits.
+  int32_t prefill_rows = 32;
   /// Backend::rope_attention runs decode-only batches as one kernel (TROUPE_DECODE_ROPE=fused;
   /// the tensor-core kernel, neox rope over the whole head, d a multiple of 32 up to 128):
   /// one kernel a layer less at batches past one row. Off by default (separate).

@@ -808,9 +808,9 @@ int main(int argc, char** argv) {
                       4096);
       bench_prompt_step(other, 128, true, ", tiles");
     }
-    // 32 query rows per warp in two m16 tiles (128 a CTA) sharing each K/V fragment, and every
-    // K/V tile masked (the default masks only those crossing a warp's diagonal).
-    for (const char* knob : {"TROUPE_PREFILL_ROWS=32", "TROUPE_PREFILL_MASK=every"}) {
+    // 16 query rows per warp (the default's two m16 tiles, 128 a CTA, share each K/V fragment),
+    // and every K/V tile masked (the default masks only those crossing a warp's diagonal).
+    for (const char* knob : {"TROUPE_PREFILL_ROWS=16", "TROUPE_PREFILL_MASK=every"}) {
       Bench other(iters, knob);
       const std::string tail = std::string(", ") + knob;
       bench_attention(other, "attention prefill 4 x 1024 (causal)" + tail, 4, 1024, 1024);

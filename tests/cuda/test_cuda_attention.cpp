@@ -266,7 +266,7 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
   refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
-  refused("TROUPE_PREFILL_ROWS", "64", "16 (the default) or 32 query rows per warp");
+  refused("TROUPE_PREFILL_ROWS", "64", "16 or 32 (the default) query rows per warp");
   refused("TROUPE_DECODE_ROPE", "yes", "separate (the default) or fused");
   refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
@@ -317,16 +317,16 @@ TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cu
                         {{300, 300}, {20, 90}, {65, 700}, {1, 130}, {64, 128}}, 17);
 }
 
-// TROUPE_PREFILL_ROWS=32: each prefill warp owns two m16 tiles of query rows (128 a CTA) that
-// share every K/V fragment. Every row's sums run in the same order and the extra tiles a row
-// walks past its diagonal are fully masked, so the bits equal the default's: prompts, chunks
-// over context, lengths on and off the 128-row tiles, a decode in the batch, and d = 256,
-// which keeps 16 rows.
-TEST_CASE("cuda attention: 32 query rows per prefill warp give the same bits",
+// By default each prefill warp owns two m16 tiles of query rows (128 a CTA) that share every
+// K/V fragment; TROUPE_PREFILL_ROWS=16 gives each warp one tile. Every row's sums run in the
+// same order and the extra tiles a row walks past its diagonal are fully masked, so the bits
+// are the same: prompts, chunks over context, lengths on and off the 128-row tiles, a decode in
+// the batch, and d = 256, which keeps 16 rows either way.
+TEST_CASE("cuda attention: 16 and 32 query rows per prefill warp give the same bits",
           "[cuda][attention]") {
   TROUPE_REQUIRE_GPU();
   check_knob_keeps_bits(
-      "TROUPE_PREFILL_ROWS", "32", {64, 80, 96, 128, 256}, {8, 16},
+      "TROUPE_PREFILL_ROWS", "16", {64, 80, 96, 128, 256}, {8, 16},
       {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}}, 19);
 }
 

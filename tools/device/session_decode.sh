@@ -10,10 +10,10 @@
 #   4. the 1000 x 1000 throughput run, --async-scheduling, once per argument ("default" or
 #      NAME=VALUE knobs, e.g. TROUPE_PREFILL_MASK=every), none without arguments.
 # TESTS=all runs every CUDA test case in step 1 instead; STREAM=0 skips step 2, DECODE=0 step
-# 3; PREFILL=1 adds the op bench's prefill group (e.g. TROUPE_PREFILL_ROWS=32 against the
+# 3; PREFILL=1 adds the op bench's prefill group (e.g. TROUPE_PREFILL_ROWS=16 against the
 # default); RACECHECK=FILTER runs compute-sanitizer's racecheck on the test cases FILTER
-# selects at the end. The next session's second call: TESTS=all STREAM=0 DECODE=0 PREFILL=1
-# bash tools/device/session_decode.sh default TROUPE_PREFILL_ROWS=32
+# selects at the end. E.g. the tenth session's second call: TESTS=all STREAM=0 PREFILL=1
+# bash tools/device/session_decode.sh TROUPE_PREFILL_ROWS=32 (then a knob, now the default)
 # Logs under $OUT.
 source "$(dirname "$0")/env.sh"
 session_init unpack
