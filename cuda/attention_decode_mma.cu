@@ -139,8 +139,7 @@ __device__ __forceinline__ void rope_write_new_kv(const AttentionArgs& a, const 
   const float* cos_row = a.rope_cos_sin + pos * D;
   for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
     float y1, y2;
-    rotate_pair(to_f32(k_src[i]), to_f32(k_src[i + kHalf]), cos_row[i], cos_row[kHalf + i], y1,
-                y2);
+    rotate_pair(to_f32(k_src[i]), to_f32(k_src[i + kHalf]), cos_row[i], cos_row[kHalf + i], y1, y2);
     k_dst[i] = from_f32<T>(y1);
     k_dst[i + kHalf] = from_f32<T>(y2);
   }

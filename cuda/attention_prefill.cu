@@ -46,14 +46,14 @@ constexpr int smem_bytes() {
 }
 
 // WM = 1 (past d = 128, or TROUPE_PREFILL_ROWS=16): a warp's 16 query rows meet each K/V
-// fragment it reads from shared memory; WM = 2 (the default up to d = 128): 32 rows in two m16 tiles share every K and V
-// fragment (FlashAttention-2's register blocking: half the shared-memory reads per MMA, twice
-// the accumulators). Each row's sums run in the same order either way, and the tiles past a
-// row's diagonal that the wider CTA walks are fully masked (p = 0, alpha = 1), so the bits are
-// the same.
+// fragment it reads from shared memory; WM = 2 (the default up to d = 128): 32 rows in two m16
+// tiles share every K and V fragment (FlashAttention-2's register blocking: half the shared-memory
+// reads per MMA, twice the accumulators). Each row's sums run in the same order either way, and the
+// tiles past a row's diagonal that the wider CTA walks are fully masked (p = 0, alpha = 1), so the
+// bits are the same.
 template <class T, int D, int BN, int WM>
-__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a,
-                                                            bool heavy_first, bool mask_every) {
+__global__ void __launch_bounds__(kThreads)
+    prefill_kernel(const AttentionArgs a, bool heavy_first, bool mask_every) {
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // n8 tiles of S per m16 tile
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
       const int pos_a = ctx + first + g, pos_b = pos_a + 8;
       float alpha[2], sum[2];
       if (!mask_every && n0 + BN - 1 <= ctx + first)
-        online_softmax_step(sc[mt], [](int, int) { return true; }, scale_log2, m[mt], o[mt], alpha,
-                            sum);
+        online_softmax_step(
+            sc[mt], [](int, int) { return true; }, scale_log2, m[mt], o[mt], alpha, sum);
       else
         online_softmax_step(
             sc[mt],
@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
         uint32_t bv[4];
         ldmatrix_x4_trans(bv, vt + kk * 16 * LD + v_row + dp * 16);
 #pragma unroll
-        for (int mt = 0; mt < WM; ++mt) mma16816_x2<T>(o[mt][2 * dp], o[mt][2 * dp + 1], af[mt], bv);
+        for (int mt = 0; mt < WM; ++mt)
+          mma16816_x2<T>(o[mt][2 * dp], o[mt][2 * dp + 1], af[mt], bv);
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
@@ -276,13 +277,12 @@ cudaError_t attention_prefill_init() {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     constexpr int BN = wide_block_n<D>();
-    cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D, 32, 1>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem_bytes<D, 32, 1>());
+    cudaError_t e =
+        cudaFuncSetAttribute(prefill_kernel<T, D, 32, 1>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, 32, 1>());
     if (e == cudaSuccess && BN != 32)
       e = cudaFuncSetAttribute(prefill_kernel<T, D, BN, 1>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem_bytes<D, BN, 1>());
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, BN, 1>());
     if constexpr (D <= 128) {
       if (e == cudaSuccess)
         e = cudaFuncSetAttribute(prefill_kernel<T, D, 32, 2>,

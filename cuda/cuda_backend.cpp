@@ -604,9 +604,9 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   /// The kernels' view of attention's arguments (checked by the caller).
-  cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& k_cache,
-                                     const Tensor& v_cache, const AttentionBatch& batch,
-                                     const AttentionShape& shape, const Tensor& out) {
+  cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                     const AttentionBatch& batch, const AttentionShape& shape,
+                                     const Tensor& out) {
     int log2_bs = 0;
     while ((1 << log2_bs) < shape.block_size) ++log2_bs;
     return cuda::AttentionArgs{q.data,
@@ -635,10 +635,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   /// f16 / bf16 attention with the decode workspace and knobs.
   void launch_half_attention(DType dt, const cuda::AttentionArgs& a) {
-    const cuda::DecodeWorkspace ws{decode_workspace_.as<float>(),
-                                   decode_workspace_.bytes() / sizeof(float),
-                                   decode_counters_.as<uint32_t>(),
-                                   decode_counters_.bytes() / sizeof(uint32_t)};
+    const cuda::DecodeWorkspace ws{
+        decode_workspace_.as<float>(), decode_workspace_.bytes() / sizeof(float),
+        decode_counters_.as<uint32_t>(), decode_counters_.bytes() / sizeof(uint32_t)};
     cuda::launch_attention_half(dt, a, num_sms_, ws, decode_, stream_);
   }
 
@@ -649,8 +648,7 @@ class CudaBackendImpl final : public CudaBackend {
                       const AttentionShape& shape, const Tensor& out) override {
     // One kernel only where the tensor-core decode kernel can rotate in registers (neox over
     // the whole head, d a multiple of 32 up to 128) a decode-only batch; else the two ops.
-    const bool fused = decode_.fused_rope && batch.max_query_len == 1 &&
-                       qkv.dtype != DType::f32 &&
+    const bool fused = decode_.fused_rope && batch.max_query_len == 1 && qkv.dtype != DType::f32 &&
                        decode_.kernel == cuda::DecodeKernel::tensor_cores &&
                        style == RopeStyle::neox && rotary_dim == head_dim && head_dim % 32 == 0 &&
                        head_dim <= 128 && shape.head_dim == head_dim;

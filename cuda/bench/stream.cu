@@ -53,8 +53,8 @@ __global__ void read_kv_rows(const uint4* __restrict__ k, const uint4* __restric
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int j = i + u * blockDim.x;
-      const size_t off = (size_t(s) * ctx + j / kChunks) * heads * kChunks +
-                         size_t(h) * kChunks + j % kChunks;
+      const size_t off =
+          (size_t(s) * ctx + j / kChunks) * heads * kChunks + size_t(h) * kChunks + j % kChunks;
       a[u] = __ldcs(k + off);
       b[u] = __ldcs(v + off);
     }
@@ -149,13 +149,13 @@ __global__ void read_bulk(const char* __restrict__ src, size_t bytes_per_cta, un
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-#define STREAM_CHECK(call)                                                                \
-  do {                                                                                    \
-    const cudaError_t e_ = (call);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::printf("stream: %s failed: %s\n", #call, cudaGetErrorString(e_));              \
-      return;                                                                             \
-    }                                                                                     \
+#define STREAM_CHECK(call)                                                   \
+  do {                                                                       \
+    const cudaError_t e_ = (call);                                           \
+    if (e_ != cudaSuccess) {                                                 \
+      std::printf("stream: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      return;                                                                \
+    }                                                                        \
   } while (0)
 
 template <class Launch>
@@ -189,7 +189,10 @@ void bench_stream(int iters) {
     std::fflush(stdout);
   };
   {
-    const double ms = time_ms(iters, a, b, [&] { cudaMemcpyAsync(static_cast<char*>(buf) + bytes / 2, buf, bytes / 2, cudaMemcpyDeviceToDevice); });
+    const double ms = time_ms(iters, a, b, [&] {
+      cudaMemcpyAsync(static_cast<char*>(buf) + bytes / 2, buf, bytes / 2,
+                      cudaMemcpyDeviceToDevice);
+    });
     report("stream: cudaMemcpy D2D 2 GiB (read + write counted)", double(bytes), ms);
   }
   for (int per_sm : {4, 8, 16}) {
@@ -229,9 +232,8 @@ void bench_stream(int iters) {
     }
     for (int per_sm : {16, 8, 4, 2}) {
       const int smem = per_sm == 16 ? 0 : (228 / per_sm - 2) * 1024;
-      const double ms = time_ms(iters, a, b, [&] {
-        read_kv_rows<<<dim3(heads, seqs), 128, smem>>>(k, v, ctx, sink);
-      });
+      const double ms = time_ms(
+          iters, a, b, [&] { read_kv_rows<<<dim3(heads, seqs), 128, smem>>>(k, v, ctx, sink); });
       char name[112];
       std::snprintf(name, sizeof name,
                     "stream: KV rows 232 seqs x 1536 keys x 8 heads, <= %d CTAs/SM (%d KB)", per_sm,
@@ -244,7 +246,8 @@ void bench_stream(int iters) {
     const int ctas = sms * per_sm;
     const size_t per_cta = (bytes / ctas) / kBulkChunk * kBulkChunk;
     const int smem = kBulkChunk * kBulkStages;
-    STREAM_CHECK(cudaFuncSetAttribute(read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    STREAM_CHECK(
+        cudaFuncSetAttribute(read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const double ms = time_ms(iters, a, b, [&] {
       read_bulk<<<ctas, 32, smem>>>(static_cast<const char*>(buf), per_cta, sink);
     });

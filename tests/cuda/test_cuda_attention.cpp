@@ -376,14 +376,17 @@ TEST_CASE("cuda attention: rope fused into decode attention gives the bits of th
         const Tensor q_out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
         const Tensor out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
         const AttentionBatch gb = batch_on(p, true, b);
-        p.gpu().rope_attention(g_qkv, g_pos, g_cs, d, d, RopeStyle::neox, nh, nkv, gk, gv,
-                               g_slots, q_out, gb, shape, out);
+        p.gpu().rope_attention(g_qkv, g_pos, g_cs, d, d, RopeStyle::neox, nh, nkv, gk, gv, g_slots,
+                               q_out, gb, shape, out);
         results[w][0] = p.read(out);
         results[w][1] = p.read(gk);
         results[w][2] = p.read(gv);
       }
       for (int r = 0; r < 3; ++r) {
-        INFO("dtype " << dname(dt) << ", d = " << d << ", " << (r == 0 ? "out" : r == 1 ? "k" : "v"));
+        INFO("dtype " << dname(dt) << ", d = " << d << ", "
+                      << (r == 0   ? "out"
+                          : r == 1 ? "k"
+                                   : "v"));
         REQUIRE(results[0][r].size() == results[1][r].size());
         CHECK(std::memcmp(results[0][r].data(), results[1][r].data(),
                           results[0][r].size() * sizeof(float)) == 0);
