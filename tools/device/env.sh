@@ -31,6 +31,15 @@ split_variant() {
   done
 }
 
+# long_run BIN VARIANT JSON: the 1000 x 1000 run (--async-scheduling) with $root/bin/BIN and
+# VARIANT's knobs and flags (split_variant), its log on stdout, its results in JSON;
+# LONG_TIMEOUT seconds at most (default 280).
+long_run() {
+  split_variant "$2"
+  env "${envs[@]}" timeout "${LONG_TIMEOUT:-280}" "$root/bin/$1" --log-level info bench \
+    "${long_args[@]}" --async-scheduling "${flags[@]}" --output-json "$3" 2>&1
+}
+
 # field FILE KEY [SCALE]: a number from a bench JSON, times SCALE, or n/a.
 field() {
   python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[sys.argv[2]] * float(sys.argv[3]), 3))" \

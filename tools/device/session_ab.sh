@@ -17,19 +17,17 @@ echo "cuBLASLt: $(readlink -f "$cublas/libcublasLt.so.13")"
 OUT=$out SUSTAIN_S=3 timeout 90 bash "$here/ceilings.sh" | grep -E "copy|matmul 8192\^3"
 variants=("$@")
 [[ ${#variants[@]} == 0 ]] && variants=(default)
-long_run() {  # BUILD NAME VARIANT
-  split_variant "$3"
+run_build() {  # BUILD NAME VARIANT
   echo "=== $1 $3"
-  env "${envs[@]}" timeout 200 "$root/bin/$1" --log-level info bench "${long_args[@]}" \
-    --async-scheduling "${flags[@]}" --output-json "$out/throughput_$2.json" 2>&1 |
+  LONG_TIMEOUT=200 long_run "$1" "$3" "$out/throughput_$2.json" |
     grep -E "elapsed|output tokens/s|model TFLOP/s|steps with prompt|decode-only"
 }
 for i in $(seq 1 "${RUNS:-1}"); do
-  [[ ${OLD:-1} == 1 ]] && long_run troupe_old "old_$i" default
+  [[ ${OLD:-1} == 1 ]] && run_build troupe_old "old_$i" default
   n=0
   for variant in "${variants[@]}"; do
     n=$((n + 1))
-    long_run troupe "new_${i}_$n" "$variant"
+    run_build troupe "new_${i}_$n" "$variant"
   done
 done
 if [[ ${LATENCY:-0} == 1 ]]; then

@@ -25,11 +25,8 @@ else "$root/bin/troupe_cuda_tests" "[attention]" 2>&1 | tail -n 3; fi
 n=0
 for variant in "$@"; do
   n=$((n + 1))
-  split_variant "$variant"
   echo "=== 1000 x 1000 $variant"
-  env "${envs[@]}" timeout 280 "$root/bin/troupe" --log-level info bench "${long_args[@]}" \
-    --async-scheduling "${flags[@]}" --output-json "$out/throughput_1000_$n.json" 2>&1 |
-    grep -vE "it/s|^\s*$" | tail -n 8
+  long_run troupe "$variant" "$out/throughput_1000_$n.json" | grep -vE "it/s|^\s*$" | tail -n 8
 done
 if [[ -n ${RACECHECK:-} ]]; then  # a Catch filter: racecheck on those test cases
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)

@@ -8,5 +8,5 @@ session_init unpack
 echo "cuBLASLt: $(readlink -f "$cublas/libcublasLt.so.13")"
 nvidia-smi --query-gpu=driver_version,clocks.max.sm,power.limit --format=csv,noheader
 OUT=$out SUSTAIN_S=3 timeout 90 bash "$here/ceilings.sh" | grep -E "copy|matmul 8192\^3:"
-timeout 200 "$root/bin/troupe" --log-level info bench "${long_args[@]}" --async-scheduling \
-  --output-json "$out/throughput_1000.json" 2>&1 | grep -vE "it/s|^\s*$" | tail -n 14
+LONG_TIMEOUT=200 long_run troupe default "$out/throughput_1000.json" | grep -vE "it/s|^\s*$" |
+  tail -n 14
