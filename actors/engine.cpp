@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "actors/cache_manager.hpp"
+#include "actors/cache_manager_actor.hpp"
 #include "actors/engine_actor.hpp"
-#include "actors/executor.hpp"
+#include "actors/executor_actor.hpp"
 #include "runtime/error.hpp"
-#include "runtime/model/generation_config.hpp"
+#include "runtime/checkpoint/generation_config.hpp"
 
 #ifndef TROUPE_DEFAULT_MODEL_DIR
 #define TROUPE_DEFAULT_MODEL_DIR "models/troupe-fortunes"

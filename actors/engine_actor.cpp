@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "actors/scheduler_actor.hpp"
 #include "runtime/error.hpp"
 
 namespace troupe {

@@ -7,11 +7,21 @@
 #include <string>
 #include <vector>
 
-#include "actors/interfaces.hpp"
-#include "actors/scheduler.hpp"
+#include "actors/cache_manager_actor.hpp"
+#include "actors/executor_actor.hpp"
+#include "actors/messages.hpp"
 #include "actors/tokenizer_pool.hpp"
 
 namespace troupe {
+
+/// The front door. A submit names the actor that receives the request's outputs as
+/// (output_atom, RequestOutput) messages; the reply is the request id or an error.
+using engine_actor = caf::typed_actor<
+    caf::replies_to<submit_atom, EngineRequest, caf::actor>::with<std::string>,
+    caf::reacts_to<abort_atom, std::string>,
+    caf::reacts_to<updates_atom, SeqUpdates>,
+    caf::reacts_to<failed_atom, std::string, bool>,
+    caf::replies_to<stats_atom>::with<EngineStats>>;
 
 /// Everything the engine actor needs, resolved by troupe::Engine before it is spawned.
 struct EngineContext {
@@ -26,7 +36,7 @@ struct EngineContext {
   TokenizerPool tokenizers;
   cache_manager_actor cache_manager;
   std::vector<executor_actor> executors;
-  SchedulerActorConfig scheduler;
+  SchedulerLoopConfig scheduler;
 };
 
 /// Spawns the engine actor, which spawns (and owns) its scheduler.

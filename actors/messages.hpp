@@ -17,7 +17,7 @@
 
 #include "runtime/api/outputs.hpp"
 #include "runtime/config/sampling_params.hpp"
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
 #include "runtime/sched/scheduler.hpp"
 

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/kv/block_pool.hpp"
 
 namespace troupe {

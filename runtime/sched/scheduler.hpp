@@ -38,7 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
 
 namespace troupe {
@@ -49,6 +49,13 @@ struct SchedulerConfig {
   int32_t max_model_len = 0;
   bool enable_chunked_prefill = true;
   bool async_scheduling = false;  // plan a step while the one before runs (see above)
+};
+
+/// The scheduler actor's settings: the policy, and its periodic stats line.
+struct SchedulerLoopConfig {
+  SchedulerConfig policy;
+  bool log_stats = true;
+  double stats_interval_seconds = 5.0;
 };
 
 /// When a sequence stops, besides the engine's stop strings.

@@ -1,4 +1,4 @@
-#include "actors/cache_manager.hpp"
+#include "actors/cache_manager_actor.hpp"
 
 #include <memory>
 

@@ -3,9 +3,15 @@
 // round trip however many sequences it holds.
 #pragma once
 
-#include "actors/interfaces.hpp"
+#include "actors/messages.hpp"
 
 namespace troupe {
+
+/// Owns the KV block accounting (runtime/kv) and grants each step's ask.
+using cache_manager_actor = caf::typed_actor<
+    caf::replies_to<grant_atom, KVAsk>::with<KVGrant>,
+    caf::replies_to<stats_atom>::with<KVStats>,
+    caf::reacts_to<reset_atom>>;
 
 cache_manager_actor spawn_cache_manager(caf::actor_system& sys, int32_t num_blocks,
                                         int32_t block_size, bool enable_prefix_caching,
