@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev libspdlog-dev libfmt-dev libtomlplusplus-dev catch2 nlohmann-json3-dev
-  libcli11-dev libonig-dev libutf8proc-dev libopenblas-dev libucx-dev
+  libcli11-dev libonig-dev libutf8proc-dev libopenblas-dev libucx-dev libboost-dev
   wamerican python3
 )
 missing=()
