@@ -50,6 +50,7 @@ struct engine_state {
   std::mt19937_64 rng;
   std::string failure;  // why the last failed sequences failed
   bool executors_lost = false;
+  std::vector<caf::actor> watchers;  // told when the engine can no longer serve
   uint64_t submitted = 0, finished = 0;
   static inline const char* name = "troupe.engine";
 };
@@ -391,7 +392,16 @@ engine_actor::behavior_type engine_behavior(self_ptr self, EngineContext ctx) {
       [=](failed_atom, const std::string& why, bool fatal) {
         auto& s = self->state;
         s.failure = why;
+        if (fatal && !s.executors_lost)
+          for (const auto& w : s.watchers) caf::anon_send(w, failed_atom::value, why, true);
         s.executors_lost = s.executors_lost || fatal;
+      },
+      [=](watch_atom, caf::actor watcher) {
+        auto& s = self->state;
+        if (s.executors_lost)
+          caf::anon_send(watcher, failed_atom::value, s.failure, true);
+        else
+          s.watchers.push_back(std::move(watcher));
       },
       [=](stats_atom) -> caf::result<EngineStats> {
         auto rp = self->make_response_promise<EngineStats>();

@@ -15,10 +15,13 @@
 namespace troupe {
 
 /// The front door. A submit names the actor that receives the request's outputs as
-/// (output_atom, RequestOutput) messages; the reply is the request id or an error.
+/// (output_atom, RequestOutput) messages; the reply is the request id or an error. A watcher
+/// (watch_atom, actor) is sent (failed_atom, reason, true) once the engine can no longer serve
+/// (at once if it already cannot).
 using engine_actor = caf::typed_actor<
     caf::replies_to<submit_atom, EngineRequest, caf::actor>::with<std::string>,
     caf::reacts_to<abort_atom, std::string>,
+    caf::reacts_to<watch_atom, caf::actor>,
     caf::reacts_to<updates_atom, SeqUpdates>,
     caf::reacts_to<failed_atom, std::string, bool>,
     caf::replies_to<stats_atom>::with<EngineStats>>;

@@ -40,6 +40,7 @@ using detok_atom = caf::atom_constant<caf::atom("detok")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
 
 // ---- engine-local message types ----
 
