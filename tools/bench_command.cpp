@@ -1,4 +1,5 @@
-// troupe bench latency|throughput: vLLM's offline benchmarks, on random token-id prompts.
+// troupe bench latency|throughput: vLLM's offline benchmarks, on random token-id prompts
+// (`troupe bench serving`, the online one, is in bench_serving.cpp).
 //
 //   troupe bench latency    --input-len 32 --output-len 128 --batch-size 8 [engine flags]
 //   troupe bench throughput --input-len 1000 --output-len 1000 --num-prompts 1000 [engine flags]
@@ -316,8 +317,12 @@ Runner add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group("Benchmark");
-  return [o, lat, thr] {
+  auto* serving =
+      app.add_subcommand("serving", "online serving: load on an OpenAI-compatible server");
+  Runner run_serving = add_bench_serving(*serving);
+  return [o, lat, thr, serving, run_serving] {
     if (lat->parsed()) return run_latency(*lat, *o);
+    if (serving->parsed()) return run_serving();
     return run_throughput(*thr, *o);
   };
 }

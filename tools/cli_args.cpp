@@ -119,6 +119,22 @@ void add_sampling_args(CLI::App& app) {
   add_fields(app, sampling_param_fields(), "Sampling");
 }
 
+void add_server_args(CLI::App& app) {
+  add_fields(app, openai::server_arg_fields(), "Server");
+}
+
+openai::ServerArgs server_args_from_cli(const CLI::App& app, std::vector<std::string>* notices) {
+  openai::ServerArgs a;
+  for (const auto& f : openai::server_arg_fields()) {
+    auto tokens = given(app, f);
+    if (tokens.empty()) continue;
+    std::string label = fmt::format("--{}", f.flag);
+    openai::detail::apply_server_value(a, f, f.parse_text(tokens, label), label, notices);
+  }
+  openai::validate(a);
+  return a;
+}
+
 EngineArgs engine_args_from_cli(const CLI::App& app, std::vector<std::string>* notices,
                                 const EngineArgs& base) {
   EngineConfigFile c = from_cli(app, base, {});

@@ -16,6 +16,7 @@
 
 #include "runtime/config/engine_args.hpp"
 #include "runtime/config/sampling_params.hpp"
+#include "runtime/openai/server_args.hpp"
 
 namespace troupe {
 
@@ -23,6 +24,8 @@ namespace troupe {
 void add_engine_args(CLI::App& app);
 /// Every SamplingParams field (group "Sampling").
 void add_sampling_args(CLI::App& app);
+/// Every ServerArgs field (group "Server"): the flags `troupe serve` adds to the engine's.
+void add_server_args(CLI::App& app);
 
 /// After app.parse(): defaults (`base`), then --config, then the engine flags given; then
 /// validate(). Legacy flags add a notice to `notices` (when not null) for the caller to log.
@@ -31,6 +34,9 @@ EngineArgs engine_args_from_cli(const CLI::App& app, std::vector<std::string>* n
                                 const EngineArgs& base = {});
 /// The same for sampling: `base`, then the [sampling] table of --config, then the flags.
 SamplingParams sampling_params_from_cli(const CLI::App& app, const SamplingParams& base = {});
+/// The server flags given, over the defaults; validated. Accepted-but-inert flags add a notice.
+openai::ServerArgs server_args_from_cli(const CLI::App& app,
+                                        std::vector<std::string>* notices = nullptr);
 /// Both at once, reading --config once; notices in the result.
 EngineConfigFile config_from_cli(const CLI::App& app, const EngineArgs& base = {},
                                  const SamplingParams& sbase = {});

@@ -14,5 +14,8 @@ Runner add_generate_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
+/// `troupe bench serving` (tools/bench_serving.cpp), registered by add_bench_command.
+Runner add_bench_serving(CLI::App& app);
 
 }  // namespace troupe::cli

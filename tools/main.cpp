@@ -3,6 +3,8 @@
 //   troupe generate [--model DIR] [engine flags] [sampling flags] [--input F.jsonl]
 //                   [--output F.jsonl] [PROMPT ...]
 //   troupe tokenize [--tokenizer DIR] [--decode] TEXT ...
+//   troupe serve    [MODEL] [engine flags] [--host H] [--port P] [--api-key K] [...]
+//                   (the OpenAI-compatible server)
 //   troupe worker   [--host H] [--port P]      (a remote executor for another process)
 //   troupe bench latency|throughput [--input-len N] [--output-len N] [...] [--output-json F]
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -33,9 +35,11 @@ int main(int argc, char** argv) {
   add(generate, troupe::cli::add_generate_command(*generate));
   auto* tokenize = app.add_subcommand("tokenize", "print the token ids of texts (or decode ids)");
   add(tokenize, troupe::cli::add_tokenize_command(*tokenize));
+  auto* serve = app.add_subcommand("serve", "the OpenAI-compatible API server (vllm serve)");
+  add(serve, troupe::cli::add_serve_command(*serve));
   auto* worker = app.add_subcommand("worker", "serve an executor to another troupe process");
   add(worker, troupe::cli::add_worker_command(*worker));
-  auto* bench = app.add_subcommand("bench", "offline benchmarks: latency, throughput");
+  auto* bench = app.add_subcommand("bench", "benchmarks: latency, throughput, serving");
   add(bench, troupe::cli::add_bench_command(*bench));
 
   try {
