@@ -189,6 +189,7 @@ void on_submit_error(self_ptr self, const std::string& what) {
   // A dead engine is the server's failure, not the request's.
   const bool engine_gone = what.find("no executors left") != std::string::npos;
   auto err = engine_gone ? openai::make_error(503, what) : openai::error_from_message(what);
+  if (err.param == "prompt_token_ids") err.param = "prompt";  // the client's field
   if (st.started) {
     st.out->write(openai::sse_event(openai::error_body(err)) + openai::sse_done());
     st.out->end();

@@ -48,23 +48,28 @@ void gauge(std::string& out, const char* name, const char* help, const std::stri
   sample(out, name, labels, v);
 }
 
+// prometheus_client names a counter's HELP and TYPE lines after its _total sample.
 void counter(std::string& out, const char* name, const char* help, const std::string& labels,
              double v) {
-  header(out, name, help, "counter");
-  sample(out, std::string(name) + "_total", labels, v);
+  const std::string total = std::string(name) + "_total";
+  header(out, total.c_str(), help, "counter");
+  sample(out, total, labels, v);
 }
 
-void histogram(std::string& out, const char* name, const char* help, const std::string& labels,
+/// `model` is the model_name label. prometheus_client writes labels sorted by name, so "le"
+/// goes between "engine" and "model_name".
+void histogram(std::string& out, const char* name, const char* help, const std::string& model,
                const Histogram& h) {
   header(out, name, help, "histogram");
+  const std::string labels = "engine=\"0\"," + model;
   uint64_t cumulative = 0;
   for (size_t i = 0; i < h.bounds().size(); ++i) {
     cumulative += h.counts()[i];
-    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, prom_number(h.bounds()[i]),
-                       prom_number(double(cumulative)));
+    out += fmt::format("{}_bucket{{engine=\"0\",le=\"{}\",{}}} {}\n", name,
+                       prom_number(h.bounds()[i]), model, prom_number(double(cumulative)));
   }
-  out +=
-      fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, prom_number(double(h.count())));
+  out += fmt::format("{}_bucket{{engine=\"0\",le=\"+Inf\",{}}} {}\n", name, model,
+                     prom_number(double(h.count())));
   sample(out, std::string(name) + "_count", labels, double(h.count()));
   sample(out, std::string(name) + "_sum", labels, h.sum());
 }
@@ -101,7 +106,7 @@ std::string prom_number(double v) {
 }
 
 ServingMetrics::ServingMetrics(std::string model_name, int64_t max_model_len)
-    : labels_(fmt::format("model_name=\"{}\",engine=\"0\"", escape_label(model_name))),
+    : model_label_(fmt::format("model_name=\"{}\"", escape_label(model_name))),
       ttft_(kTtftBuckets),
       itl_(kTokenLatencyBuckets),
       tpot_(kTokenLatencyBuckets),
@@ -157,7 +162,9 @@ void ServingMetrics::record_request(int64_t n, int64_t max_generation_tokens) {
 std::string ServingMetrics::render(const EngineGauges& g) const {
   std::lock_guard lock(mu_);
   std::string out;
-  const std::string& l = labels_;
+  // Labels sorted by name, as prometheus_client writes them.
+  const std::string l = "engine=\"0\"," + model_label_;
+  const std::string& m = model_label_;
   gauge(out, "vllm:num_requests_running", "Number of requests in model execution batches.", l,
         double(g.running));
   gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", l,
@@ -191,36 +198,36 @@ std::string ServingMetrics::render(const EngineGauges& g) const {
           double(prompt_tokens_));
   counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", l,
           double(generation_tokens_));
-  header(out, "vllm:request_success", "Count of successfully processed requests.", "counter");
+  header(out, "vllm:request_success_total", "Count of successfully processed requests.", "counter");
   for (const auto& [reason, count] : {std::pair<const char*, uint64_t>{"stop", success_stop_},
                                       {"length", success_length_},
                                       {"abort", success_abort_},
                                       {"error", success_error_}})
-    sample(out, "vllm:request_success_total", fmt::format("{},finished_reason=\"{}\"", l, reason),
-           double(count));
-  histogram(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", l,
+    sample(out, "vllm:request_success_total",
+           fmt::format("engine=\"0\",finished_reason=\"{}\",{}", reason, m), double(count));
+  histogram(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", m,
             prompt_len_);
-  histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.", l,
+  histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.", m,
             generation_len_);
   histogram(out, "vllm:request_max_num_generation_tokens",
-            "Histogram of maximum number of requested generation tokens.", l, max_generation_);
-  histogram(out, "vllm:request_params_n", "Histogram of the n request parameter.", l, n_);
+            "Histogram of maximum number of requested generation tokens.", m, max_generation_);
+  histogram(out, "vllm:request_params_n", "Histogram of the n request parameter.", m, n_);
   histogram(out, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-            l, max_tokens_);
+            m, max_tokens_);
   histogram(out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            l, ttft_);
+            m, ttft_);
   histogram(out, "vllm:time_per_output_token_seconds",
             "Histogram of time per output token in seconds.DEPRECATED: Use "
             "vllm:inter_token_latency_seconds instead.",
-            l, tpot_);
+            m, tpot_);
   histogram(out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-            l, itl_);
+            m, itl_);
   histogram(out, "vllm:request_time_per_output_token_seconds",
-            "Histogram of time_per_output_token_seconds per request.", l, request_tpot_);
+            "Histogram of time_per_output_token_seconds per request.", m, request_tpot_);
   histogram(out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-            l, e2e_);
+            m, e2e_);
   histogram(out, "vllm:request_decode_time_seconds",
-            "Histogram of time spent in DECODE phase for request.", l, decode_);
+            "Histogram of time spent in DECODE phase for request.", m, decode_);
   return out;
 }
 

@@ -80,7 +80,7 @@ class ServingMetrics {
 
  private:
   mutable std::mutex mu_;
-  std::string labels_;  // model_name="...",engine="0"
+  std::string model_label_;  // model_name="..."
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   uint64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0, success_error_ = 0;
   Histogram ttft_, itl_, tpot_, e2e_, decode_, request_tpot_;

@@ -64,40 +64,48 @@ TEST_CASE("metrics: the exposition has vLLM's names, labels and buckets", "[open
   g.prefix_hits = 40;
   g.preemptions = 2;
   const std::string text = m.render(g);
-  const std::string l = R"(model_name="my-model",engine="0")";
+  // Labels sorted by name, as prometheus_client writes them (le between engine and model_name).
+  const std::string l = R"(engine="0",model_name="my-model")";
+  const auto bucket = [](const std::string& name, const std::string& le) {
+    return name + R"(_bucket{engine="0",le=")" + le + R"(",model_name="my-model"})";
+  };
   CHECK(has_line(text, "# TYPE vllm:num_requests_running gauge"));
   CHECK(has_line(text, "vllm:num_requests_running{" + l + "} 3.0"));
   CHECK(has_line(text, "vllm:num_requests_waiting{" + l + "} 1.0"));
   CHECK(has_line(text, "vllm:kv_cache_usage_perc{" + l + "} 0.25"));
   CHECK(has_line(text, "vllm:gpu_cache_usage_perc{" + l + "} 0.25"));
-  CHECK(has_line(text, "# TYPE vllm:prefix_cache_queries counter"));
+  CHECK(has_line(text, "# TYPE vllm:prefix_cache_queries_total counter"));
   CHECK(has_line(text, "vllm:prefix_cache_queries_total{" + l + "} 100.0"));
   CHECK(has_line(text, "vllm:prefix_cache_hits_total{" + l + "} 40.0"));
   CHECK(has_line(text, "vllm:num_preemptions_total{" + l + "} 2.0"));
   CHECK(has_line(text, "vllm:prompt_tokens_total{" + l + "} 7.0"));
   CHECK(has_line(text, "vllm:generation_tokens_total{" + l + "} 4.0"));
-  CHECK(has_line(text, "vllm:request_success_total{" + l + R"(,finished_reason="length"} 1.0)"));
-  CHECK(has_line(text, "vllm:request_success_total{" + l + R"(,finished_reason="stop"} 0.0)"));
+  CHECK(has_line(
+      text,
+      R"(vllm:request_success_total{engine="0",finished_reason="length",model_name="my-model"} 1.0)"));
+  CHECK(has_line(
+      text,
+      R"(vllm:request_success_total{engine="0",finished_reason="stop",model_name="my-model"} 0.0)"));
   // TTFT: vLLM's 22 buckets, 0.03 falls in le=0.04.
   CHECK(has_line(text, "# TYPE vllm:time_to_first_token_seconds histogram"));
-  CHECK(has_line(text, "vllm:time_to_first_token_seconds_bucket{" + l + R"(,le="0.02"} 0.0)"));
-  CHECK(has_line(text, "vllm:time_to_first_token_seconds_bucket{" + l + R"(,le="0.04"} 1.0)"));
-  CHECK(has_line(text, "vllm:time_to_first_token_seconds_bucket{" + l + R"(,le="2560.0"} 1.0)"));
-  CHECK(has_line(text, "vllm:time_to_first_token_seconds_bucket{" + l + R"(,le="+Inf"} 1.0)"));
+  CHECK(has_line(text, bucket("vllm:time_to_first_token_seconds", "0.02") + " 0.0"));
+  CHECK(has_line(text, bucket("vllm:time_to_first_token_seconds", "0.04") + " 1.0"));
+  CHECK(has_line(text, bucket("vllm:time_to_first_token_seconds", "2560.0") + " 1.0"));
+  CHECK(has_line(text, bucket("vllm:time_to_first_token_seconds", "+Inf") + " 1.0"));
   CHECK(has_line(text, "vllm:time_to_first_token_seconds_count{" + l + "} 1.0"));
   CHECK(has_line(text, "vllm:time_to_first_token_seconds_sum{" + l + "} 0.03"));
   // Inter-token latency: one observation per arrival of new tokens.
-  CHECK(has_line(text, "vllm:inter_token_latency_seconds_bucket{" + l + R"(,le="0.025"} 1.0)"));
-  CHECK(has_line(text, "vllm:inter_token_latency_seconds_bucket{" + l + R"(,le="0.2"} 2.0)"));
+  CHECK(has_line(text, bucket("vllm:inter_token_latency_seconds", "0.025") + " 1.0"));
+  CHECK(has_line(text, bucket("vllm:inter_token_latency_seconds", "0.2") + " 2.0"));
   CHECK(has_line(text, "vllm:inter_token_latency_seconds_count{" + l + "} 2.0"));
   CHECK(has_line(text, "vllm:time_per_output_token_seconds_count{" + l + "} 2.0"));
-  CHECK(has_line(text, "vllm:e2e_request_latency_seconds_bucket{" + l + R"(,le="0.3"} 0.0)"));
-  CHECK(has_line(text, "vllm:e2e_request_latency_seconds_bucket{" + l + R"(,le="0.5"} 1.0)"));
+  CHECK(has_line(text, bucket("vllm:e2e_request_latency_seconds", "0.3") + " 0.0"));
+  CHECK(has_line(text, bucket("vllm:e2e_request_latency_seconds", "0.5") + " 1.0"));
   // Token counts: 1-2-5 buckets up to max_model_len.
-  CHECK(has_line(text, "vllm:request_prompt_tokens_bucket{" + l + R"(,le="5.0"} 0.0)"));
-  CHECK(has_line(text, "vllm:request_prompt_tokens_bucket{" + l + R"(,le="10.0"} 1.0)"));
-  CHECK(has_line(text, "vllm:request_prompt_tokens_bucket{" + l + R"(,le="500.0"} 1.0)"));
-  CHECK(has_line(text, "vllm:request_params_n_bucket{" + l + R"(,le="1.0"} 1.0)"));
+  CHECK(has_line(text, bucket("vllm:request_prompt_tokens", "5.0") + " 0.0"));
+  CHECK(has_line(text, bucket("vllm:request_prompt_tokens", "10.0") + " 1.0"));
+  CHECK(has_line(text, bucket("vllm:request_prompt_tokens", "500.0") + " 1.0"));
+  CHECK(has_line(text, bucket("vllm:request_params_n", "1.0") + " 1.0"));
   CHECK(has_line(text, "vllm:request_params_max_tokens_sum{" + l + "} 4.0"));
   // decode time / (tokens - 1)
   CHECK(has_line(text,

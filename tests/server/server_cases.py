@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""System tests of `troupe serve`: a real server process on 127.0.0.1, real HTTP clients (the
+official `openai` npm package, raw sockets), the embedded model.
+
+    python3 tests/server/server_cases.py CASE TROUPE_BINARY
+
+CTest runs one process per case (tests/server/CMakeLists.txt). Every wait has a timeout and
+every server is stopped (SIGTERM, then SIGKILL) when a case ends, pass or fail.
+"""
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MODEL = REPO / "models" / "troupe-fortunes"
+CLIENT_DIR = REPO / "tests" / "server" / "client"
+ENV = dict(os.environ, TROUPE_DEFAULT_MODEL=str(MODEL))
+TROUPE = None
+NAME = str(MODEL)  # the default served model name: the model path
+
+
+class Server:
+    """`troupe serve` on an ephemeral loopback port; stderr kept for the log checks."""
+
+    def __init__(self, *args, env=None, start_timeout=90):
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [TROUPE, "--log-level", "info", "serve", "--host", "127.0.0.1", "--port", "0",
+             *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env=env or ENV)
+        self.ready = threading.Event()
+        self.port = None
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(start_timeout):
+            self.stop()
+            raise AssertionError("troupe serve did not start:\n" + self.log())
+        assert self.port, "troupe serve exited before listening:\n" + self.log()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = re.search(r"API server on http://127\.0\.0\.1:(\d+)", line)
+            if m and not self.port:
+                self.port = int(m.group(1))
+                self.ready.set()
+        self.ready.set()
+
+    def log(self):
+        return "".join(self.lines)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def http(url, body=None, method=None, headers=None, timeout=60, raw=None):
+    """(status, parsed JSON or text) of one request; never raises for an HTTP status."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
+                                 headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def metrics(server):
+    """/metrics as {sample name with labels: value}."""
+    status, text = http(server.url + "/metrics")
+    assert status == 200, text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def gauge(server, name):
+    return metrics(server)[f'{name}{{engine="0",model_name="{NAME}"}}']
+
+
+def generate(*args):
+    """`troupe generate` (the offline path): the reference the server must agree with."""
+    p = subprocess.run([TROUPE, "--log-level", "warn", "generate", *args], capture_output=True,
+                       text=True, env=ENV, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+
+
+def node_client():
+    if (CLIENT_DIR / "node_modules" / "openai").exists():
+        return True
+    msg = ("the openai npm package is not installed: run tests/server/client/fetch_client.sh "
+           "(CI does)")
+    if os.environ.get("TROUPE_REQUIRE_NODE_CLIENT"):
+        raise AssertionError(msg)
+    print("SKIP: " + msg)
+    return False
+
+
+def openai_case(server, case, **args):
+    p = subprocess.run(["node", str(CLIENT_DIR / "openai_cases.mjs"), server.url, case,
+                        json.dumps(args)], capture_output=True, text=True, timeout=300)
+    out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {}
+    assert p.returncode == 0, f"openai client {case} failed: {out}\n{p.stderr}\n{server.log()}"
+    return out
+
+
+# ---- cases -------------------------------------------------------------------------------
+
+def case_endpoints():
+    """/health, /ping, /version, /v1/models, /tokenize and /detokenize as vLLM answers them;
+    unknown paths and methods; ids compared with `troupe tokenize`."""
+    with Server() as s:
+        assert http(s.url + "/health") == (200, ""), http(s.url + "/health")
+        assert http(s.url + "/ping")[0] == 200
+        assert http(s.url + "/ping", method="POST", raw=b"")[0] == 200
+        st, v = http(s.url + "/version")
+        assert st == 200 and isinstance(v["version"], str), v
+        st, models = http(s.url + "/v1/models")
+        assert st == 200 and models["object"] == "list", models
+        card = models["data"][0]
+        assert card["id"] == NAME and card["root"] == NAME and card["object"] == "model", card
+        assert card["max_model_len"] == 512, card
+        ids = json.loads(subprocess.run([TROUPE, "tokenize", "Hello world"], capture_output=True,
+                                        text=True, env=ENV, cwd=REPO).stdout)
+        st, t = http(s.url + "/tokenize", {"prompt": "Hello world"})
+        assert st == 200 and t == {"count": len(ids), "max_model_len": 512, "tokens": ids,
+                                   "token_strs": None}, t
+        st, t = http(s.url + "/tokenize", {"prompt": "Hello world", "add_special_tokens": False,
+                                           "return_token_strs": True})
+        assert t["tokens"] == ids[1:] and len(t["token_strs"]) == len(ids) - 1, t
+        st, d = http(s.url + "/detokenize", {"tokens": ids[1:]})
+        assert st == 200 and d == {"prompt": "Hello world"}, d
+        st, e = http(s.url + "/detokenize", {"tokens": [99999]})
+        assert st == 400 and e["error"]["param"] == "tokens", e
+        st, e = http(s.url + "/v1/nothing-here")
+        assert st == 404 and e["error"]["type"] == "NotFoundError", e
+        st, e = http(s.url + "/v1/completions")  # GET
+        assert st == 405, (st, e)
+
+
+def case_openai_completions():
+    """The openai client: completions plain and streamed, n > 1, logprobs, echo, stop strings,
+    several prompts; greedy text equals `troupe generate`'s."""
+    if not node_client():
+        return
+    prompt = "Once upon a time"
+    ref = generate("--temperature", "0", "--max-tokens", "24", "--ignore-eos", prompt)[0]
+    text = ref["outputs"][0]["text"]
+    words = text.split(" ")
+    stop = " " + words[len(words) // 2]  # a word the greedy text contains
+    with Server() as s:
+        r = openai_case(s, "completions", model=NAME, prompt=prompt, max_tokens=24, stop=stop)
+        plain = r["plain"]
+        c = plain["choices"][0]
+        # Same greedy tokens as the offline path, unless EOS came first.
+        assert text.startswith(c["text"]) and c["text"], (c["text"], text)
+        assert plain["object"] == "text_completion" and plain["model"] == NAME, plain
+        assert plain["system_fingerprint"] is None, plain
+        assert plain["usage"]["prompt_tokens"] == len(ref["prompt_token_ids"]), plain["usage"]
+        assert plain["usage"]["completion_tokens"] <= 24, plain["usage"]
+        assert plain["usage"]["total_tokens"] == (plain["usage"]["prompt_tokens"] +
+                                                  plain["usage"]["completion_tokens"])
+        st = r["streamed"]
+        assert st["texts"]["0"] == c["text"] and st["finish"]["0"] == c["finish_reason"], st
+        assert st["chunks"] > 2 and st["usage"] == {k: plain["usage"][k] for k in
+                                                    ("prompt_tokens", "completion_tokens",
+                                                     "total_tokens")}, st
+        # n = 3 with a seed: three samples, the same streamed or not.
+        n = r["n"]
+        assert sorted(x["index"] for x in n["choices"]) == [0, 1, 2], n
+        assert {str(x["index"]): x["text"] for x in n["choices"]} == r["nStreamed"]["texts"], r
+        assert len({x["text"] for x in n["choices"]}) > 1, n  # sampled, not copies
+        lp = r["logprobs"]["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == r["logprobs"]["usage"]["completion_tokens"], lp
+        assert "".join(lp["tokens"]) == r["logprobs"]["choices"][0]["text"], lp
+        for tok, lpv, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            assert lpv <= 0 and tok in top and len(top) <= 3, (tok, lpv, top)
+            assert abs(max(top.values()) - lpv) < 1e-6, top  # greedy: the chosen is the best
+        assert lp["text_offset"][0] == 0, lp
+        echo = r["echo"]["choices"][0]
+        assert echo["text"].startswith("<|bos|>" + prompt) or echo["text"].startswith(prompt), echo
+        stopped = r["stopped"]["choices"][0]
+        assert stopped["finish_reason"] == "stop" and stopped["stop_reason"] == stop, stopped
+        assert stopped["text"] == text[:text.index(stop)], (stopped, text, stop)
+        assert r["stopStream"]["texts"]["0"] == stopped["text"], r["stopStream"]
+        assert r["stopStream"]["stop"]["0"] == stop, r["stopStream"]
+        batch = r["batch"]["choices"]
+        assert [b["index"] for b in batch] == [0, 1] and batch[0]["text"] == text[:len(batch[0]["text"])]
+
+
+def case_openai_chat():
+    """The openai client: chat completions plain and streamed, n > 1, logprobs, stop strings;
+    the prompt is the model's chat template rendered (checked through /tokenize)."""
+    if not node_client():
+        return
+    messages = [{"role": "system", "content": "You tell fortunes."},
+                {"role": "user", "content": "What will happen tomorrow?"}]
+    with Server() as s:
+        st, t = http(s.url + "/tokenize", {"messages": messages})
+        assert st == 200, t
+        # The embedded model's template: bos, then <|role|>content<|eos|>, then <|assistant|>.
+        want = "<|bos|><|system|>You tell fortunes.<|eos|><|user|>What will happen tomorrow?" \
+               "<|eos|><|assistant|>"
+        st, d = http(s.url + "/detokenize", {"tokens": t["tokens"]})
+        assert d["prompt"] == want, d
+        ref = generate("--temperature", "0", "--max-tokens", "20", "--ignore-eos",
+                       "--input", write_ids(t["tokens"]))[0]["outputs"][0]["text"]
+        words = ref.split(" ")
+        stop = " " + words[len(words) // 2] if len(words) > 2 else ref[-2:]
+        r = openai_case(s, "chat", model=NAME, messages=messages, max_tokens=20, stop=[stop])
+        plain = r["plain"]
+        msg = plain["choices"][0]["message"]
+        assert plain["object"] == "chat.completion" and msg["role"] == "assistant", plain
+        assert ref.startswith(msg["content"]) and msg["content"], (msg, ref)
+        assert plain["usage"]["prompt_tokens"] == t["count"], plain["usage"]
+        assert r["streamed"]["texts"]["0"] == msg["content"], r["streamed"]
+        assert r["streamed"]["roles"]["0"] == "assistant", r["streamed"]
+        assert r["streamed"]["usage"]["completion_tokens"] == plain["usage"]["completion_tokens"]
+        assert {str(c["index"]): c["message"]["content"] for c in r["n"]["choices"]} == \
+            r["nStreamed"]["texts"], r
+        content = r["logprobs"]["choices"][0]["logprobs"]["content"]
+        assert "".join(x["token"] for x in content) == r["logprobs"]["choices"][0]["message"]["content"]
+        for x in content:
+            assert len(x["top_logprobs"]) == 2 and x["logprob"] <= 0, x
+            assert x["top_logprobs"][0]["token"] == x["token"], x  # greedy: chosen is rank 1
+        streamed_lp = r["logprobsStreamed"]["logprobs"]["0"]
+        assert [x["token"] for x in streamed_lp] == [x["token"] for x in content]
+        stopped = r["stopped"]["choices"][0]
+        assert stopped["finish_reason"] == "stop" and stopped["stop_reason"] == stop, stopped
+        assert stopped["message"]["content"] == ref[:ref.index(stop)], (stopped, ref)
+
+
+def write_ids(ids):
+    f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+    f.write(json.dumps({"prompt_token_ids": ids}) + "\n")
+    f.close()
+    return f.name
+
+
+def case_disconnect_frees_kv():
+    """A client that goes away mid-stream aborts its request: its KV blocks come back at once
+    (KV usage back to 0 within a second, long before the request would have ended)."""
+    if not node_client():
+        return
+    with Server() as s:
+        p = subprocess.Popen(["node", str(CLIENT_DIR / "openai_cases.mjs"), s.url, "disconnect",
+                              json.dumps({"model": NAME, "prompt": "Once upon a time " * 20,
+                                          "max_tokens": 400, "read_chunks": 3})],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline()
+            assert "mid_stream" in line, line
+            busy = gauge(s, "vllm:kv_cache_usage_perc")
+            assert busy > 0, "the stream holds no KV blocks?"
+            assert gauge(s, "vllm:num_requests_running") == 1
+            t0 = time.time()
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            assert p.wait(30) == 0, p.stdout.read()
+            while gauge(s, "vllm:kv_cache_usage_perc") > 0:
+                assert time.time() - t0 < 1.0, "KV blocks not freed within a second of the abort"
+                time.sleep(0.01)
+            freed_after = time.time() - t0
+            m = metrics(s)
+            assert m[f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="{NAME}"}}'] == 1
+            assert gauge(s, "vllm:num_requests_running") == 0
+            print(f"openai client: KV freed {freed_after * 1e3:.0f} ms after its abort")
+        finally:
+            if p.poll() is None:
+                p.kill()
+        # The same with a raw socket closed mid-stream: no client library in between.
+        host, port = "127.0.0.1", s.port
+        body = json.dumps({"prompt": "Once upon a time " * 20, "max_tokens": 60,
+                           "ignore_eos": True, "stream": True}).encode()
+        sock = socket.create_connection((host, port), timeout=10)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                     b"application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "no stream"
+        assert gauge(s, "vllm:kv_cache_usage_perc") > 0
+        t0 = time.time()
+        sock.close()
+        while gauge(s, "vllm:kv_cache_usage_perc") > 0:
+            assert time.time() - t0 < 0.5, "KV blocks not freed within 0.5 s of the close"
+            time.sleep(0.002)
+        print(f"raw socket: KV freed {(time.time() - t0) * 1e3:.0f} ms after the close")
+
+
+def case_bad_inputs():
+    """Every bad input gets an OpenAI-style error with the right status, while a concurrent good
+    streaming request completes untouched."""
+    with Server("--max-request-body-bytes", "65536") as s:
+        good = {}
+
+        def good_stream():
+            good["status"], good["body"] = http(
+                s.url + "/v1/completions",
+                {"model": NAME, "prompt": "A wise man", "max_tokens": 60, "ignore_eos": True,
+                 "temperature": 0, "stream": True}, timeout=120)
+
+        t = threading.Thread(target=good_stream)
+        t.start()
+        cases = [
+            (400, None, b"{not json", "/v1/completions"),
+            (400, None, b"[1, 2]", "/v1/completions"),
+            (400, "max_tokens", {"prompt": "x", "max_tokens": "many"}, "/v1/completions"),
+            (400, "temperature", {"prompt": "x", "temperature": -0.5}, "/v1/completions"),
+            (400, "top_p", {"prompt": "x", "top_p": 2}, "/v1/completions"),
+            (400, "n", {"prompt": "x", "n": 0}, "/v1/completions"),
+            (400, "prompt", {"prompt": "word " * 600}, "/v1/completions"),
+            (400, "max_tokens", {"prompt": "x", "max_tokens": 100000}, "/v1/completions"),
+            (400, "logprobs", {"prompt": "x", "logprobs": 50}, "/v1/completions"),
+            (400, "prompt", {"prompt": [1, 2, 999999]}, "/v1/completions"),
+            (404, "model", {"prompt": "x", "model": "gpt-17"}, "/v1/completions"),
+            (400, "use_beam_search", {"prompt": "x", "use_beam_search": True}, "/v1/completions"),
+            (400, "best_of", {"prompt": "x", "best_of": 4}, "/v1/completions"),
+            (400, "logits_processors", {"prompt": "x", "logits_processors": ["m.P"]}, "/v1/completions"),
+            (400, "guided_json", {"prompt": "x", "guided_json": {"type": "object"}}, "/v1/completions"),
+            (400, "response_format", {"prompt": "x", "response_format": {"type": "json_object"}},
+             "/v1/completions"),
+            (400, "messages", {"messages": "hi"}, "/v1/chat/completions"),
+            (400, "messages[0].role", {"messages": [{"content": "hi"}]}, "/v1/chat/completions"),
+            (413, None, {"prompt": "x" * 100000}, "/v1/completions"),
+        ]
+        for status, param, body, path in cases:
+            raw = body if isinstance(body, bytes) else None
+            st, e = http(s.url + path, None if raw else body, raw=raw)
+            assert st == status, (status, param, st, e)
+            assert isinstance(e, dict) and set(e) == {"error"}, e
+            err = e["error"]
+            assert set(err) == {"message", "type", "param", "code"} and err["code"] == status, e
+            assert err["param"] == param, (param, e)
+            # The message names the field too, except vLLM's own context-length wording.
+            if param and "maximum context length" not in err["message"]:
+                assert param.split("[")[0] in err["message"], e
+        # Unknown fields: accepted (200) and logged once.
+        for _ in range(2):
+            st, r = http(s.url + "/v1/completions",
+                         {"prompt": "x", "max_tokens": 2, "frobnicate": 1, "zz_extra": True})
+            assert st == 200, r
+        t.join(120)
+        assert good["status"] == 200, good
+        events = [l[6:] for l in good["body"].split("\n\n") if l.startswith("data: ")]
+        assert events[-1] == "[DONE]", events[-3:]
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert not any("error" in c for c in chunks), chunks
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-1]
+        assert sum(len(c["choices"]) for c in chunks) == 60, len(chunks)  # one token a chunk
+        # Each unknown field is logged once, not once per request.
+        log = s.log()
+        assert log.count("frobnicate") == 1 and log.count("zz_extra") == 1, log
+        assert gauge(s, "vllm:num_requests_running") == 0
+
+
+def case_api_key():
+    """--api-key (and VLLM_API_KEY): /v1 needs "Authorization: Bearer KEY" (401 otherwise, an
+    OpenAI-style error); /health and /metrics do not."""
+    env = dict(ENV, VLLM_API_KEY="second-key")
+    with Server("--api-key", "first-key", env=env) as s:
+        body = {"prompt": "x", "max_tokens": 2}
+        st, e = http(s.url + "/v1/completions", body)
+        assert st == 401 and e["error"]["code"] == 401, e
+        assert e["error"]["type"] == "AuthenticationError", e
+        st, e = http(s.url + "/v1/completions", body, headers={"authorization": "Bearer nope"})
+        assert st == 401, e
+        st, e = http(s.url + "/v1/models", headers={"authorization": "Bearer nope"})
+        assert st == 401, e
+        for key in ("first-key", "second-key"):
+            st, r = http(s.url + "/v1/completions", body, headers={"authorization": f"Bearer {key}"})
+            assert st == 200, r
+        assert http(s.url + "/health")[0] == 200
+        assert http(s.url + "/metrics")[0] == 200
+        if node_client():
+            # The official client sees a 401 as its AuthenticationError.
+            p = subprocess.run(["node", str(CLIENT_DIR / "auth_check.mjs"), s.url, "wrong"],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, p.stdout + p.stderr
+
+
+async def _stream_raw(host, port, body, state):
+    reader, writer = await asyncio.open_connection(host, port)
+    state["open"] += 1
+    state["peak"] = max(state["peak"], state["open"])
+    data = json.dumps(body).encode()
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    await writer.drain()
+    buf = b""
+    while b"data: [DONE]" not in buf:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        buf += chunk
+    writer.close()
+    state["open"] -= 1
+    return buf
+
+
+def case_streams_2000():
+    """2,000 simultaneous streaming requests on loopback, each completing with its [DONE]; the
+    server holds them all at once (its connection count is sampled at the peak)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2000 + 200
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(want, soft)), hard))
+    n = 2000
+    with Server("--max-num-seqs", "2048", "--max-num-batched-tokens", "16384",
+                "--http-threads", "2", "--disable-uvicorn-access-log") as s:
+        async def main():
+            state = {"open": 0, "peak": 0}
+            body = {"model": NAME, "prompt": "A wise man", "max_tokens": 8, "ignore_eos": True,
+                    "stream": True}
+            tasks = [asyncio.create_task(_stream_raw("127.0.0.1", s.port, body, state))
+                     for _ in range(n)]
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+            return state, results
+
+        t0 = time.time()
+        state, results = asyncio.run(main())
+        took = time.time() - t0
+        done = sum(1 for r in results if r.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in r)
+        tokens = sum(r.count(b'"finish_reason":"length"') for r in results)
+        assert done == n and tokens == n, (done, tokens)
+        assert state["peak"] == n, state  # every stream was open at once
+        print(f"{n} streams in {took:.1f} s")
+        assert gauge(s, "vllm:num_requests_running") == 0
+        assert gauge(s, "vllm:kv_cache_usage_perc") == 0
+
+
+def case_engine_death():
+    """The engine dying is fatal and visible: a `troupe worker` killed under the server makes
+    /health answer 503 at once, the in-flight stream ends with an error event, and the server
+    exits 1."""
+    w = subprocess.Popen([TROUPE, "--log-level", "warn", "worker", "--port", "0"],
+                         stdout=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+    try:
+        line = w.stdout.readline()
+        assert "listening on" in line, line
+        endpoint = line.strip().split()[-1]
+        # vLLM caps max_tokens at generation_config.json's max_new_tokens (64 here): "vllm"
+        # drops that cap, so the stream outlives the kill.
+        s = Server("--executor-endpoints", endpoint, "--generation-config", "vllm")
+        try:
+            assert http(s.url + "/health")[0] == 200
+            got = {}
+
+            def stream():
+                got["status"], got["body"] = http(
+                    s.url + "/v1/completions",
+                    {"prompt": "Once", "max_tokens": 400, "ignore_eos": True, "stream": True},
+                    timeout=60)
+
+            t = threading.Thread(target=stream)
+            t.start()
+            time.sleep(1.0)  # mid-stream
+            w.kill()
+            t0 = time.time()
+            while http(s.url + "/health", timeout=5)[0] != 503:
+                assert time.time() - t0 < 5, "/health still 200 after the executor died"
+                time.sleep(0.02)
+            print(f"/health 503 {1e3 * (time.time() - t0):.0f} ms after the kill")
+            t.join(60)
+            events = [l[6:] for l in got["body"].split("\n\n") if l.startswith("data: ")]
+            assert events[-1] == "[DONE]", events[-3:]
+            err = json.loads(events[-2])
+            assert "error" in err and err["error"]["code"] == 500, err
+            rc = s.proc.wait(30)
+            assert rc == 1, (rc, s.log())
+        finally:
+            s.stop(signal.SIGKILL)
+    finally:
+        if w.poll() is None:
+            w.kill()
+
+
+def case_logging_flags():
+    """--enable-log-requests with --max-log-len cuts logged prompts; --disable-log-requests and
+    --disable-log-stats silence the request log and the periodic stats line."""
+    prompt = "Once upon a time in a land far away"
+    with Server("--enable-log-requests", "--max-log-len", "9") as loud, \
+            Server("--disable-log-requests", "--disable-log-stats") as quiet:
+        for s in (loud, quiet):
+            assert http(s.url + "/v1/completions", {"prompt": prompt, "max_tokens": 3})[0] == 200
+        time.sleep(6)  # past one stats interval (5 s)
+        a, b = loud.log(), quiet.log()
+        assert "prompt: 'Once upon...'" in a, a
+        assert prompt not in a.split("Received request")[1].split("\n")[0], a
+        assert "Received request" not in b, b
+        assert "Avg prompt throughput" in a, a
+        assert "Avg prompt throughput" not in b, b
+        # --disable-log-requests is the old spelling: a one-line notice says what it maps to.
+        assert "--disable-log-requests" in b, b
+
+
+def case_metrics_reference():
+    """/metrics parses with prometheus_client's own parser and has the families, types, labels
+    and histogram buckets of vLLM's PrometheusStatLogger (tests/server/metrics_reference.py
+    builds them with prometheus_client for comparison)."""
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    import metrics_reference
+    if not metrics_reference.available():
+        msg = "python3-prometheus-client is not installed (tools/install-deps.sh installs it)"
+        if os.environ.get("TROUPE_REQUIRE_NODE_CLIENT"):
+            raise AssertionError(msg)
+        print("SKIP: " + msg)
+        return
+    with Server() as s:
+        for stream in (False, True):
+            assert http(s.url + "/v1/completions", {"prompt": "x", "max_tokens": 5,
+                                                    "stream": stream})[0] == 200
+        status, text = http(s.url + "/metrics")
+        metrics_reference.compare(text, model_name=NAME, max_model_len=512)
+
+
+def case_bench_serving():
+    """`troupe bench serving` against the server: every request completes, token counts are the
+    server's, and the JSON has vLLM's keys."""
+    with Server() as s, tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(
+            [TROUPE, "--log-level", "warn", "bench", "serving", "--base-url", s.url,
+             "--dataset-name", "random", "--random-input-len", "12", "--random-output-len", "6",
+             "--num-prompts", "24", "--request-rate", "50", "--max-concurrency", "8",
+             "--ignore-eos", "--num-warmups", "2", "--metric-percentiles", "50,99",
+             "--percentile-metrics", "ttft,tpot,itl,e2el", "--goodput", "ttft:60000",
+             "--save-result", "--result-dir", d, "--result-filename", "r.json"],
+            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "Serving Benchmark Result" in p.stdout and "Median TTFT (ms)" in p.stdout, p.stdout
+        j = json.loads(pathlib.Path(d, "r.json").read_text())
+        assert j["completed"] == 24 and j["failed"] == 0, j
+        assert j["total_output_tokens"] == 24 * 6 and j["total_input_tokens"] == 24 * 12, j
+        assert j["request_goodput"] == j["request_throughput"], j  # a generous SLO
+        for k in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "mean_tpot_ms",
+                  "p99_e2el_ms", "output_throughput", "total_token_throughput"):
+            assert j[k] > 0, (k, j[k])
+        # One gap per streamed text piece after the first (a token that decodes to no text,
+        # as some random ids do, streams none).
+        assert all(len(itl) <= 5 for itl in j["itls"]), j["itls"]
+        assert sum(len(itl) == 5 for itl in j["itls"]) > 12, j["itls"]
+        m = metrics(s)
+        ok = m[f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="{NAME}"}}']
+        assert ok == 24 + 2, ok  # the warm-ups too
+
+
+if __name__ == "__main__":
+    name, TROUPE = sys.argv[1], sys.argv[2]
+    globals()["case_" + name]()
+    print(f"{name}: ok")
