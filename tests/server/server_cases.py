@@ -576,6 +576,38 @@ def case_bench_serving():
         assert ok == 24 + 2, ok  # the warm-ups too
 
 
+def case_readme_examples():
+    """README's `troupe serve` examples run as written (the port aside): the curl completion
+    gives `troupe generate`'s greedy text, and the openai client example streams a reply."""
+    readme = (REPO / "README.md").read_text()
+    sh = next(b for b in re.findall(r"```sh\n(.*?)```", readme, re.S) if "troupe serve" in b)
+    serve_line = next(l for l in sh.splitlines() if "troupe serve" in l)
+    args = serve_line.split("troupe serve", 1)[1].replace("&", "").split()
+    i = args.index("--port")
+    del args[i:i + 2]  # the test's own port
+    curl = sh[sh.index("curl"):]
+    js = re.search(r"```js\n(.*?)```", readme, re.S).group(1)
+    ref = generate("--temperature", "0", "--max-tokens", "16", "Once upon a time")[0]
+    with Server(*args) as s:
+        here = f"127.0.0.1:{s.port}"
+        p = subprocess.run(["bash", "-c", curl.replace("localhost:8000", here)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+        assert out["model"] == "fortunes", out
+        assert out["choices"][0]["text"] == ref["outputs"][0]["text"], (out, ref)
+        if node_client():
+            script = CLIENT_DIR / "readme_example.mjs"  # beside node_modules, so imports resolve
+            script.write_text(js.replace("localhost:8000", here))
+            try:
+                p = subprocess.run(["node", str(script)], capture_output=True, text=True,
+                                   timeout=120)
+            finally:
+                script.unlink()
+            assert p.returncode == 0, p.stderr
+            assert len(p.stdout.strip()) > 0, p.stdout
+
+
 if __name__ == "__main__":
     name, TROUPE = sys.argv[1], sys.argv[2]
     globals()["case_" + name]()

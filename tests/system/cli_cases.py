@@ -284,7 +284,8 @@ def case_readme_example():
         if flag in ("--build", "--output-on-failure", "--test-dir"):
             continue
         h = run("generate", "--help").stdout + run("bench", "latency", "--help").stdout + \
-            run("tokenize", "--help").stdout
+            run("tokenize", "--help").stdout + run("serve", "--help").stdout + \
+            run("bench", "serving", "--help").stdout
         assert flag in h, f"README mentions {flag}, which no --help lists"
 
 
