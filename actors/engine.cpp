@@ -224,15 +224,15 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
                                    int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
   else
     ctx.tokenizers = TokenizerPool();
-  ctx.cache_manager = spawn_cache_manager(
-      sys, num_blocks, int32_t(args.block_size), args.enable_prefix_caching,
-      swap ? PreemptionMode::swap : PreemptionMode::recompute, m.info.num_cpu_blocks);
+  ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
+                                          args.enable_prefix_caching, m.info.num_cpu_blocks);
   ctx.executors = m.executors;
   ctx.scheduler.policy.max_num_batched_tokens = batched;
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
   ctx.scheduler.policy.max_model_len = max_len;
   ctx.scheduler.policy.enable_chunked_prefill = chunked;
   ctx.scheduler.policy.async_scheduling = args.async_scheduling;
+  ctx.scheduler.policy.preemption_mode = swap ? PreemptionMode::swap : PreemptionMode::recompute;
   ctx.scheduler.log_stats = !args.disable_log_stats;
   m.engine = spawn_engine_actor(sys, std::move(ctx));
   m.info.load_seconds =
