@@ -91,9 +91,12 @@ struct EngineStats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SeqSampling& x) {
-  return f(caf::meta::type_name("seq_sampling"), x.temperature, x.top_k, x.top_p, x.min_p,
-           x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.seed, x.num_logprobs,
-           x.num_prompt_logprobs, x.min_tokens, x.stop_ids, x.logit_bias);
+  // The knobs come from their one list (runtime/sampling/sampling_knobs.hpp), so a new knob
+  // crosses to remote executors without a change here.
+  return with_knobs(static_cast<SamplingKnobs&>(x), [&](auto&... knobs) {
+    return f(caf::meta::type_name("seq_sampling"), knobs..., x.num_logprobs, x.num_prompt_logprobs,
+             x.min_tokens, x.stop_ids, x.logit_bias);
+  });
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NewSeq& x) {
