@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/api/output_processor.hpp"
 #include "runtime/api/outputs.hpp"
 #include "runtime/config/sampling_params.hpp"
-#include "runtime/protocol/step.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/sched/scheduler.hpp"
 
 namespace troupe {
@@ -60,24 +61,15 @@ struct SeqUpdates {
   std::vector<SeqUpdate> items;
 };
 
-/// One sequence's new tokens for the incremental detokenizer.
-struct DetokPush {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> new_token_ids;
-  bool finish = false;  // flush and forget this sequence after these tokens
-};
-struct DetokOpen {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> prompt_token_ids;
-  bool skip_special_tokens = true;
-  bool spaces_between_special_tokens = true;
-};
+/// Work for one tokenizer member's incremental detokenizers (DetokOpen, DetokPush:
+/// runtime/api/output_processor.hpp).
 struct DetokBatch {
   std::vector<DetokOpen> open;
   std::vector<DetokPush> push;
 };
 struct DetokDeltas {
-  std::vector<std::pair<uint64_t, std::string>> items;  // (seq, text delta), in push order
+  std::vector<std::pair<uint64_t, std::string>> items;   // (seq, text delta), in push order
+  std::vector<std::pair<uint64_t, std::string>> errors;  // (seq, why) for those that failed
 };
 
 struct EngineStats {
