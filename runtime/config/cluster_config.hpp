@@ -115,13 +115,14 @@ std::string shell_quote(std::string_view s);
 /// {worker_args} (each argument quoted on its own, joined by spaces) and {command} (the whole
 /// `{troupe} worker {worker_args}` line quoted once more as ONE word, for programs that pass a
 /// string to a shell: ssh, `sh -c`). `{{` and `}}` are literal braces. Throws when the
-/// template uses {head} while head_port is 0: put the port the head bound in the config first.
+/// template uses {head} while head_port is 0 (put the port the head bound in the config
+/// first) or {device} for a CPU rank.
 std::string worker_launch_command(const ClusterConfig& config, const RankPlacement& placement,
                                   const std::string& troupe_binary,
                                   const std::vector<std::string>& worker_args);
 
-/// vLLM's multi-node flags: each node runs `troupe generate|serve ... --nnodes N --node-rank k
-/// --master-addr A [--master-port P]`, the others with --headless.
+/// vLLM's multi-node flags: every node runs `troupe generate|serve ... --nnodes N --node-rank k
+/// --master-addr A [--master-port P]`, nodes 1..N-1 with --headless too.
 struct MultiNodeFlags {
   int32_t nnodes = 1;                     // --nnodes
   int32_t node_rank = 0;                  // --node-rank: 0 runs the head
