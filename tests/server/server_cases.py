@@ -112,6 +112,25 @@ def gauge(server, name):
     return metrics(server)[f'{name}{{engine="0",model_name="{NAME}"}}']
 
 
+def background_stream(server, body):
+    """Starts a streamed /v1/completions in a thread; returns (thread, result dict) with the
+    status and body once the thread ends."""
+    got = {}
+
+    def run():
+        got["status"], got["body"] = http(server.url + "/v1/completions", {**body, "stream": True},
+                                          timeout=120)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
+
+
+def sse_data(body):
+    """The data payloads of a Server-Sent Events body, in order."""
+    return [l[6:] for l in body.split("\n\n") if l.startswith("data: ")]
+
+
 def generate(*args):
     """`troupe generate` (the offline path): the reference the server must agree with."""
     p = subprocess.run([TROUPE, "--log-level", "warn", "generate", *args], capture_output=True,
@@ -291,11 +310,11 @@ def case_disconnect_frees_kv():
             t0 = time.time()
             p.stdin.write("go\n")
             p.stdin.flush()
-            assert p.wait(30) == 0, p.stdout.read()
             while gauge(s, "vllm:kv_cache_usage_perc") > 0:
                 assert time.time() - t0 < 1.0, "KV blocks not freed within a second of the abort"
-                time.sleep(0.01)
+                time.sleep(0.005)
             freed_after = time.time() - t0
+            assert p.wait(30) == 0, p.stdout.read()
             m = metrics(s)
             assert m[f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="{NAME}"}}'] == 1
             assert gauge(s, "vllm:num_requests_running") == 0
@@ -324,16 +343,8 @@ def case_bad_inputs():
     """Every bad input gets an OpenAI-style error with the right status, while a concurrent good
     streaming request completes untouched."""
     with Server("--max-request-body-bytes", "65536") as s:
-        good = {}
-
-        def good_stream():
-            good["status"], good["body"] = http(
-                s.url + "/v1/completions",
-                {"model": NAME, "prompt": "A wise man", "max_tokens": 60, "ignore_eos": True,
-                 "temperature": 0, "stream": True}, timeout=120)
-
-        t = threading.Thread(target=good_stream)
-        t.start()
+        t, good = background_stream(s, {"model": NAME, "prompt": "A wise man", "max_tokens": 60,
+                                        "ignore_eos": True, "temperature": 0})
         cases = [
             (400, None, b"{not json", "/v1/completions"),
             (400, None, b"[1, 2]", "/v1/completions"),
@@ -374,7 +385,7 @@ def case_bad_inputs():
             assert st == 200, r
         t.join(120)
         assert good["status"] == 200, good
-        events = [l[6:] for l in good["body"].split("\n\n") if l.startswith("data: ")]
+        events = sse_data(good["body"])
         assert events[-1] == "[DONE]", events[-3:]
         chunks = [json.loads(e) for e in events[:-1]]
         assert not any("error" in c for c in chunks), chunks
@@ -476,16 +487,8 @@ def case_engine_death():
         s = Server("--executor-endpoints", endpoint, "--generation-config", "vllm")
         try:
             assert http(s.url + "/health")[0] == 200
-            got = {}
-
-            def stream():
-                got["status"], got["body"] = http(
-                    s.url + "/v1/completions",
-                    {"prompt": "Once", "max_tokens": 400, "ignore_eos": True, "stream": True},
-                    timeout=60)
-
-            t = threading.Thread(target=stream)
-            t.start()
+            t, got = background_stream(s, {"prompt": "Once", "max_tokens": 400,
+                                            "ignore_eos": True})
             time.sleep(1.0)  # mid-stream
             w.kill()
             t0 = time.time()
@@ -494,7 +497,7 @@ def case_engine_death():
                 time.sleep(0.02)
             print(f"/health 503 {1e3 * (time.time() - t0):.0f} ms after the kill")
             t.join(60)
-            events = [l[6:] for l in got["body"].split("\n\n") if l.startswith("data: ")]
+            events = sse_data(got["body"])
             assert events[-1] == "[DONE]", events[-3:]
             err = json.loads(events[-2])
             assert "error" in err and err["error"]["code"] == 500, err
@@ -505,6 +508,24 @@ def case_engine_death():
     finally:
         if w.poll() is None:
             w.kill()
+
+
+def case_graceful_shutdown():
+    """SIGTERM stops new work but lets an in-flight stream finish with its [DONE]; exit 0."""
+    s = Server("--generation-config", "vllm", "--shutdown-timeout", "20")
+    try:
+        t, got = background_stream(s, {"prompt": "Once", "max_tokens": 120, "ignore_eos": True})
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        assert got["status"] == 200, got
+        events = sse_data(got["body"])
+        assert events[-1] == "[DONE]", events[-3:]
+        assert sum(len(json.loads(e)["choices"]) for e in events[:-1]) == 120
+        assert s.proc.wait(30) == 0, s.log()
+        assert "SIGTERM received" in s.log(), s.log()
+    finally:
+        s.stop(signal.SIGKILL)
 
 
 def case_logging_flags():

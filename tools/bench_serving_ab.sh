@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The server against the offline engine at the same load, in alternation on one machine:
+# `troupe bench throughput` (LLM::generate, every prompt at once), then `troupe serve` driven by
+# `troupe bench serving` with every request at once (--request-rate inf), ROUNDS times; prints
+# each round's output tokens/s and their ratio. Then, unless RATES is empty, the server at each
+# request rate of RATES (TTFT / TPOT / ITL percentiles).
+#
+#   tools/bench_serving_ab.sh [build dir]      (env: ROUNDS=3 IN=128 OUT=128 N=300
+#                                               RATES="2 4 8" RATE_N=100 OUTDIR=bench_out)
+#
+# The server runs with --generation-config vllm: the embedded model's generation_config.json
+# caps max_tokens at 64 (vLLM's rule), which the offline benchmark does not apply.
+set -euo pipefail
+build=${1:-build}
+T="$build/tools/troupe"
+ROUNDS=${ROUNDS:-3} IN=${IN:-128} OUT=${OUT:-128} N=${N:-300}
+RATES=${RATES-"2 4 8"} RATE_N=${RATE_N:-100}
+OUTDIR=${OUTDIR:-bench_out}
+mkdir -p "$OUTDIR"
+log="$OUTDIR/serve.log"
+
+start_server() {
+  "$T" --log-level warn serve --host 127.0.0.1 --port 0 --disable-uvicorn-access-log \
+    --generation-config vllm 2>"$log" &
+  SP=$!
+  for _ in $(seq 1 300); do
+    grep -q "API server on" "$log" && break
+    sleep 0.1
+  done
+  URL=$(grep -o "http://127.0.0.1:[0-9]*" "$log" | head -1)
+  [ -n "$URL" ] || { echo "server did not start:"; cat "$log"; exit 1; }
+}
+stop_server() { kill -TERM "$SP"; wait "$SP" || true; }
+
+for i in $(seq 1 "$ROUNDS"); do
+  echo "== round $i, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$T" --log-level warn bench throughput --input-len "$IN" --output-len "$OUT" \
+    --num-prompts "$N" --output-json "$OUTDIR/offline_$i.json" | grep "output tokens/s"
+  start_server
+  "$T" --log-level warn bench serving --base-url "$URL" --dataset-name random \
+    --random-input-len "$IN" --random-output-len "$OUT" --num-prompts "$N" --request-rate inf \
+    --ignore-eos --temperature 1.0 --save-result --result-filename "$OUTDIR/server_$i.json" |
+    grep "Output token throughput"
+  stop_server
+  python3 -c "import json,sys; a=json.load(open('$OUTDIR/offline_$i.json'))['output_tokens_per_s']; b=json.load(open('$OUTDIR/server_$i.json'))['output_throughput']; print(f'round $i: offline {a:.1f}, server {b:.1f} output tok/s: {b / a:.3f}')"
+done
+
+for rate in $RATES; do
+  echo "== request rate $rate/s, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  start_server
+  "$T" --log-level warn bench serving --base-url "$URL" --dataset-name random \
+    --random-input-len "$IN" --random-output-len "$OUT" --num-prompts "$RATE_N" \
+    --request-rate "$rate" --ignore-eos --temperature 1.0 --metric-percentiles 50,90,99 \
+    --percentile-metrics ttft,tpot,itl,e2el --save-result \
+    --result-filename "$OUTDIR/rate_$rate.json" | sed -n '/Serving Benchmark/,$p'
+  stop_server
+done
