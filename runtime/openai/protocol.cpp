@@ -566,25 +566,25 @@ PlainGenerateRequest parse_plain_generate_request(const json& body) {
   return r;
 }
 
-void parse_request(Endpoint endpoint, std::string_view bytes) {
-  const json body = parse_body(bytes);
-  switch (endpoint) {
-    case Endpoint::completions:
-      (void)parse_completion_request(body);
-      return;
-    case Endpoint::chat_completions:
-      (void)parse_chat_request(body);
-      return;
-    case Endpoint::tokenize:
-      (void)parse_tokenize_request(body);
-      return;
-    case Endpoint::detokenize:
-      (void)parse_detokenize_request(body);
-      return;
-    case Endpoint::generate:
-      (void)parse_plain_generate_request(body);
-      return;
+ParsedRequest parse_request(Endpoint endpoint, std::string_view bytes) {
+  try {
+    const json body = parse_body(bytes);
+    switch (endpoint) {
+      case Endpoint::completions:
+        return parse_completion_request(body);
+      case Endpoint::chat_completions:
+        return parse_chat_request(body);
+      case Endpoint::tokenize:
+        return parse_tokenize_request(body);
+      case Endpoint::detokenize:
+        return parse_detokenize_request(body);
+      case Endpoint::generate:
+        return parse_plain_generate_request(body);
+    }
+  } catch (const ApiException& e) {
+    return e.error();
   }
+  return make_error(400, "unknown endpoint");
 }
 
 int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_len,

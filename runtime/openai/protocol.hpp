@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "runtime/config/sampling_params.hpp"
@@ -118,9 +119,13 @@ struct PlainGenerateRequest {
 /// The endpoints a body can be parsed for (parse_request).
 enum class Endpoint { completions, chat_completions, tokenize, detokenize, generate };
 
-/// Bytes in, a checked request or the error the server would answer: the entry point for a
-/// fuzz target (never throws anything but ApiException; never crashes on any input).
-void parse_request(Endpoint endpoint, std::string_view bytes);
+using ParsedRequest = std::variant<CompletionRequest, ChatRequest, TokenizeRequest,
+                                   DetokenizeRequest, PlainGenerateRequest, ApiError>;
+
+/// Bytes in, the checked request or the error the server would answer: the entry point for a
+/// fuzz target. Bad input of any kind is an ApiError, never an exception or a crash (an
+/// exception escaping from here is a bug).
+[[nodiscard]] ParsedRequest parse_request(Endpoint endpoint, std::string_view bytes);
 
 /// max_tokens for one prompt of `prompt_len` tokens, as vLLM's get_max_tokens and
 /// _validate_input decide it: the request's (or, when absent, what is left of max_model_len),
