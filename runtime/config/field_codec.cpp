@@ -330,22 +330,20 @@ void finish_row(FieldInfo& f, Spec& spec, Arena& arena) {
   f.help = spec.help;
   f.status = spec.status;
   f.note = spec.note;
+  f.text_items = spec.text_items;
   f.flag = spec.flag.empty() ? arena.keep(kebab(spec.name)) : spec.flag;
-  if (spec.allowed.empty() && !spec.choices.empty()) {
-    std::string text;
-    for (auto c : spec.choices) {
-      if (!text.empty()) text += '|';
-      text.append(c);
-    }
-    spec.allowed = arena.keep(std::move(text));
-  }
+  if (spec.allowed.empty() && !spec.choices.empty())
+    spec.allowed = arena.keep(fmt::format("{}", fmt::join(spec.choices, "|")));
   f.allowed = spec.allowed;
+  if (!spec.supported.empty())
+    f.supported_values = arena.keep(fmt::format("{}", fmt::join(spec.supported, "|")));
 
   std::vector<std::string_view> choices = spec.choices;
   std::vector<std::string_view> supported = spec.supported;
   Predicate valid = spec.valid;
   Predicate works = spec.works;
   std::string_view allowed = f.allowed;
+  std::string_view supported_now = f.supported_values;
   std::string_view note = f.note;
   if (choices.empty() && !valid && supported.empty() && !works) return;
 
@@ -364,15 +362,11 @@ void finish_row(FieldInfo& f, Spec& spec, Arena& arena) {
       fail_field(label, show(v), fmt::format("allowed: {}", allowed));
     }
     if (!supported.empty() && v.is_string() && !in(supported, v)) {
-      std::string now;
-      for (auto s : supported) {
-        if (!now.empty()) now += '|';
-        now.append(s);
-      }
       fail_field(label, show(v),
-                 note.empty() ? fmt::format("not supported yet in troupe (supported now: {})", now)
-                              : fmt::format("not supported yet in troupe (supported now: {}; {})",
-                                            now, note));
+                 note.empty()
+                     ? fmt::format("not supported yet in troupe (supported now: {})", supported_now)
+                     : fmt::format("not supported yet in troupe (supported now: {}; {})",
+                                   supported_now, note));
     }
     if (works && !works(v)) {
       fail_field(label, show(v), fmt::format("not supported yet in troupe ({})", note));
@@ -404,12 +398,6 @@ Predicate equals(json expected) {
   return [expected = std::move(expected)](const json& v) { return v == expected; };
 }
 
-Predicate unset_or_empty() {
-  return [](const json& v) {
-    return v.is_null() || (v.is_string() && v.get_ref<const std::string&>().empty());
-  };
-}
-
 // ---- using a table ----
 
 const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_view key) {
@@ -420,21 +408,32 @@ const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_vie
   return nullptr;
 }
 
-std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
-  std::string k = normalise_key(key);
-  const FieldInfo* best = nullptr;
-  size_t best_d = std::max<size_t>(3, k.size() / 4) + 1;
-  for (const auto& f : table) {
-    size_t d = edit_distance(k, f.name);
-    if (d < best_d) best_d = d, best = &f;
+std::string closest_name(std::string_view key, const std::vector<std::string_view>& names) {
+  const std::string k = normalise_key(key);
+  // Close means a typo, not a different word: "temprature" -> temperature, but "foo" is not
+  // "n" (three edits of three letters), and a key of one or two letters is not a typo of one.
+  size_t best_d = k.size() / 3 + 1;
+  std::string_view best;
+  for (std::string_view name : names) {
+    const size_t d = edit_distance(k, normalise_key(name));
+    if (d < best_d) best_d = d, best = name;
   }
-  return best ? fmt::format(" (did you mean '{}'?)", best->name) : std::string();
+  return std::string(best);
+}
+
+std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
+  std::vector<std::string_view> names;
+  for (const auto& f : table) names.push_back(f.name);
+  const std::string best = closest_name(key, names);
+  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
 }
 
 void check_value(const FieldInfo& f, const json& value, const json& default_value,
                  std::string_view label) {
   if (f.check) f.check(value, label);
-  if (f.status == FieldInfo::Status::not_yet && value != default_value) {
+  // "" is None for an optional string, as vLLM's optional_type reads it (revision = "").
+  const bool unset = value == default_value || (default_value.is_null() && value == "");
+  if (f.status == FieldInfo::Status::not_yet && !unset) {
     fail_field(label, show(value), fmt::format("not supported yet in troupe ({})", f.note));
   }
 }

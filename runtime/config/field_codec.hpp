@@ -192,6 +192,7 @@ struct Spec {
   FieldInfo::Status status = FieldInfo::Status::supported;
   std::string_view note;
   std::string_view flag;  // when the kebab form of `name` is not the flag
+  bool text_items = false;  // FieldInfo::text_items
 };
 
 /// Keeps generated strings (flags, default texts) alive for the string_views of a table.
@@ -270,7 +271,6 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
 [[nodiscard]] Predicate in_range(double lo, double hi);      // finite, lo <= v <= hi
 [[nodiscard]] Predicate in_half_open(double lo, double hi);  // finite, lo < v <= hi
 [[nodiscard]] Predicate equals(json expected);
-[[nodiscard]] Predicate unset_or_empty();  // null or ""
 
 // ---- using a table ----
 
@@ -279,6 +279,10 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
                                           std::string_view key);
 /// " (did you mean 'top_p'?)" for the closest name within a small edit distance, else "".
 [[nodiscard]] std::string suggest(const std::vector<FieldInfo>& table, std::string_view key);
+/// The name in `names` closest to `key` (ignoring leading dashes, '-' = '_'), when it is close:
+/// at most one edit per three characters of `key`. "" when none is.
+[[nodiscard]] std::string closest_name(std::string_view key,
+                                       const std::vector<std::string_view>& names);
 
 /// The checks of one value: `check`, then the not-yet refusal of a non-default value.
 void check_value(const FieldInfo& f, const json& value, const json& default_value,
