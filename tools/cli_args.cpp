@@ -163,10 +163,11 @@ void each_app(const CLI::App& app, const std::function<void(const CLI::App&)>& v
     each_app(*sub, visit);
 }
 
+// Words only: digits after a flag are data (`tokenize --decode 0 45 472`).
 bool is_boolean_word(std::string_view s) {
   std::string t(s);
   for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
-  static const std::set<std::string> kWords = {"true", "false", "yes", "no", "on", "off", "1", "0"};
+  static const std::set<std::string> kWords = {"true", "false", "yes", "no", "on", "off"};
   return kWords.contains(t);
 }
 
@@ -207,21 +208,13 @@ EngineConfigFile config_from_cli(const CLI::App& app, const EngineArgs& base,
   return c;
 }
 
-std::vector<std::string> join_boolean_values(const CLI::App& app, std::vector<std::string> args) {
-  // The boolean flags, less their negations: `--no-x false` stays two arguments (the
+std::vector<std::string> join_boolean_values(std::vector<std::string> args) {
+  // The boolean fields' flags, not their --no- forms: `--no-x false` stays two arguments (the
   // "false" is a prompt), as a double negative is no one's meaning.
   std::set<std::string> flags;
-  each_app(app, [&](const CLI::App& a) {
-    for (const CLI::Option* opt : a.get_options()) {
-      if (opt->get_expected_max() != 0) continue;
-      const auto& names = opt->get_lnames();
-      for (const auto& name : names) {
-        const bool negation = name.starts_with("no-") &&
-                              std::find(names.begin(), names.end(), name.substr(3)) != names.end();
-        if (!negation) flags.insert("--" + name);
-      }
-    }
-  });
+  for (const auto* table : {&engine_arg_fields(), &sampling_param_fields()})
+    for (const auto& f : *table)
+      if (f.arity == FieldInfo::Arity::flag) flags.insert(fmt::format("--{}", f.flag));
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--") {

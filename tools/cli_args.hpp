@@ -41,12 +41,11 @@ SamplingParams sampling_params_from_cli(const CLI::App& app, const SamplingParam
 EngineConfigFile config_from_cli(const CLI::App& app, const EngineArgs& base = {},
                                  const SamplingParams& sbase = {});
 
-/// Rewrites `--x VALUE` into `--x=VALUE` when --x is a boolean flag of `app` or any of its
-/// subcommands (not a `--no-x` negation) and VALUE is true/false/yes/no/on/off/1/0, so CLI11
-/// (whose flags take no separate value) does not read VALUE as a prompt. Stops at "--".
-/// `args` excludes argv[0].
-[[nodiscard]] std::vector<std::string> join_boolean_values(const CLI::App& app,
-                                                           std::vector<std::string> args);
+/// Rewrites `--x VALUE` into `--x=VALUE` when --x is the flag of a boolean EngineArgs or
+/// SamplingParams field (not its `--no-x` form) and VALUE is true/false/yes/no/on/off (any
+/// case), so CLI11 (whose flags take no separate value) does not read VALUE as a prompt.
+/// Stops at "--". `args` excludes argv[0].
+[[nodiscard]] std::vector<std::string> join_boolean_values(std::vector<std::string> args);
 
 /// " (did you mean --temperature?)" for an unknown option close to one of `app`'s (or its
 /// subcommands'), else "" (also for a known option).

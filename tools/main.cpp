@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   add(bench, troupe::cli::add_bench_command(*bench));
 
   std::vector<std::string> args =
-      troupe::join_boolean_values(app, std::vector<std::string>(argv + 1, argv + argc));
+      troupe::join_boolean_values(std::vector<std::string>(argv + 1, argv + argc));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes it reversed
     app.parse(reversed);

@@ -332,6 +332,10 @@ def case_command_line_forms():
     v = subprocess.run([TROUPE, "--version"], capture_output=True, text=True, timeout=30)
     assert v.returncode == 0 and re.fullmatch(r"troupe \d+\.\d+\.\d+( \(git [0-9a-f]{7}(-dirty)?\))?\n",
                                                v.stdout), v.stdout
+    # A flag before digits leaves them alone (they are token ids here, not its value).
+    a = json.loads(run("tokenize", "--decode", "0", "45", "472", "84", "699").stdout)
+    b = json.loads(run("tokenize", "--decode", "[0, 45, 472, 84, 699]").stdout)
+    assert a == b and isinstance(a, str), (a, b)
     # --input - reads standard input.
     out = jsonl(run("generate", "--input", "-", "--max-tokens", "2",
                     stdin='{"prompt": "from stdin"}\n\n{"prompt_token_ids": [0, 5]}\n').stdout)
