@@ -17,8 +17,9 @@
 //   file can be written is checked before the model loads);
 // - on a fatal error (an executor lost) every result that finished is written, then the
 //   command exits 1 with the reason; requests that failed are not written;
-// - Ctrl-C (SIGINT) or SIGTERM aborts the requests still running, writes every result that
-//   finished and exits 130 (143 for SIGTERM); a second Ctrl-C kills at once.
+// - once generation has started, Ctrl-C (SIGINT) or SIGTERM aborts the requests still
+//   running, writes every result that finished and exits 130 (143 for SIGTERM); a second
+//   Ctrl-C kills at once. While the model loads they end the process as usual.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -234,10 +235,6 @@ Runner add_generate_command(CLI::App& app) {
     if (inputs.empty()) fail("no prompts: give PROMPT arguments or --input FILE.jsonl");
     if (!o->output.empty()) check_writable(o->output);
 
-    g_stop.store(false);
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-
     LLM llm(std::move(engine_args));
     // Sampling: the model's generation_config defaults, then the flags given, then each
     // input line's own fields.
@@ -254,6 +251,11 @@ Runner add_generate_command(CLI::App& app) {
       }
     }
 
+    // From here on a signal stops generation cleanly; before, while the model loads, there
+    // is nothing to keep and it ends the process as usual.
+    g_stop.store(false);
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
     ResultWriter writer(o->output, inputs.size(), o->output_order == "input");
     GenerateOptions opts;
     opts.use_tqdm = !o->no_progress;
