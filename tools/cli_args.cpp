@@ -241,8 +241,8 @@ std::string suggest_option(const CLI::App& app, std::string_view unknown) {
   while (key.starts_with('-')) key.remove_prefix(1);
   if (key.empty() || std::find(names.begin(), names.end(), key) != names.end())
     return "";  // "--", or a known option
-  const std::string best =
-      config_detail::closest_name(key, std::vector<std::string_view>(names.begin(), names.end()));
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  const std::string_view best = config_detail::closest_name(views, key);
   return best.empty() ? std::string() : fmt::format(" (did you mean --{}?)", best);
 }
 

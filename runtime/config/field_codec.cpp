@@ -38,19 +38,23 @@ bool parse_exact_double(std::string_view s, double& out) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
+// Levenshtein distance with adjacent transpositions counted as one edit (optimal string
+// alignment), so "prot" is one edit from "port", as a typo is.
 size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      row[j] =
+          std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        row[j] = std::min(row[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
+    std::swap(prev, row);
   }
-  return row[b.size()];
+  return prev[b.size()];
 }
 
 std::string normalise_key(std::string_view key) {
@@ -408,7 +412,7 @@ const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_vie
   return nullptr;
 }
 
-std::string closest_name(std::string_view key, const std::vector<std::string_view>& names) {
+std::string_view closest_name(std::span<const std::string_view> names, std::string_view key) {
   const std::string k = normalise_key(key);
   // Close means a typo, not a different word: "temprature" -> temperature, but "foo" is not
   // "n" (three edits of three letters), and a key of one or two letters is not a typo of one.
@@ -418,13 +422,14 @@ std::string closest_name(std::string_view key, const std::vector<std::string_vie
     const size_t d = edit_distance(k, normalise_key(name));
     if (d < best_d) best_d = d, best = name;
   }
-  return std::string(best);
+  return best;
 }
 
 std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
   std::vector<std::string_view> names;
+  names.reserve(table.size());
   for (const auto& f : table) names.push_back(f.name);
-  const std::string best = closest_name(key, names);
+  std::string_view best = closest_name(names, key);
   return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
 }
 

@@ -277,12 +277,12 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
 /// The row named `key`: snake or kebab name, with or without a leading "--". Null if none.
 [[nodiscard]] const FieldInfo* find_field(const std::vector<FieldInfo>& table,
                                           std::string_view key);
+/// The name in `names` closest to `key` (leading dashes dropped, '-' read as '_' on both
+/// sides) when it is close: at most one edit per three characters of `key`; "" when none is.
+[[nodiscard]] std::string_view closest_name(std::span<const std::string_view> names,
+                                            std::string_view key);
 /// " (did you mean 'top_p'?)" for the closest name within a small edit distance, else "".
 [[nodiscard]] std::string suggest(const std::vector<FieldInfo>& table, std::string_view key);
-/// The name in `names` closest to `key` (ignoring leading dashes, '-' = '_'), when it is close:
-/// at most one edit per three characters of `key`. "" when none is.
-[[nodiscard]] std::string closest_name(std::string_view key,
-                                       const std::vector<std::string_view>& names);
 
 /// The checks of one value: `check`, then the not-yet refusal of a non-default value.
 void check_value(const FieldInfo& f, const json& value, const json& default_value,

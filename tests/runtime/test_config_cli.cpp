@@ -351,4 +351,7 @@ TEST_CASE("unknown names get a suggestion only when one is close", "[config]") {
   }
   CHECK_THROWS_WITH(troupe::sampling_params_from_json({{"seeed", 1}}, {}),
                     Contains("(did you mean 'seed'?)"));
+  // Two letters swapped are one typo.
+  CHECK_THROWS_WITH(troupe::sampling_params_from_json({{"tpo_p", 1}}, {}),
+                    Contains("(did you mean 'top_p'?)"));
 }
