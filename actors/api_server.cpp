@@ -23,10 +23,6 @@
 #define TROUPE_HAVE_CHAT_TEMPLATE 1
 #endif
 
-#ifndef TROUPE_VERSION
-#define TROUPE_VERSION "0.1.0"
-#endif
-
 namespace troupe {
 
 namespace {
@@ -241,7 +237,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
     }
     if (p == "/version") {
       if (!get) method_not_allowed();
-      return respond_json(out, ojson{{"version", TROUPE_VERSION}}, extra);
+      return respond_json(out, ojson{{"version", config.version}}, extra);
     }
     if (p == "/metrics") {
       if (!get) method_not_allowed();

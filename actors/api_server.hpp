@@ -36,6 +36,7 @@ struct ApiServerConfig {
   openai::SamplingDefaults sampling_defaults;   // from generation_config.json
   int64_t max_num_seqs = 256;
   bool log_requests = false;
+  std::string version;  // what /version answers
 };
 
 class ApiServer {

@@ -24,6 +24,7 @@
 #include "runtime/error.hpp"
 #include "tools/cli_args.hpp"
 #include "tools/commands.hpp"
+#include "troupe_version.hpp"  // generated at build time by cmake/troupe_version.cmake
 
 namespace troupe::cli {
 
@@ -89,6 +90,7 @@ int run_serve(const CLI::App& app, const std::string& model_tag) {
   config.sampling_defaults = sampling_defaults(args);
   config.max_num_seqs = args.max_num_seqs;
   config.log_requests = args.enable_log_requests;
+  config.version = TROUPE_VERSION;
 
   caf::actor_system_config cfg;
   register_message_types(cfg);
