@@ -19,22 +19,34 @@ namespace {
 using FilterFn = Value (*)(Interpreter& in, const Value& v, CallArgs& args);
 using TestFn = bool (*)(Interpreter& in, const Value& v, CallArgs& args);
 
-[[noreturn]] void type_error(std::string m) { fault(FaultKind::type, std::move(m)); }
-Value none() { return Value::none(); }
-Value str(std::string s) { return Value::string(std::move(s)); }
+[[noreturn]] void type_error(std::string m) {
+  fault(FaultKind::type, std::move(m));
+}
+Value none() {
+  return Value::none();
+}
+Value str(std::string s) {
+  return Value::string(std::move(s));
+}
 
 // soft_str: str() that keeps Markup.
-Value soft_str(const Value& v) { return v.is_string() ? v : Value::string(to_str(v)); }
+Value soft_str(const Value& v) {
+  return v.is_string() ? v : Value::string(to_str(v));
+}
 
 std::string need_name(const Value& v) {
-  if (!v.is_string()) type_error(fmt::format("attribute name must be string, not '{}'", type_name(v)));
+  if (!v.is_string())
+    type_error(fmt::format("attribute name must be string, not '{}'", type_name(v)));
   return v.str();
 }
 
-Value ignore_case(const Value& v) { return v.is_string() ? Value::string(py_lower(v.str())) : v; }
+Value ignore_case(const Value& v) {
+  return v.is_string() ? Value::string(py_lower(v.str())) : v;
+}
 
 // Jinja2's make_attrgetter: "a.b.0" walks getitem with int parts for digit strings.
-Value walk_attribute(const Value& item, const Value& attribute, const std::optional<Value>& dflt = std::nullopt) {
+Value walk_attribute(const Value& item, const Value& attribute,
+                     const std::optional<Value>& dflt = std::nullopt) {
   if (attribute.is_none()) return item;
   std::vector<Value> parts;
   if (attribute.is_string()) {
@@ -42,8 +54,10 @@ Value walk_attribute(const Value& item, const Value& attribute, const std::optio
     std::size_t start = 0;
     while (true) {
       const std::size_t dot = a.find('.', start);
-      const std::string part = a.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const std::string part =
+          a.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                       [](char c) { return c >= '0' && c <= '9'; });
       parts.push_back(digits ? Value::integer(std::stoll(part)) : Value::string(part));
       if (dot == std::string::npos) break;
       start = dot + 1;
@@ -67,7 +81,8 @@ Value multi_key(const Value& item, const Value& attribute, bool case_sensitive) 
     std::size_t start = 0;
     while (true) {
       const std::size_t comma = a.find(',', start);
-      const Value part = Value::string(a.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      const Value part = Value::string(
+          a.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       Value k = walk_attribute(item, part);
       keys.push_back(case_sensitive ? k : ignore_case(k));
       if (comma == std::string::npos) break;
@@ -100,7 +115,8 @@ void check_hashable(const Value& v) {
 }
 
 // ---- filters -----------------------------------------------------------------------------
-#define TROUPE_FILTER(name) Value name([[maybe_unused]] Interpreter& in, const Value& v, CallArgs& args)
+#define TROUPE_FILTER(name) \
+  Value name([[maybe_unused]] Interpreter& in, const Value& v, CallArgs& args)
 
 TROUPE_FILTER(f_abs) {
   bind("abs", args, {});
@@ -116,7 +132,8 @@ TROUPE_FILTER(f_attr) {
   auto a = bind("attr", args, {{"name", std::nullopt}});
   const std::string name = need_name(a[0]);
   if (v.is_undefined()) fail_undefined(v);
-  std::optional<Value> attr = v.is_object() ? v.object()->getattr(name) : builtin_attribute(v, name);
+  std::optional<Value> attr =
+      v.is_object() ? v.object()->getattr(name) : builtin_attribute(v, name);
   return attr ? *attr : missing_attribute(v, name);
 }
 TROUPE_FILTER(f_capitalize) {
@@ -141,7 +158,10 @@ TROUPE_FILTER(f_default) {
   return v;
 }
 TROUPE_FILTER(f_dictsort) {
-  auto a = bind("dictsort", args, {{"case_sensitive", Value::boolean(false)}, {"by", str("key")}, {"reverse", Value::boolean(false)}});
+  auto a = bind("dictsort", args,
+                {{"case_sensitive", Value::boolean(false)},
+                 {"by", str("key")},
+                 {"reverse", Value::boolean(false)}});
   std::size_t pos;
   if (a[1].is_string() && a[1].str() == "key") {
     pos = 0;
@@ -184,8 +204,8 @@ TROUPE_FILTER(f_last) {
   bind("last", args, {});
   if (v.is_generator()) type_error("'generator' object is not reversible");
   if (v.is_sequence() && v.seq_kind() != SeqKind::list && v.seq_kind() != SeqKind::tuple &&
-      v.seq_kind() != SeqKind::range && v.seq_kind() != SeqKind::dict_keys && v.seq_kind() != SeqKind::dict_values &&
-      v.seq_kind() != SeqKind::dict_items)
+      v.seq_kind() != SeqKind::range && v.seq_kind() != SeqKind::dict_keys &&
+      v.seq_kind() != SeqKind::dict_values && v.seq_kind() != SeqKind::dict_items)
     type_error(fmt::format("'{}' object is not reversible", type_name(v)));
   if (!v.is_string() && !v.is_sequence() && !v.is_dict() && !v.is_undefined())
     type_error(fmt::format("'{}' object is not reversible", type_name(v)));
@@ -217,10 +237,17 @@ TROUPE_FILTER(f_format) {
   return binary(ast::BinaryOp::mod, s, fmt_args, in.budget());
 }
 TROUPE_FILTER(f_indent) {
-  auto a = bind("indent", args, {{"width", Value::integer(4)}, {"first", Value::boolean(false)}, {"blank", Value::boolean(false)}});
-  const std::string indention = a[0].is_string() ? a[0].str() : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, a[0].as_int())), ' ');
+  auto a = bind("indent", args,
+                {{"width", Value::integer(4)},
+                 {"first", Value::boolean(false)},
+                 {"blank", Value::boolean(false)}});
+  const std::string indention =
+      a[0].is_string()
+          ? a[0].str()
+          : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, a[0].as_int())), ' ');
   if (v.is_undefined()) fail_undefined(v);
-  if (!v.is_string()) type_error(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  if (!v.is_string())
+    type_error(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
   // s += "\n"; then splitlines (Python's line boundaries).
   CallArgs none_args;
   auto split = builtin_attribute(Value::string(v.str() + "\n", v.is_markup()), "splitlines");
@@ -251,7 +278,8 @@ TROUPE_FILTER(f_int) {
     const double d = v.as_double();
     if (std::isnan(d)) return a[0];
     if (std::isinf(d)) type_error("cannot convert float infinity to integer");
-    if (std::fabs(d) >= 9.2e18) fault(FaultKind::unsupported, "integer beyond the 64-bit range troupe's templates use");
+    if (std::fabs(d) >= 9.2e18)
+      fault(FaultKind::unsupported, "integer beyond the 64-bit range troupe's templates use");
     return Value::integer(static_cast<std::int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
@@ -271,7 +299,8 @@ TROUPE_FILTER(f_items) {
   if (v.is_undefined()) return Value::sequence({}, SeqKind::generator);
   if (!v.is_dict()) type_error("Can only get item pairs from a mapping.");
   List out;
-  for (const auto& [k, x] : v.dict().items()) out.push_back(Value::sequence({str(k), x}, SeqKind::tuple));
+  for (const auto& [k, x] : v.dict().items())
+    out.push_back(Value::sequence({str(k), x}, SeqKind::tuple));
   return Value::sequence(std::move(out), SeqKind::generator);
 }
 TROUPE_FILTER(f_join) {
@@ -322,7 +351,8 @@ TROUPE_FILTER(f_map) {
     if (!attribute) type_error("map requires a filter argument");
     for (const auto& item : items) {
       in.budget().steps();
-      out.push_back(walk_attribute(item, *attribute, dflt && !dflt->is_none() ? dflt : std::nullopt));
+      out.push_back(
+          walk_attribute(item, *attribute, dflt && !dflt->is_none() ? dflt : std::nullopt));
     }
   } else {
     const Value name = args.positional[0];
@@ -336,7 +366,8 @@ TROUPE_FILTER(f_map) {
   return Value::sequence(std::move(out), SeqKind::generator);
 }
 Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
-  auto a = bind(want_max ? "max" : "min", args, {{"case_sensitive", Value::boolean(false)}, {"attribute", none()}});
+  auto a = bind(want_max ? "max" : "min", args,
+                {{"case_sensitive", Value::boolean(false)}, {"attribute", none()}});
   const List items = iterate(v);
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   std::size_t best = 0;
@@ -352,8 +383,12 @@ Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
   }
   return items[best];
 }
-TROUPE_FILTER(f_max) { return min_max(in, v, args, true); }
-TROUPE_FILTER(f_min) { return min_max(in, v, args, false); }
+TROUPE_FILTER(f_max) {
+  return min_max(in, v, args, true);
+}
+TROUPE_FILTER(f_min) {
+  return min_max(in, v, args, false);
+}
 
 // select / reject / selectattr / rejectattr
 Value select_like(Interpreter& in, const Value& v, CallArgs& args, bool lookup_attr, bool keep) {
@@ -366,8 +401,10 @@ Value select_like(Interpreter& in, const Value& v, CallArgs& args, bool lookup_a
   }
   const bool has_test = args.positional.size() > off;
   std::string test_name = has_test ? to_str(args.positional[off]) : "";
-  CallArgs test_args{{args.positional.begin() + static_cast<std::ptrdiff_t>(has_test ? off + 1 : off), args.positional.end()},
-                     args.keyword};
+  CallArgs test_args{
+      {args.positional.begin() + static_cast<std::ptrdiff_t>(has_test ? off + 1 : off),
+       args.positional.end()},
+      args.keyword};
   const List items = truthy(v) || v.is_generator() ? iterate(v) : List{};
   List out;
   for (const auto& item : items) {
@@ -384,14 +421,24 @@ Value select_like(Interpreter& in, const Value& v, CallArgs& args, bool lookup_a
   }
   return Value::sequence(std::move(out), SeqKind::generator);
 }
-TROUPE_FILTER(f_select) { return select_like(in, v, args, false, true); }
-TROUPE_FILTER(f_reject) { return select_like(in, v, args, false, false); }
-TROUPE_FILTER(f_selectattr) { return select_like(in, v, args, true, true); }
-TROUPE_FILTER(f_rejectattr) { return select_like(in, v, args, true, false); }
+TROUPE_FILTER(f_select) {
+  return select_like(in, v, args, false, true);
+}
+TROUPE_FILTER(f_reject) {
+  return select_like(in, v, args, false, false);
+}
+TROUPE_FILTER(f_selectattr) {
+  return select_like(in, v, args, true, true);
+}
+TROUPE_FILTER(f_rejectattr) {
+  return select_like(in, v, args, true, false);
+}
 
 TROUPE_FILTER(f_replace) {
   auto a = bind("replace", args, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", none()}});
-  CallArgs m{{Value::string(to_str(a[0])), Value::string(to_str(a[1])), a[2].is_none() ? Value::integer(-1) : a[2]}, {}};
+  CallArgs m{{Value::string(to_str(a[0])), Value::string(to_str(a[1])),
+              a[2].is_none() ? Value::integer(-1) : a[2]},
+             {}};
   auto method = builtin_attribute(Value::string(to_str(v)), "replace");
   return in.call(*method, m);
 }
@@ -413,7 +460,8 @@ TROUPE_FILTER(f_round) {
   if (method != "common" && method != "ceil" && method != "floor")
     type_error("method must be common, ceil or floor");
   if (v.is_undefined()) type_error("type Undefined doesn't define __round__ method");
-  if (!v.is_number()) type_error(fmt::format("type {} doesn't define __round__ method", type_name(v)));
+  if (!v.is_number())
+    type_error(fmt::format("type {} doesn't define __round__ method", type_name(v)));
   const std::int64_t precision = a[0].as_int();
   if (method == "common") {
     if (v.is_float()) return Value::floating(round_half_even(v.as_double(), precision));
@@ -440,7 +488,10 @@ TROUPE_FILTER(f_safe) {
   return Value::string(to_str(v), true);
 }
 TROUPE_FILTER(f_sort) {
-  auto a = bind("sort", args, {{"reverse", Value::boolean(false)}, {"case_sensitive", Value::boolean(false)}, {"attribute", none()}});
+  auto a = bind("sort", args,
+                {{"reverse", Value::boolean(false)},
+                 {"case_sensitive", Value::boolean(false)},
+                 {"attribute", none()}});
   List items = iterate(v);
   std::vector<Value> keys;
   keys.reserve(items.size());
@@ -470,7 +521,9 @@ TROUPE_FILTER(f_title) {
   const auto cps = utf8_decode(to_str(v));
   std::string out;
   bool word_start = true;
-  auto is_sep = [](char32_t c) { return py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; };
+  auto is_sep = [](char32_t c) {
+    return py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  };
   for (char32_t c : cps) {
     std::string one;
     utf8_append(one, c);
@@ -489,13 +542,18 @@ TROUPE_FILTER(f_title) {
 TROUPE_FILTER(f_tojson) {
   // transformers: json.dumps(x, ensure_ascii=False, indent=indent, separators=separators,
   // sort_keys=sort_keys), not Jinja2's HTML-safe tojson.
-  auto a = bind("tojson", args, {{"ensure_ascii", Value::boolean(false)}, {"indent", none()}, {"separators", none()}, {"sort_keys", Value::boolean(false)}});
+  auto a = bind("tojson", args,
+                {{"ensure_ascii", Value::boolean(false)},
+                 {"indent", none()},
+                 {"separators", none()},
+                 {"sort_keys", Value::boolean(false)}});
   JsonStyle style;
   style.ensure_ascii = truthy(a[0]);
   if (a[1].is_string()) {
     style.indent = a[1].str();
   } else if (a[1].is_int() || a[1].is_bool()) {
-    style.indent = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, a[1].as_int())), ' ');
+    style.indent =
+        std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, a[1].as_int())), ' ');
   } else if (!a[1].is_none()) {
     type_error(fmt::format("indent must be None, an int or a str, not {}", type_name(a[1])));
   }
@@ -517,7 +575,11 @@ TROUPE_FILTER(f_trim) {
   return in.call(*builtin_attribute(s, "strip"), m);
 }
 TROUPE_FILTER(f_truncate) {
-  auto a = bind("truncate", args, {{"length", Value::integer(255)}, {"killwords", Value::boolean(false)}, {"end", str("...")}, {"leeway", Value::integer(5)}});
+  auto a = bind("truncate", args,
+                {{"length", Value::integer(255)},
+                 {"killwords", Value::boolean(false)},
+                 {"end", str("...")},
+                 {"leeway", Value::integer(5)}});
   const std::string s = to_str(v);
   const std::string end = to_str(a[2]);
   const std::int64_t len = a[0].as_int(), leeway = a[3].as_int();
@@ -550,21 +612,46 @@ TROUPE_FILTER(f_unique) {
 #undef TROUPE_FILTER
 
 // ---- tests -------------------------------------------------------------------------------
-#define TROUPE_TEST(name) bool name([[maybe_unused]] Interpreter& in, const Value& v, CallArgs& args)
+#define TROUPE_TEST(name) \
+  bool name([[maybe_unused]] Interpreter& in, const Value& v, CallArgs& args)
 
-Value arg1(std::string_view test, CallArgs& args) { return bind(test, args, {{"other", std::nullopt}})[0]; }
+Value arg1(std::string_view test, CallArgs& args) {
+  return bind(test, args, {{"other", std::nullopt}})[0];
+}
 
-TROUPE_TEST(t_defined) { return bind("defined", args, {}), !v.is_undefined(); }
-TROUPE_TEST(t_undefined) { return bind("undefined", args, {}), v.is_undefined(); }
-TROUPE_TEST(t_none) { return bind("none", args, {}), v.is_none(); }
-TROUPE_TEST(t_boolean) { return bind("boolean", args, {}), v.is_bool(); }
-TROUPE_TEST(t_false) { return bind("false", args, {}), v.is_bool() && !v.as_bool(); }
-TROUPE_TEST(t_true) { return bind("true", args, {}), v.is_bool() && v.as_bool(); }
-TROUPE_TEST(t_integer) { return bind("integer", args, {}), v.is_int(); }
-TROUPE_TEST(t_float) { return bind("float", args, {}), v.is_float(); }
-TROUPE_TEST(t_number) { return bind("number", args, {}), v.is_number(); }
-TROUPE_TEST(t_string) { return bind("string", args, {}), v.is_string(); }
-TROUPE_TEST(t_mapping) { return bind("mapping", args, {}), v.is_dict(); }
+TROUPE_TEST(t_defined) {
+  return bind("defined", args, {}), !v.is_undefined();
+}
+TROUPE_TEST(t_undefined) {
+  return bind("undefined", args, {}), v.is_undefined();
+}
+TROUPE_TEST(t_none) {
+  return bind("none", args, {}), v.is_none();
+}
+TROUPE_TEST(t_boolean) {
+  return bind("boolean", args, {}), v.is_bool();
+}
+TROUPE_TEST(t_false) {
+  return bind("false", args, {}), v.is_bool() && !v.as_bool();
+}
+TROUPE_TEST(t_true) {
+  return bind("true", args, {}), v.is_bool() && v.as_bool();
+}
+TROUPE_TEST(t_integer) {
+  return bind("integer", args, {}), v.is_int();
+}
+TROUPE_TEST(t_float) {
+  return bind("float", args, {}), v.is_float();
+}
+TROUPE_TEST(t_number) {
+  return bind("number", args, {}), v.is_number();
+}
+TROUPE_TEST(t_string) {
+  return bind("string", args, {}), v.is_string();
+}
+TROUPE_TEST(t_mapping) {
+  return bind("mapping", args, {}), v.is_dict();
+}
 TROUPE_TEST(t_iterable) {
   bind("iterable", args, {});
   return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict() ||
@@ -580,9 +667,15 @@ TROUPE_TEST(t_callable) {
   bind("callable", args, {});
   return v.is_undefined() || (v.is_object() && v.object()->callable());
 }
-TROUPE_TEST(t_escaped) { return bind("escaped", args, {}), v.is_markup(); }
-TROUPE_TEST(t_lower) { return bind("lower", args, {}), py_islower(to_str(v)); }
-TROUPE_TEST(t_upper) { return bind("upper", args, {}), py_isupper(to_str(v)); }
+TROUPE_TEST(t_escaped) {
+  return bind("escaped", args, {}), v.is_markup();
+}
+TROUPE_TEST(t_lower) {
+  return bind("lower", args, {}), py_islower(to_str(v));
+}
+TROUPE_TEST(t_upper) {
+  return bind("upper", args, {}), py_isupper(to_str(v));
+}
 TROUPE_TEST(t_odd) {
   bind("odd", args, {});
   return equals(binary(ast::BinaryOp::mod, v, Value::integer(2), in.budget()), Value::integer(1));
@@ -595,20 +688,36 @@ TROUPE_TEST(t_divisibleby) {
   const Value n = bind("divisibleby", args, {{"num", std::nullopt}})[0];
   return equals(binary(ast::BinaryOp::mod, v, n, in.budget()), Value::integer(0));
 }
-TROUPE_TEST(t_eq) { return equals(v, arg1("eq", args)); }
-TROUPE_TEST(t_ne) { return !equals(v, arg1("ne", args)); }
-TROUPE_TEST(t_lt) { return compare(ast::CompareOp::lt, v, arg1("lt", args)); }
-TROUPE_TEST(t_le) { return compare(ast::CompareOp::le, v, arg1("le", args)); }
-TROUPE_TEST(t_gt) { return compare(ast::CompareOp::gt, v, arg1("gt", args)); }
-TROUPE_TEST(t_ge) { return compare(ast::CompareOp::ge, v, arg1("ge", args)); }
-TROUPE_TEST(t_in) { return contains(bind("in", args, {{"seq", std::nullopt}})[0], v); }
+TROUPE_TEST(t_eq) {
+  return equals(v, arg1("eq", args));
+}
+TROUPE_TEST(t_ne) {
+  return !equals(v, arg1("ne", args));
+}
+TROUPE_TEST(t_lt) {
+  return compare(ast::CompareOp::lt, v, arg1("lt", args));
+}
+TROUPE_TEST(t_le) {
+  return compare(ast::CompareOp::le, v, arg1("le", args));
+}
+TROUPE_TEST(t_gt) {
+  return compare(ast::CompareOp::gt, v, arg1("gt", args));
+}
+TROUPE_TEST(t_ge) {
+  return compare(ast::CompareOp::ge, v, arg1("ge", args));
+}
+TROUPE_TEST(t_in) {
+  return contains(bind("in", args, {{"seq", std::nullopt}})[0], v);
+}
 TROUPE_TEST(t_sameas) {
   const Value other = arg1("sameas", args);
   // Python's `is`: None and bools are singletons, small ints are cached, containers and
   // objects are compared by identity.
   if (v.is_none() || other.is_none()) return v.is_none() && other.is_none();
-  if (v.is_bool() || other.is_bool()) return v.is_bool() && other.is_bool() && v.as_bool() == other.as_bool();
-  if (v.is_int() && other.is_int()) return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+  if (v.is_bool() || other.is_bool())
+    return v.is_bool() && other.is_bool() && v.as_bool() == other.as_bool();
+  if (v.is_int() && other.is_int())
+    return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
   return v.same_object(other);
 }
 TROUPE_TEST(t_filter) {
@@ -632,219 +741,103 @@ struct TestEntry {
 };
 
 constexpr std::array filters{
-    FilterEntry{"abs", f_abs},           FilterEntry{"attr", f_attr},
-    FilterEntry{"batch", nullptr},       FilterEntry{"capitalize", f_capitalize},
-    FilterEntry{"center", f_center},     FilterEntry{"count", f_length},
-    FilterEntry{"d", f_default},         FilterEntry{"default", f_default},
-    FilterEntry{"dictsort", f_dictsort}, FilterEntry{"e", f_escape},
-    FilterEntry{"escape", f_escape},     FilterEntry{"filesizeformat", nullptr},
-    FilterEntry{"first", f_first},       FilterEntry{"float", f_float},
-    FilterEntry{"forceescape", f_forceescape}, FilterEntry{"format", f_format},
-    FilterEntry{"groupby", nullptr},     FilterEntry{"indent", f_indent},
-    FilterEntry{"int", f_int},           FilterEntry{"items", f_items},
-    FilterEntry{"join", f_join},         FilterEntry{"last", f_last},
-    FilterEntry{"length", f_length},     FilterEntry{"list", f_list},
-    FilterEntry{"lower", f_lower},       FilterEntry{"map", f_map},
-    FilterEntry{"max", f_max},           FilterEntry{"min", f_min},
-    FilterEntry{"pprint", nullptr},      FilterEntry{"random", nullptr},
-    FilterEntry{"reject", f_reject},     FilterEntry{"rejectattr", f_rejectattr},
-    FilterEntry{"replace", f_replace},   FilterEntry{"reverse", f_reverse},
-    FilterEntry{"round", f_round},       FilterEntry{"safe", f_safe},
-    FilterEntry{"select", f_select},     FilterEntry{"selectattr", f_selectattr},
-    FilterEntry{"slice", nullptr},       FilterEntry{"sort", f_sort},
-    FilterEntry{"string", f_string},     FilterEntry{"striptags", nullptr},
-    FilterEntry{"sum", f_sum},           FilterEntry{"title", f_title},
-    FilterEntry{"tojson", f_tojson},     FilterEntry{"trim", f_trim},
-    FilterEntry{"truncate", f_truncate}, FilterEntry{"unique", f_unique},
-    FilterEntry{"upper", f_upper},       FilterEntry{"urlencode", nullptr},
-    FilterEntry{"urlize", nullptr},      FilterEntry{"wordcount", nullptr},
-    FilterEntry{"wordwrap", nullptr},    FilterEntry{"xmlattr", nullptr},
+    FilterEntry{"abs", f_abs},
+    FilterEntry{"attr", f_attr},
+    FilterEntry{"batch", nullptr},
+    FilterEntry{"capitalize", f_capitalize},
+    FilterEntry{"center", f_center},
+    FilterEntry{"count", f_length},
+    FilterEntry{"d", f_default},
+    FilterEntry{"default", f_default},
+    FilterEntry{"dictsort", f_dictsort},
+    FilterEntry{"e", f_escape},
+    FilterEntry{"escape", f_escape},
+    FilterEntry{"filesizeformat", nullptr},
+    FilterEntry{"first", f_first},
+    FilterEntry{"float", f_float},
+    FilterEntry{"forceescape", f_forceescape},
+    FilterEntry{"format", f_format},
+    FilterEntry{"groupby", nullptr},
+    FilterEntry{"indent", f_indent},
+    FilterEntry{"int", f_int},
+    FilterEntry{"items", f_items},
+    FilterEntry{"join", f_join},
+    FilterEntry{"last", f_last},
+    FilterEntry{"length", f_length},
+    FilterEntry{"list", f_list},
+    FilterEntry{"lower", f_lower},
+    FilterEntry{"map", f_map},
+    FilterEntry{"max", f_max},
+    FilterEntry{"min", f_min},
+    FilterEntry{"pprint", nullptr},
+    FilterEntry{"random", nullptr},
+    FilterEntry{"reject", f_reject},
+    FilterEntry{"rejectattr", f_rejectattr},
+    FilterEntry{"replace", f_replace},
+    FilterEntry{"reverse", f_reverse},
+    FilterEntry{"round", f_round},
+    FilterEntry{"safe", f_safe},
+    FilterEntry{"select", f_select},
+    FilterEntry{"selectattr", f_selectattr},
+    FilterEntry{"slice", nullptr},
+    FilterEntry{"sort", f_sort},
+    FilterEntry{"string", f_string},
+    FilterEntry{"striptags", nullptr},
+    FilterEntry{"sum", f_sum},
+    FilterEntry{"title", f_title},
+    FilterEntry{"tojson", f_tojson},
+    FilterEntry{"trim", f_trim},
+    FilterEntry{"truncate", f_truncate},
+    FilterEntry{"unique", f_unique},
+    FilterEntry{"upper", f_upper},
+    FilterEntry{"urlencode", nullptr},
+    FilterEntry{"urlize", nullptr},
+    FilterEntry{"wordcount", nullptr},
+    FilterEntry{"wordwrap", nullptr},
+    FilterEntry{"xmlattr", nullptr},
 };
 
 constexpr std::array tests{
-    TestEntry{"odd", t_odd},         TestEntry{"even", t_even},         TestEntry{"divisibleby", t_divisibleby},
-    TestEntry{"defined", t_defined}, TestEntry{"undefined", t_undefined}, TestEntry{"filter", t_filter},
-    TestEntry{"test", t_test},       TestEntry{"none", t_none},         TestEntry{"boolean", t_boolean},
-    TestEntry{"false", t_false},     TestEntry{"true", t_true},         TestEntry{"integer", t_integer},
-    TestEntry{"float", t_float},     TestEntry{"lower", t_lower},       TestEntry{"upper", t_upper},
-    TestEntry{"string", t_string},   TestEntry{"mapping", t_mapping},   TestEntry{"number", t_number},
-    TestEntry{"sequence", t_sequence}, TestEntry{"iterable", t_iterable}, TestEntry{"callable", t_callable},
-    TestEntry{"sameas", t_sameas},   TestEntry{"escaped", t_escaped},   TestEntry{"in", t_in},
-    TestEntry{"==", t_eq},           TestEntry{"eq", t_eq},             TestEntry{"equalto", t_eq},
-    TestEntry{"!=", t_ne},           TestEntry{"ne", t_ne},             TestEntry{">", t_gt},
-    TestEntry{"gt", t_gt},           TestEntry{"greaterthan", t_gt},    TestEntry{"ge", t_ge},
-    TestEntry{">=", t_ge},           TestEntry{"<", t_lt},              TestEntry{"lt", t_lt},
-    TestEntry{"lessthan", t_lt},     TestEntry{"<=", t_le},             TestEntry{"le", t_le},
+    TestEntry{"odd", t_odd},
+    TestEntry{"even", t_even},
+    TestEntry{"divisibleby", t_divisibleby},
+    TestEntry{"defined", t_defined},
+    TestEntry{"undefined", t_undefined},
+    TestEntry{"filter", t_filter},
+    TestEntry{"test", t_test},
+    TestEntry{"none", t_none},
+    TestEntry{"boolean", t_boolean},
+    TestEntry{"false", t_false},
+    TestEntry{"true", t_true},
+    TestEntry{"integer", t_integer},
+    TestEntry{"float", t_float},
+    TestEntry{"lower", t_lower},
+    TestEntry{"upper", t_upper},
+    TestEntry{"string", t_string},
+    TestEntry{"mapping", t_mapping},
+    TestEntry{"number", t_number},
+    TestEntry{"sequence", t_sequence},
+    TestEntry{"iterable", t_iterable},
+    TestEntry{"callable", t_callable},
+    TestEntry{"sameas", t_sameas},
+    TestEntry{"escaped", t_escaped},
+    TestEntry{"in", t_in},
+    TestEntry{"==", t_eq},
+    TestEntry{"eq", t_eq},
+    TestEntry{"equalto", t_eq},
+    TestEntry{"!=", t_ne},
+    TestEntry{"ne", t_ne},
+    TestEntry{">", t_gt},
+    TestEntry{"gt", t_gt},
+    TestEntry{"greaterthan", t_gt},
+    TestEntry{"ge", t_ge},
+    TestEntry{">=", t_ge},
+    TestEntry{"<", t_lt},
+    TestEntry{"lt", t_lt},
+    TestEntry{"lessthan", t_lt},
+    TestEntry{"<=", t_le},
+    TestEntry{"le", t_le},
 };
-
-// ---- globals -----------------------------------------------------------------------------
-class Namespace : public Object {
- public:
-  explicit Namespace(Dict attrs) : attrs_(std::move(attrs)) {}
-  [[nodiscard]] std::string type_name() const override { return "Namespace"; }
-  [[nodiscard]] std::string type_repr() const override { return "jinja2.utils.Namespace object"; }
-  [[nodiscard]] std::optional<Value> getattr(std::string_view name) const override {
-    if (const Value* v = attrs_.find(name)) return *v;
-    return std::nullopt;
-  }
-  bool set_attr(const std::string& name, Value v) override {
-    attrs_.set(name, std::move(v));
-    return true;
-  }
-  [[nodiscard]] std::optional<std::string> repr() const override {
-    return "<Namespace " + chat::repr(Value::dict(attrs_)) + ">";
-  }
-
- private:
-  Dict attrs_;
-};
-
-// dict(*args, **kwargs) as Python builds it: one mapping or iterable of pairs, then kwargs.
-Dict build_dict(const CallArgs& args, std::string_view function) {
-  if (args.positional.size() > 1)
-    type_error(fmt::format("{} expected at most 1 argument, got {}", function, args.positional.size()));
-  Dict d;
-  if (!args.positional.empty()) {
-    const Value& src = args.positional[0];
-    if (src.is_dict()) {
-      d = src.dict();
-    } else {
-      for (const auto& pair : iterate(src)) {
-        const List kv = iterate(pair);
-        if (kv.size() != 2)
-          type_error(fmt::format("dictionary update sequence element has length {}; 2 is required", kv.size()));
-        if (!kv[0].is_string())
-          fault(FaultKind::unsupported, "dict keys must be strings in troupe's templates");
-        d.set(kv[0].str(), kv[1]);
-      }
-    }
-  }
-  for (const auto& [k, v] : args.keyword) d.set(k, v);
-  return d;
-}
-
-Value g_range(Interpreter& in, const Value&, CallArgs& args) {
-  if (!args.keyword.empty()) type_error("range() takes no keyword arguments");
-  const auto& p = args.positional;
-  if (p.empty() || p.size() > 3) type_error(fmt::format("range expected at most 3 arguments, got {}", p.size()));
-  for (const auto& x : p)
-    if (!x.is_int() && !x.is_bool())
-      type_error(fmt::format("'{}' object cannot be interpreted as an integer", type_name(x)));
-  std::int64_t start = 0, stop, step = 1;
-  if (p.size() == 1) {
-    stop = p[0].as_int();
-  } else {
-    start = p[0].as_int();
-    stop = p[1].as_int();
-    if (p.size() == 3) step = p[2].as_int();
-  }
-  if (step == 0) type_error("range() arg 3 must not be zero");
-  const double count = step > 0 ? std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step))
-                                 : std::ceil((static_cast<double>(start) - static_cast<double>(stop)) / static_cast<double>(-step));
-  if (count > 100000)
-    fault(FaultKind::type, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-  if (count > 0) in.budget().steps(static_cast<std::size_t>(count));
-  return Value::range(start, stop, step);
-}
-
-Value g_dict(Interpreter&, const Value&, CallArgs& args) { return Value::dict(build_dict(args, "dict")); }
-
-Value g_namespace(Interpreter&, const Value&, CallArgs& args) {
-  return Value::object(std::make_shared<Namespace>(build_dict(args, "namespace")));
-}
-
-Value g_raise_exception(Interpreter&, const Value&, CallArgs& args) {
-  const auto a = bind("raise_exception", args, {{"message", std::nullopt}});
-  fault(FaultKind::raised, to_str(a[0]));
-}
-
-// datetime.now().strftime(fmt): C's strftime on local time, with Python's %f and with %z and
-// %Z empty (a naive datetime has no zone).
-Value g_strftime_now(Interpreter& in, const Value&, CallArgs& args) {
-  const auto a = bind("strftime_now", args, {{"format", std::nullopt}});
-  if (!a[0].is_string()) type_error(fmt::format("strftime() argument 1 must be str, not {}", type_name(a[0])));
-  const auto now = in.now();
-  const auto since_epoch = now.time_since_epoch();
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(since_epoch - seconds).count();
-  std::time_t t = static_cast<std::time_t>(seconds.count());
-  if (micros < 0) {
-    micros += 1000000;
-    --t;
-  }
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  const std::string& f = a[0].str();
-  std::string out;
-  for (std::size_t i = 0; i < f.size(); ++i) {
-    if (f[i] != '%' || i + 1 >= f.size()) {
-      out += f[i];
-      continue;
-    }
-    const char c = f[++i];
-    if (c == 'f') {
-      out += fmt::format("{:06d}", micros);
-    } else if (c == 'z' || c == 'Z') {
-    } else {
-      char buf[256];
-      const char spec[3] = {'%', c, 0};
-      const std::size_t n = std::strftime(buf, sizeof buf, spec, &tm);
-      out.append(buf, n);
-    }
-  }
-  return str(std::move(out));
-}
-
-// cycler(*items): .next(), .reset(), .current
-class Cycler : public Object {
- public:
-  explicit Cycler(List items) : items_(std::move(items)) {}
-  [[nodiscard]] std::string type_name() const override { return "Cycler"; }
-  [[nodiscard]] std::string type_repr() const override { return "jinja2.utils.Cycler object"; }
-  [[nodiscard]] std::optional<Value> getattr(std::string_view name) const override {
-    auto pos = pos_;
-    auto items = items_;
-    if (name == "current") return items[*pos];
-    if (name == "next")
-      return Value::object(std::make_shared<Closure>("next", [pos, items](Interpreter&, CallArgs&) {
-        Value v = items[*pos];
-        *pos = (*pos + 1) % items.size();
-        return v;
-      }));
-    if (name == "reset")
-      return Value::object(std::make_shared<Closure>("reset", [pos](Interpreter&, CallArgs&) {
-        *pos = 0;
-        return Value::none();
-      }));
-    return std::nullopt;
-  }
-
- private:
-  List items_;
-  std::shared_ptr<std::size_t> pos_ = std::make_shared<std::size_t>(0);
-};
-
-Value g_cycler(Interpreter&, const Value&, CallArgs& args) {
-  if (args.positional.empty()) type_error("at least one item has to be provided");
-  return Value::object(std::make_shared<Cycler>(args.positional));
-}
-
-Value g_joiner(Interpreter&, const Value&, CallArgs& args) {
-  const auto a = bind("joiner", args, {{"sep", str(", ")}});
-  auto used = std::make_shared<bool>(false);
-  const Value sep = a[0];
-  return Value::object(std::make_shared<Closure>("joiner", [used, sep](Interpreter&, CallArgs&) {
-    if (!*used) {
-      *used = true;
-      return str("");
-    }
-    return sep;
-  }));
-}
-
-Value g_lipsum(Interpreter&, const Value&, CallArgs&) {
-  fault(FaultKind::unsupported, "lipsum() is not supported in troupe's chat templates (its output is random)");
-}
 
 }  // namespace
 
@@ -865,7 +858,9 @@ Value call_filter(Interpreter& in, std::string_view name, const Value& v, CallAr
   for (const auto& f : filters) {
     if (f.name != name) continue;
     if (!f.fn)
-      fault(FaultKind::unsupported, fmt::format("the filter {} is not supported in troupe's chat templates", str_repr(name)));
+      fault(
+          FaultKind::unsupported,
+          fmt::format("the filter {} is not supported in troupe's chat templates", str_repr(name)));
     return f.fn(in, v, args);
   }
   fault(FaultKind::type, fmt::format("No filter named {} found.", str_repr(name)));
@@ -876,20 +871,6 @@ bool call_test(Interpreter& in, std::string_view name, const Value& v, CallArgs&
   for (const auto& t : tests)
     if (t.name == name) return t.fn(in, v, args);
   fault(FaultKind::type, fmt::format("No test named {} found.", str_repr(name)));
-}
-
-void add_globals(Scope& scope) {
-  auto add = [&](const char* name, Function::Impl impl) {
-    scope.set(name, Value::object(std::make_shared<Function>(name, Value(), impl)));
-  };
-  add("range", g_range);
-  add("dict", g_dict);
-  add("namespace", g_namespace);
-  add("cycler", g_cycler);
-  add("joiner", g_joiner);
-  add("lipsum", g_lipsum);
-  add("raise_exception", g_raise_exception);
-  add("strftime_now", g_strftime_now);
 }
 
 }  // namespace troupe::chat

@@ -1,5 +1,5 @@
-// Jinja2's built-in filters, tests and global functions, plus transformers' additions
-// (tojson with json.dumps' options, raise_exception, strftime_now), over Values.
+// Jinja2's built-in filters and tests over Values, with transformers' tojson (json.dumps'
+// options) in place of Jinja2's HTML-safe one. The global functions are in globals.hpp.
 #pragma once
 
 #include "runtime/chat/interpreter.hpp"
@@ -19,8 +19,5 @@ Availability test_availability(std::string_view name);
 
 Value call_filter(Interpreter& in, std::string_view name, const Value& v, CallArgs& args);
 bool call_test(Interpreter& in, std::string_view name, const Value& v, CallArgs& args);
-
-/// range, dict, namespace, cycler, joiner, raise_exception, strftime_now.
-void add_globals(Scope& scope);
 
 }  // namespace troupe::chat

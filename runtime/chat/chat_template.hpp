@@ -125,12 +125,13 @@ class ChatTemplate {
   /// them; each must be a list of objects), the special tokens, and every other key of
   /// extra_context (which override special tokens, as transformers' kwargs do).
   /// ordered_json keeps the caller's key order, which `tojson` prints (Python does too).
-  [[nodiscard]] std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                   const nlohmann::ordered_json& extra_context =
-                                       nlohmann::ordered_json::object()) const;
+  [[nodiscard]] std::string render(
+      const nlohmann::ordered_json& messages, bool add_generation_prompt,
+      const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object()) const;
   /// The same for nlohmann::json, whose objects are sorted by key.
-  [[nodiscard]] std::string render(const nlohmann::json& messages, bool add_generation_prompt,
-                                   const nlohmann::json& extra_context = nlohmann::json::object()) const;
+  [[nodiscard]] std::string render(
+      const nlohmann::json& messages, bool add_generation_prompt,
+      const nlohmann::json& extra_context = nlohmann::json::object()) const;
 
   /// The default template rendered with exactly `variables` (plus the globals and the
   /// special tokens): what Jinja2's Template.render(**variables) gives. For tests and for
@@ -154,7 +155,8 @@ class ChatTemplate {
   ChatTemplate() = default;
   void add(std::string name, std::string source);
   [[nodiscard]] const Named& pick(bool tools_given) const;
-  [[nodiscard]] std::string run(const Named& chosen, const std::string& origin, const Variables& variables) const;
+  [[nodiscard]] std::string run(const Named& chosen, const std::string& origin,
+                                const Variables& variables) const;
 
   std::vector<Named> templates_;
   std::string origin_;  // where the template came from, for messages

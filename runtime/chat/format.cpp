@@ -12,7 +12,9 @@ namespace troupe::chat {
 
 namespace {
 
-[[noreturn]] void type_error(std::string m) { fault(FaultKind::type, std::move(m)); }
+[[noreturn]] void type_error(std::string m) {
+  fault(FaultKind::type, std::move(m));
+}
 
 std::string pad(std::string body, std::size_t width, char align, const std::string& fill,
                 std::size_t sign_len = 0) {
@@ -188,7 +190,8 @@ std::string percent_format(std::string_view fmt, const Value& args, Budget& budg
       case 'r':
       case 'a': {
         body = type == 's' ? to_str(v) : type == 'r' ? repr(v) : ascii_repr(v);
-        if (precision >= 0) body = body.substr(0, utf8_offset(body, static_cast<std::size_t>(precision)));
+        if (precision >= 0)
+          body = body.substr(0, utf8_offset(body, static_cast<std::size_t>(precision)));
         zero = false;
         break;
       }
@@ -218,7 +221,8 @@ std::string percent_format(std::string_view fmt, const Value& args, Budget& budg
           n = v.as_int();
         } else if (v.is_float() && !int_only) {
           const double d = v.as_double();
-          if (!std::isfinite(d)) fault(FaultKind::type, "cannot convert float infinity or NaN to integer");
+          if (!std::isfinite(d))
+            fault(FaultKind::type, "cannot convert float infinity or NaN to integer");
           n = static_cast<std::int64_t>(std::trunc(d));
         } else {
           type_error(fmt::format("%{} format: {} is required, not {}", type,
@@ -244,16 +248,19 @@ std::string percent_format(std::string_view fmt, const Value& args, Budget& budg
         if (!v.is_number()) type_error(fmt::format("must be real number, not {}", type_name(v)));
         const double d = v.as_double();
         body = c_float(std::fabs(d), type, precision < 0 ? 6 : static_cast<int>(precision), alt);
-        std::string prefix = std::signbit(d) && !std::isnan(d) ? "-" : plus ? "+" : space ? " " : "";
+        std::string prefix = std::signbit(d) && !std::isnan(d) ? "-"
+                             : plus                            ? "+"
+                             : space                           ? " "
+                                                               : "";
         body = prefix + body;
         sign_len = prefix.size();
         if (!std::isfinite(d)) zero = false;
         break;
       }
       default:
-        fault(FaultKind::type, fmt::format("unsupported format character {} (0x{:x}) at index {}",
-                                           str_repr(std::string(1, type)),
-                                           static_cast<unsigned char>(type), i));
+        fault(FaultKind::type,
+              fmt::format("unsupported format character {} (0x{:x}) at index {}",
+                          str_repr(std::string(1, type)), static_cast<unsigned char>(type), i));
     }
     const auto w = static_cast<std::size_t>(width);
     if (left) {
@@ -314,17 +321,21 @@ Spec parse_spec(std::string_view spec, const Value& v) {
     }
     ++i;
   }
-  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') s.width = s.width * 10 + static_cast<std::size_t>(spec[i++] - '0');
+  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9')
+    s.width = s.width * 10 + static_cast<std::size_t>(spec[i++] - '0');
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_')) s.grouping = spec[i++];
   if (i < spec.size() && spec[i] == '.') {
     ++i;
-    if (i >= spec.size() || spec[i] < '0' || spec[i] > '9') fault(FaultKind::type, "Format specifier missing precision");
+    if (i >= spec.size() || spec[i] < '0' || spec[i] > '9')
+      fault(FaultKind::type, "Format specifier missing precision");
     s.precision = 0;
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') s.precision = s.precision * 10 + (spec[i++] - '0');
+    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9')
+      s.precision = s.precision * 10 + (spec[i++] - '0');
   }
   if (i < spec.size()) s.type = spec[i++];
   if (i != spec.size())
-    fault(FaultKind::type, fmt::format("Invalid format specifier '{}' for object of type '{}'", spec, type_name(v)));
+    fault(FaultKind::type,
+          fmt::format("Invalid format specifier '{}' for object of type '{}'", spec, type_name(v)));
   return s;
 }
 
@@ -366,24 +377,30 @@ std::string format_float(double d, const Spec& s) {
       }
       body = mantissa + body.substr(e);
     }
-  } else if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' || type == 'G') {
+  } else if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' ||
+             type == 'G') {
     body = c_float(percent ? a * 100 : a, type, s.precision < 0 ? 6 : s.precision, s.alt);
     if (percent) body += '%';
   } else {
-    fault(FaultKind::type, fmt::format("Unknown format code '{}' for object of type 'float'", type));
+    fault(FaultKind::type,
+          fmt::format("Unknown format code '{}' for object of type 'float'", type));
   }
   if (s.grouping && std::isfinite(d)) {
     std::size_t end = body.find_first_of(".eE%");
     if (end == std::string::npos) end = body.size();
     body = group_digits(body.substr(0, end), s.grouping, 3) + body.substr(end);
   }
-  std::string sign = std::signbit(d) && !std::isnan(d) ? "-" : s.sign == '+' ? "+" : s.sign == ' ' ? " " : "";
+  std::string sign = std::signbit(d) && !std::isnan(d) ? "-"
+                     : s.sign == '+'                   ? "+"
+                     : s.sign == ' '                   ? " "
+                                                       : "";
   return pad(sign + body, s.width, s.align ? s.align : '>', s.fill, sign.size());
 }
 
 std::string format_int(std::int64_t n, const Spec& s) {
   char type = s.type ? s.type : 'd';
-  if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' || type == 'G' || type == '%')
+  if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' || type == 'G' ||
+      type == '%')
     return format_float(static_cast<double>(n), s);
   if (s.precision >= 0) fault(FaultKind::type, "Precision not allowed in integer format specifier");
   std::string digits;
@@ -401,7 +418,8 @@ std::string format_int(std::int64_t n, const Spec& s) {
       const int base = type == 'b' ? 2 : type == 'o' ? 8 : 16;
       digits = to_base(magnitude(n), base, type == 'X');
       if (s.grouping == '_') digits = group_digits(digits, '_', 4);
-      if (s.grouping == ',') fault(FaultKind::type, fmt::format("Cannot specify ',' with '{}'.", type));
+      if (s.grouping == ',')
+        fault(FaultKind::type, fmt::format("Cannot specify ',' with '{}'.", type));
       if (s.alt) prefix = type == 'b' ? "0b" : type == 'o' ? "0o" : type == 'x' ? "0x" : "0X";
       break;
     }
@@ -411,7 +429,8 @@ std::string format_int(std::int64_t n, const Spec& s) {
       break;
     }
     default:
-      fault(FaultKind::type, fmt::format("Unknown format code '{}' for object of type 'int'", type));
+      fault(FaultKind::type,
+            fmt::format("Unknown format code '{}' for object of type 'int'", type));
   }
   const std::string sign = n < 0 ? "-" : s.sign == '+' ? "+" : s.sign == ' ' ? " " : "";
   return pad(sign + prefix + digits, s.width, s.align ? s.align : '>', s.fill,
@@ -425,11 +444,14 @@ std::string format_value(const Value& v, std::string_view spec) {
   const Spec s = parse_spec(spec, v);
   if (v.is_string()) {
     if (s.type && s.type != 's')
-      fault(FaultKind::type, fmt::format("Unknown format code '{}' for object of type 'str'", s.type));
+      fault(FaultKind::type,
+            fmt::format("Unknown format code '{}' for object of type 'str'", s.type));
     if (s.sign != '-') fault(FaultKind::type, "Sign not allowed in string format specifier");
-    if (s.align == '=') fault(FaultKind::type, "'=' alignment not allowed in string format specifier");
+    if (s.align == '=')
+      fault(FaultKind::type, "'=' alignment not allowed in string format specifier");
     std::string body = v.str();
-    if (s.precision >= 0) body = body.substr(0, utf8_offset(body, static_cast<std::size_t>(s.precision)));
+    if (s.precision >= 0)
+      body = body.substr(0, utf8_offset(body, static_cast<std::size_t>(s.precision)));
     return pad(std::move(body), s.width, s.align ? s.align : '<', s.fill);
   }
   if (v.is_float()) return format_float(v.as_double(), s);
@@ -479,22 +501,30 @@ std::string str_format(std::string_view f, const CallArgs& args, Budget& budget)
     i = j;
     // field_name [!conversion] [:spec]
     std::size_t k = 0;
-    while (k < field.size() && field[k] != '.' && field[k] != '[' && field[k] != '!' && field[k] != ':') ++k;
+    while (k < field.size() && field[k] != '.' && field[k] != '[' && field[k] != '!' &&
+           field[k] != ':')
+      ++k;
     const std::string_view name = field.substr(0, k);
     Value v;
     if (name.empty()) {
-      if (manual) fault(FaultKind::type, "cannot switch from manual field specification to automatic field numbering");
+      if (manual)
+        fault(FaultKind::type,
+              "cannot switch from manual field specification to automatic field numbering");
       automatic = true;
       const auto idx = static_cast<std::size_t>(auto_index++);
       if (idx >= args.positional.size())
-        fault(FaultKind::type, fmt::format("Replacement index {} out of range for positional args tuple", idx));
+        fault(FaultKind::type,
+              fmt::format("Replacement index {} out of range for positional args tuple", idx));
       v = args.positional[idx];
     } else if (name.find_first_not_of("0123456789") == std::string_view::npos) {
-      if (automatic) fault(FaultKind::type, "cannot switch from automatic field numbering to manual field specification");
+      if (automatic)
+        fault(FaultKind::type,
+              "cannot switch from automatic field numbering to manual field specification");
       manual = true;
       const auto idx = static_cast<std::size_t>(std::stoull(std::string(name)));
       if (idx >= args.positional.size())
-        fault(FaultKind::type, fmt::format("Replacement index {} out of range for positional args tuple", idx));
+        fault(FaultKind::type,
+              fmt::format("Replacement index {} out of range for positional args tuple", idx));
       v = args.positional[idx];
     } else {
       bool found = false;
@@ -508,7 +538,9 @@ std::string str_format(std::string_view f, const CallArgs& args, Budget& budget)
     while (k < field.size() && (field[k] == '.' || field[k] == '[')) {
       if (field[k] == '.') {
         std::size_t e = ++k;
-        while (e < field.size() && field[e] != '.' && field[e] != '[' && field[e] != '!' && field[e] != ':') ++e;
+        while (e < field.size() && field[e] != '.' && field[e] != '[' && field[e] != '!' &&
+               field[e] != ':')
+          ++e;
         v = get_attr(v, field.substr(k, e - k));
         k = e;
       } else {

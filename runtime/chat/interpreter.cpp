@@ -10,8 +10,9 @@ namespace troupe::chat {
 
 void Budget::bytes(std::size_t n) {
   if (n > limits_.max_string_bytes)
-    fault(FaultKind::limit, fmt::format("a string of {} bytes exceeds the template limit of {} bytes",
-                                        n, limits_.max_string_bytes));
+    fault(FaultKind::limit,
+          fmt::format("a string of {} bytes exceeds the template limit of {} bytes", n,
+                      limits_.max_string_bytes));
   total_bytes_ += n;
   if (total_bytes_ > limits_.max_total_bytes)
     fault(FaultKind::limit, fmt::format("the template built more than {} bytes of strings in all",
@@ -37,8 +38,8 @@ const Value* Scope::find(const std::string& name) const {
 Interpreter::DepthGuard::DepthGuard(Interpreter& in) : in_(in) {
   if (++in_.depth_ > in_.budget_.limits().max_call_depth) {
     --in_.depth_;
-    fault(FaultKind::limit, fmt::format("macro calls nested deeper than {}",
-                                        in_.budget_.limits().max_call_depth));
+    fault(FaultKind::limit,
+          fmt::format("macro calls nested deeper than {}", in_.budget_.limits().max_call_depth));
   }
 }
 
@@ -50,7 +51,9 @@ class LoopContext : public Object {
   LoopContext(std::shared_ptr<const List> items, std::size_t index)
       : items_(std::move(items)), index_(index) {}
   [[nodiscard]] std::string type_name() const override { return "LoopContext"; }
-  [[nodiscard]] std::string type_repr() const override { return "jinja2.runtime.LoopContext object"; }
+  [[nodiscard]] std::string type_repr() const override {
+    return "jinja2.runtime.LoopContext object";
+  }
   [[nodiscard]] std::optional<std::string> repr() const override {
     return fmt::format("<LoopContext {}/{}>", index_ + 1, items_->size());
   }
@@ -72,24 +75,27 @@ class LoopContext : public Object {
       return i + 1 < n ? (*items_)[index_ + 1] : Value::undefined("there is no next item");
     if (name == "cycle") {
       const auto index = index_;
-      return Value::object(std::make_shared<Closure>("cycle", [index](Interpreter&, CallArgs& args) {
-        if (args.positional.empty()) fault(FaultKind::type, "no items for cycling given");
-        return args.positional[index % args.positional.size()];
-      }));
+      return Value::object(
+          std::make_shared<Closure>("cycle", [index](Interpreter&, CallArgs& args) {
+            if (args.positional.empty()) fault(FaultKind::type, "no items for cycling given");
+            return args.positional[index % args.positional.size()];
+          }));
     }
     if (name == "changed") {
       auto last = last_changed_;
-      return Value::object(std::make_shared<Closure>("changed", [last](Interpreter&, CallArgs& args) {
-        Value now = Value::sequence(args.positional, SeqKind::tuple);
-        if (*last && equals(**last, now)) return Value::boolean(false);
-        *last = std::make_shared<Value>(now);
-        return Value::boolean(true);
-      }));
+      return Value::object(
+          std::make_shared<Closure>("changed", [last](Interpreter&, CallArgs& args) {
+            Value now = Value::sequence(args.positional, SeqKind::tuple);
+            if (*last && equals(**last, now)) return Value::boolean(false);
+            *last = std::make_shared<Value>(now);
+            return Value::boolean(true);
+          }));
     }
     return std::nullopt;
   }
   /// loop.changed() remembers its last value across iterations of the same loop.
-  std::shared_ptr<std::shared_ptr<Value>> last_changed_ = std::make_shared<std::shared_ptr<Value>>();
+  std::shared_ptr<std::shared_ptr<Value>> last_changed_ =
+      std::make_shared<std::shared_ptr<Value>>();
 
  private:
   std::shared_ptr<const List> items_;
@@ -137,8 +143,9 @@ class Macro : public Object {
         v = take_kw(p.name);
       }
       if (!v) {
-        v = p.default_value ? in.eval(*p.default_value, scope)
-                            : Value::undefined(fmt::format("parameter {} was not provided", str_repr(p.name)));
+        v = p.default_value
+                ? in.eval(*p.default_value, scope)
+                : Value::undefined(fmt::format("parameter {} was not provided", str_repr(p.name)));
       }
       scope->set(p.name, std::move(*v));
     }
@@ -152,19 +159,21 @@ class Macro : public Object {
       scope->set("kwargs", Value::dict(std::move(d)));
     } else if (!kwargs.empty()) {
       if (kwargs.front().first == "caller")
-        fault(FaultKind::type, fmt::format("macro {} was invoked with two values for the special caller "
-                                           "argument. This is most likely a bug.",
-                                           str_repr(def_->name)));
-      fault(FaultKind::type, fmt::format("macro {} takes no keyword argument {}", str_repr(def_->name),
-                                         str_repr(kwargs.front().first)));
+        fault(FaultKind::type,
+              fmt::format("macro {} was invoked with two values for the special caller "
+                          "argument. This is most likely a bug.",
+                          str_repr(def_->name)));
+      fault(FaultKind::type, fmt::format("macro {} takes no keyword argument {}",
+                                         str_repr(def_->name), str_repr(kwargs.front().first)));
     }
     if (def_->uses_varargs) {
       List rest;
-      for (std::size_t i = params.size(); i < args.positional.size(); ++i) rest.push_back(args.positional[i]);
+      for (std::size_t i = params.size(); i < args.positional.size(); ++i)
+        rest.push_back(args.positional[i]);
       scope->set("varargs", Value::sequence(std::move(rest), SeqKind::tuple));
     } else if (args.positional.size() > params.size()) {
-      fault(FaultKind::type, fmt::format("macro {} takes not more than {} argument(s)", str_repr(def_->name),
-                                         params.size()));
+      fault(FaultKind::type, fmt::format("macro {} takes not more than {} argument(s)",
+                                         str_repr(def_->name), params.size()));
     }
     return Value::string(in.render_block(def_->body, scope));
   }
@@ -258,19 +267,22 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const ScopePtr& scope) {
               const auto& call = std::get<ast::Call>(cb.call->node);
               const Value callee = eval(*call.callee, scope);
               CallArgs args = eval_args(call.args, scope);
-              args.keyword.emplace_back("caller", Value::object(std::make_shared<Macro>(cb.caller, scope)));
+              args.keyword.emplace_back("caller",
+                                        Value::object(std::make_shared<Macro>(cb.caller, scope)));
               const Value v = this->call(callee, args);
               emit(to_str(v));
               return Flow::normal;
             },
             [&](const ast::FilterBlock& fb) {
-              const Value body = Value::string(render_block(fb.body, std::make_shared<Scope>(scope)));
+              const Value body =
+                  Value::string(render_block(fb.body, std::make_shared<Scope>(scope)));
               emit(to_str(apply_filters(*fb.filter, body, scope)));
               return Flow::normal;
             },
             [&](const ast::With& w) {
               auto inner = std::make_shared<Scope>(scope);
-              for (const auto& [target, expr] : w.assignments) assign(target, eval(*expr, scope), inner);
+              for (const auto& [target, expr] : w.assignments)
+                assign(target, eval(*expr, scope), inner);
               return exec(w.body, inner);
             },
             [&](const ast::Break&) { return Flow::break_loop; },
@@ -330,8 +342,8 @@ void Interpreter::assign(const ast::Target& t, const Value& v, const ScopePtr& s
   if (items.size() > t.names.size())
     fault(FaultKind::type, fmt::format("too many values to unpack (expected {})", t.names.size()));
   if (items.size() < t.names.size())
-    fault(FaultKind::type, fmt::format("not enough values to unpack (expected {}, got {})", t.names.size(),
-                                       items.size()));
+    fault(FaultKind::type, fmt::format("not enough values to unpack (expected {}, got {})",
+                                       t.names.size(), items.size()));
   for (std::size_t i = 0; i < items.size(); ++i) scope->set(t.names[i], items[i]);
 }
 
@@ -341,8 +353,9 @@ Value Interpreter::apply_filters(const ast::Expr& chain, const Value& base, cons
     // The innermost operand is an expression, or absent in {% filter %} / {% set %} blocks.
     Value operand = base;
     if (f.operand) {
-      operand = std::holds_alternative<ast::FilterCall>(f.operand->node) ? apply_filters(*f.operand, base, scope)
-                                                                          : eval(*f.operand, scope);
+      operand = std::holds_alternative<ast::FilterCall>(f.operand->node)
+                    ? apply_filters(*f.operand, base, scope)
+                    : eval(*f.operand, scope);
     }
     CallArgs args = eval_args(f.args, scope);
     return call_filter(*this, f.name, operand, args);
@@ -407,7 +420,8 @@ Value Interpreter::eval_node(const ast::Expr& e, const ScopePtr& scope) {
               const Value key = eval(*k, scope);
               if (!key.is_string())
                 fault(FaultKind::unsupported,
-                      fmt::format("dict keys must be strings in troupe's templates, not {}", type_name(key)));
+                      fmt::format("dict keys must be strings in troupe's templates, not {}",
+                                  type_name(key)));
               d.set(key.str(), eval(*v, scope));
             }
             return Value::dict(std::move(d));
@@ -472,9 +486,10 @@ Value Interpreter::eval_node(const ast::Expr& e, const ScopePtr& scope) {
           [&](const ast::CondExpr& c) {
             if (truthy(eval(*c.test, scope))) return eval(*c.then, scope);
             if (c.otherwise) return eval(*c.otherwise, scope);
-            return Value::undefined(fmt::format("the inline if-expression on line {} evaluated to false "
-                                                "and no else section was defined.",
-                                                e.line));
+            return Value::undefined(
+                fmt::format("the inline if-expression on line {} evaluated to false "
+                            "and no else section was defined.",
+                            e.line));
           },
           [&](const ast::Concat& c) {
             std::string out;

@@ -12,9 +12,15 @@ namespace troupe::chat {
 
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -179,11 +185,13 @@ class Lexer {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const std::size_t start = *(it - 1);
     line = static_cast<int>(it - line_starts_.begin());
-    column = static_cast<int>(utf8_length(std::string_view(src_).substr(start, offset - start))) + 1;
+    column =
+        static_cast<int>(utf8_length(std::string_view(src_).substr(start, offset - start))) + 1;
   }
 
-  [[noreturn]] void error(std::size_t offset, std::string message) const {
-    Fault f{FaultKind::syntax, std::move(message)};
+  [[noreturn]] void error(std::size_t offset, std::string message,
+                          FaultKind kind = FaultKind::syntax) const {
+    Fault f{kind, std::move(message)};
     locate(std::min(offset, src_.size()), f.line, f.column);
     throw f;
   }
@@ -215,7 +223,8 @@ class Lexer {
   std::size_t find_tag(std::size_t from) const {
     for (std::size_t at = src_.find('{', from); at != std::string::npos;
          at = src_.find('{', at + 1)) {
-      if (at + 1 < src_.size() && (src_[at + 1] == '{' || src_[at + 1] == '%' || src_[at + 1] == '#'))
+      if (at + 1 < src_.size() &&
+          (src_[at + 1] == '{' || src_[at + 1] == '%' || src_[at + 1] == '#'))
         return at;
     }
     return std::string::npos;
@@ -273,7 +282,8 @@ class Lexer {
   }
 
   std::size_t raw_body(std::size_t from, std::size_t tag) {
-    for (std::size_t k = src_.find("{%", from); k != std::string::npos; k = src_.find("{%", k + 1)) {
+    for (std::size_t k = src_.find("{%", from); k != std::string::npos;
+         k = src_.find("{%", k + 1)) {
       std::size_t p = k + 2;
       char sign = 0;
       if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) sign = src_[p++];
@@ -422,7 +432,8 @@ class Lexer {
       if (src_[p] == '0') {
         end = p + 1;
         while (end < src_.size() &&
-               (src_[end] == '0' || (src_[end] == '_' && end + 1 < src_.size() && src_[end + 1] == '0')))
+               (src_[end] == '0' ||
+                (src_[end] == '_' && end + 1 < src_.size() && src_[end + 1] == '0')))
           end += src_[end] == '_' ? 2 : 1;
       } else {
         end = digits_with_underscores(p, dec);
@@ -434,7 +445,10 @@ class Lexer {
     char* stop = nullptr;
     const long long v = std::strtoll(digits.c_str(), &stop, base);
     if (errno == ERANGE)
-      error(p, fmt::format("integer literal {} is beyond the 64-bit range troupe's templates use", text));
+      error(
+          p,
+          fmt::format("integer literal {} is beyond the 64-bit range troupe's templates use", text),
+          FaultKind::unsupported);
     auto& t = push(TokenType::integer, p, std::move(text));
     t.int_value = v;
     return end;
@@ -444,7 +458,8 @@ class Lexer {
     const char quote = src_[p];
     std::size_t q = p + 1;
     while (q < src_.size() && src_[q] != quote) q += src_[q] == '\\' ? 2 : 1;
-    if (q >= src_.size()) error(p, fmt::format("unexpected char {} at {}", str_repr(std::string(1, quote)), p));
+    if (q >= src_.size())
+      error(p, fmt::format("unexpected char {} at {}", str_repr(std::string(1, quote)), p));
     std::string value;
     try {
       value = decode_string_literal(std::string_view(src_).substr(p + 1, q - p - 1));
@@ -486,7 +501,9 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source) { return Lexer(source).run(); }
+std::vector<Token> tokenize(std::string_view source) {
+  return Lexer(source).run();
+}
 
 std::string describe(const Token& t) {
   switch (t.type) {

@@ -16,24 +16,28 @@ std::vector<Value> bind(std::string_view function, const CallArgs& args,
                         std::initializer_list<Param> params) {
   const std::vector<Param> ps(params);
   if (args.positional.size() > ps.size())
-    fault(FaultKind::type, fmt::format("{}() takes at most {} argument{} ({} given)", function, ps.size(),
-                                       ps.size() == 1 ? "" : "s", args.positional.size()));
+    fault(FaultKind::type,
+          fmt::format("{}() takes at most {} argument{} ({} given)", function, ps.size(),
+                      ps.size() == 1 ? "" : "s", args.positional.size()));
   std::vector<std::optional<Value>> bound(ps.size());
   for (std::size_t i = 0; i < args.positional.size(); ++i) bound[i] = args.positional[i];
   for (const auto& [name, v] : args.keyword) {
     auto it = std::find_if(ps.begin(), ps.end(), [&](const Param& p) { return name == p.name; });
     if (it == ps.end())
-      fault(FaultKind::type, fmt::format("{}() got an unexpected keyword argument {}", function, str_repr(name)));
+      fault(FaultKind::type,
+            fmt::format("{}() got an unexpected keyword argument {}", function, str_repr(name)));
     auto& slot = bound[static_cast<std::size_t>(it - ps.begin())];
     if (slot)
-      fault(FaultKind::type, fmt::format("{}() got multiple values for argument {}", function, str_repr(name)));
+      fault(FaultKind::type,
+            fmt::format("{}() got multiple values for argument {}", function, str_repr(name)));
     slot = v;
   }
   std::vector<Value> out;
   out.reserve(ps.size());
   for (std::size_t i = 0; i < ps.size(); ++i) {
     if (!bound[i] && !ps[i].default_value)
-      fault(FaultKind::type, fmt::format("{}() missing required argument {}", function, str_repr(ps[i].name)));
+      fault(FaultKind::type,
+            fmt::format("{}() missing required argument {}", function, str_repr(ps[i].name)));
     out.push_back(bound[i] ? *bound[i] : *ps[i].default_value);
   }
   return out;
@@ -43,14 +47,18 @@ namespace {
 
 using Impl = Function::Impl;
 
-[[noreturn]] void type_error(std::string m) { fault(FaultKind::type, std::move(m)); }
+[[noreturn]] void type_error(std::string m) {
+  fault(FaultKind::type, std::move(m));
+}
 
 const std::string& need_str(const Value& v, std::string_view what) {
   if (!v.is_string()) type_error(fmt::format("{} must be str, not {}", what, type_name(v)));
   return v.str();
 }
 
-Value none() { return Value::none(); }
+Value none() {
+  return Value::none();
+}
 
 // Code-point set for strip(chars): null means whitespace.
 bool strip_match(char32_t c, const std::vector<char32_t>* chars) {
@@ -119,8 +127,9 @@ List do_split(const Value& self, const Value& sep, const Value& maxsplit_v, bool
       std::reverse(words.begin(), words.end());
     }
     for (auto [b, e] : words)
-      parts.push_back(utf8_encode(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(b),
-                                                        cps.begin() + static_cast<std::ptrdiff_t>(e))));
+      parts.push_back(
+          utf8_encode(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(b),
+                                            cps.begin() + static_cast<std::ptrdiff_t>(e))));
   } else {
     const std::string& d = need_str(sep, "sep");
     if (d.empty()) fault(FaultKind::type, "empty separator");
@@ -155,7 +164,8 @@ List do_split(const Value& self, const Value& sep, const Value& maxsplit_v, bool
 }
 
 // Byte range of s[start:end] with Python's clamping of code-point indices.
-std::pair<std::size_t, std::size_t> byte_range(const std::string& s, const Value& start, const Value& end) {
+std::pair<std::size_t, std::size_t> byte_range(const std::string& s, const Value& start,
+                                               const Value& end) {
   const auto n = static_cast<std::int64_t>(utf8_length(s));
   auto clamp = [&](const Value& v, std::int64_t dflt) {
     if (v.is_none()) return dflt;
@@ -171,12 +181,13 @@ std::pair<std::size_t, std::size_t> byte_range(const std::string& s, const Value
   return {bo, utf8_offset(s, static_cast<std::size_t>(e))};
 }
 
-bool affix_match(const std::string& s, const Value& affix, const Value& start, const Value& end, bool prefix,
-                 const char* method) {
+bool affix_match(const std::string& s, const Value& affix, const Value& start, const Value& end,
+                 bool prefix, const char* method) {
   auto [b, e] = byte_range(s, start, end);
   auto check = [&](const Value& a) {
     if (!a.is_string())
-      type_error(fmt::format("{} first arg must be str or a tuple of str, not {}", method, type_name(a)));
+      type_error(
+          fmt::format("{} first arg must be str or a tuple of str, not {}", method, type_name(a)));
     if (b == std::string::npos) return false;
     const std::string_view view = std::string_view(s).substr(b, e - b);
     const std::string& x = a.str();
@@ -191,7 +202,8 @@ bool affix_match(const std::string& s, const Value& affix, const Value& start, c
   return check(affix);
 }
 
-std::int64_t do_find(const std::string& s, const Value& sub_v, const Value& start, const Value& end, bool reverse) {
+std::int64_t do_find(const std::string& s, const Value& sub_v, const Value& start, const Value& end,
+                     bool reverse) {
   const std::string& sub = need_str(sub_v, "substring");
   auto [b, e] = byte_range(s, start, end);
   if (b == std::string::npos) return -1;
@@ -253,14 +265,16 @@ TROUPE_METHOD(str_splitlines) {
     std::size_t end = i + 1;
     if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') end = i + 2;
     const std::size_t stop = keep ? end : i;
-    out.push_back(string_like(self, utf8_encode(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(start),
-                                                                      cps.begin() + static_cast<std::ptrdiff_t>(stop)))));
+    out.push_back(string_like(
+        self, utf8_encode(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(start),
+                                                cps.begin() + static_cast<std::ptrdiff_t>(stop)))));
     start = end;
     i = end - 1;
   }
   if (start < cps.size())
-    out.push_back(string_like(self, utf8_encode(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(start),
-                                                                      cps.end()))));
+    out.push_back(
+        string_like(self, utf8_encode(std::vector<char32_t>(
+                              cps.begin() + static_cast<std::ptrdiff_t>(start), cps.end()))));
   return Value::sequence(std::move(out));
 }
 TROUPE_METHOD(str_startswith) {
@@ -288,7 +302,8 @@ TROUPE_METHOD(str_capitalize) {
   return string_like(self, py_capitalize(self.str()));
 }
 TROUPE_METHOD(str_replace) {
-  auto a = bind("replace", args, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
+  auto a = bind("replace", args,
+                {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
   std::string old_s = need_str(a[0], "replace() argument 1");
   std::string new_s = need_str(a[1], "replace() argument 2");
   if (self.is_markup()) {
@@ -355,7 +370,9 @@ TROUPE_METHOD(str_count) {
   const std::string_view view = std::string_view(self.str()).substr(b, e - b);
   if (sub.empty()) return Value::integer(static_cast<std::int64_t>(utf8_length(view)) + 1);
   std::int64_t n = 0;
-  for (std::size_t at = view.find(sub); at != std::string_view::npos; at = view.find(sub, at + sub.size())) ++n;
+  for (std::size_t at = view.find(sub); at != std::string_view::npos;
+       at = view.find(sub, at + sub.size()))
+    ++n;
   return Value::integer(n);
 }
 TROUPE_METHOD(str_join) {
@@ -364,7 +381,8 @@ TROUPE_METHOD(str_join) {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string())
-      type_error(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(items[i])));
+      type_error(
+          fmt::format("sequence item {}: expected str instance, {} found", i, type_name(items[i])));
     if (i) out += self.str();
     out += self.is_markup() && !items[i].is_markup() ? html_escape(items[i].str()) : items[i].str();
     in.budget().bytes(out.size());
@@ -390,7 +408,8 @@ TROUPE_METHOD(str_zfill) {
   const std::int64_t width = a[0].as_int();
   if (width <= len) return self;
   std::string zeros(static_cast<std::size_t>(width - len), '0');
-  if (!s.empty() && (s[0] == '+' || s[0] == '-')) return string_like(self, s.substr(0, 1) + zeros + s.substr(1));
+  if (!s.empty() && (s[0] == '+' || s[0] == '-'))
+    return string_like(self, s.substr(0, 1) + zeros + s.substr(1));
   return string_like(self, zeros + s);
 }
 TROUPE_METHOD(str_partition) {
@@ -401,8 +420,9 @@ TROUPE_METHOD(str_partition) {
   const std::size_t at = s.find(sep);
   if (at == std::string::npos)
     return Value::sequence({self, string_like(self, ""), string_like(self, "")}, SeqKind::tuple);
-  return Value::sequence({string_like(self, s.substr(0, at)), a[0], string_like(self, s.substr(at + sep.size()))},
-                         SeqKind::tuple);
+  return Value::sequence(
+      {string_like(self, s.substr(0, at)), a[0], string_like(self, s.substr(at + sep.size()))},
+      SeqKind::tuple);
 }
 TROUPE_METHOD(str_rpartition) {
   auto a = bind("rpartition", args, {{"sep", std::nullopt}});
@@ -412,8 +432,9 @@ TROUPE_METHOD(str_rpartition) {
   const std::size_t at = s.rfind(sep);
   if (at == std::string::npos)
     return Value::sequence({string_like(self, ""), string_like(self, ""), self}, SeqKind::tuple);
-  return Value::sequence({string_like(self, s.substr(0, at)), a[0], string_like(self, s.substr(at + sep.size()))},
-                         SeqKind::tuple);
+  return Value::sequence(
+      {string_like(self, s.substr(0, at)), a[0], string_like(self, s.substr(at + sep.size()))},
+      SeqKind::tuple);
 }
 TROUPE_METHOD(str_removeprefix) {
   auto a = bind("removeprefix", args, {{"prefix", std::nullopt}});
@@ -443,7 +464,9 @@ TROUPE_METHOD(str_all) {
     if (!Pred(utf8_next(s, i))) return Value::boolean(false);
   return Value::boolean(true);
 }
-bool is_alnum(char32_t c) { return py_isalpha(c) || py_isdecimal(c) || py_isdigit(c) || py_isnumeric(c); }
+bool is_alnum(char32_t c) {
+  return py_isalpha(c) || py_isdecimal(c) || py_isdigit(c) || py_isnumeric(c);
+}
 TROUPE_METHOD(str_isascii) {
   bind("isascii", args, {});
   for (char c : self.str())
@@ -481,9 +504,13 @@ TROUPE_METHOD(seq_count) {
                                       [&](const Value& x) { return equals(x, a[0]); }));
 }
 TROUPE_METHOD(seq_index) {
-  auto a = bind("index", args, {{"value", std::nullopt}, {"start", Value::integer(0)}, {"stop", Value::integer(INT64_MAX)}});
+  auto a = bind(
+      "index", args,
+      {{"value", std::nullopt}, {"start", Value::integer(0)}, {"stop", Value::integer(INT64_MAX)}});
   const auto n = static_cast<std::int64_t>(self.items().size());
-  auto norm = [&](std::int64_t i) { return i < 0 ? std::max<std::int64_t>(0, i + n) : std::min(i, n); };
+  auto norm = [&](std::int64_t i) {
+    return i < 0 ? std::max<std::int64_t>(0, i + n) : std::min(i, n);
+  };
   for (std::int64_t i = norm(a[1].as_int()); i < norm(a[2].as_int()); ++i)
     if (equals(self.items()[static_cast<std::size_t>(i)], a[0])) return Value::integer(i);
   fault(FaultKind::type, fmt::format("{} is not in {}", repr(a[0]), type_name(self)));
@@ -498,7 +525,8 @@ TROUPE_METHOD(dict_get) {
   auto a = bind("get", args, {{"key", std::nullopt}, {"default", none()}});
   if (a[0].is_string())
     if (const Value* v = self.dict().find(a[0].str())) return *v;
-  if (a[0].is_sequence() && !a[0].is_tuple()) type_error(fmt::format("unhashable type: '{}'", type_name(a[0])));
+  if (a[0].is_sequence() && !a[0].is_tuple())
+    type_error(fmt::format("unhashable type: '{}'", type_name(a[0])));
   return a[1];
 }
 TROUPE_METHOD(dict_items) {
@@ -533,55 +561,86 @@ struct MethodEntry {
 };
 
 constexpr std::array str_methods{
-    MethodEntry{"capitalize", str_capitalize}, MethodEntry{"casefold", nullptr},
-    MethodEntry{"center", str_center},         MethodEntry{"count", str_count},
-    MethodEntry{"encode", nullptr},            MethodEntry{"endswith", str_endswith},
-    MethodEntry{"expandtabs", nullptr},        MethodEntry{"find", str_find},
-    MethodEntry{"format", str_format},         MethodEntry{"format_map", nullptr},
-    MethodEntry{"index", str_index},           MethodEntry{"isalnum", str_all<is_alnum>},
-    MethodEntry{"isalpha", str_all<py_isalpha>}, MethodEntry{"isascii", str_isascii},
-    MethodEntry{"isdecimal", str_all<py_isdecimal>}, MethodEntry{"isdigit", str_all<py_isdigit>},
-    MethodEntry{"isidentifier", nullptr},      MethodEntry{"islower", str_islower},
-    MethodEntry{"isnumeric", str_all<py_isnumeric>}, MethodEntry{"isprintable", str_isprintable},
-    MethodEntry{"isspace", str_all<py_isspace>}, MethodEntry{"istitle", str_istitle},
-    MethodEntry{"isupper", str_isupper},       MethodEntry{"join", str_join},
-    MethodEntry{"ljust", str_ljust},           MethodEntry{"lower", str_lower},
-    MethodEntry{"lstrip", str_lstrip},         MethodEntry{"maketrans", nullptr},
-    MethodEntry{"partition", str_partition},   MethodEntry{"removeprefix", str_removeprefix},
-    MethodEntry{"removesuffix", str_removesuffix}, MethodEntry{"replace", str_replace},
-    MethodEntry{"rfind", str_rfind},           MethodEntry{"rindex", str_rindex},
-    MethodEntry{"rjust", str_rjust},           MethodEntry{"rpartition", str_rpartition},
-    MethodEntry{"rsplit", str_rsplit},         MethodEntry{"rstrip", str_rstrip},
-    MethodEntry{"split", str_split},           MethodEntry{"splitlines", str_splitlines},
-    MethodEntry{"startswith", str_startswith}, MethodEntry{"strip", str_strip},
-    MethodEntry{"swapcase", str_swapcase},          MethodEntry{"title", str_title},
-    MethodEntry{"translate", nullptr},         MethodEntry{"upper", str_upper},
+    MethodEntry{"capitalize", str_capitalize},
+    MethodEntry{"casefold", nullptr},
+    MethodEntry{"center", str_center},
+    MethodEntry{"count", str_count},
+    MethodEntry{"encode", nullptr},
+    MethodEntry{"endswith", str_endswith},
+    MethodEntry{"expandtabs", nullptr},
+    MethodEntry{"find", str_find},
+    MethodEntry{"format", str_format},
+    MethodEntry{"format_map", nullptr},
+    MethodEntry{"index", str_index},
+    MethodEntry{"isalnum", str_all<is_alnum>},
+    MethodEntry{"isalpha", str_all<py_isalpha>},
+    MethodEntry{"isascii", str_isascii},
+    MethodEntry{"isdecimal", str_all<py_isdecimal>},
+    MethodEntry{"isdigit", str_all<py_isdigit>},
+    MethodEntry{"isidentifier", nullptr},
+    MethodEntry{"islower", str_islower},
+    MethodEntry{"isnumeric", str_all<py_isnumeric>},
+    MethodEntry{"isprintable", str_isprintable},
+    MethodEntry{"isspace", str_all<py_isspace>},
+    MethodEntry{"istitle", str_istitle},
+    MethodEntry{"isupper", str_isupper},
+    MethodEntry{"join", str_join},
+    MethodEntry{"ljust", str_ljust},
+    MethodEntry{"lower", str_lower},
+    MethodEntry{"lstrip", str_lstrip},
+    MethodEntry{"maketrans", nullptr},
+    MethodEntry{"partition", str_partition},
+    MethodEntry{"removeprefix", str_removeprefix},
+    MethodEntry{"removesuffix", str_removesuffix},
+    MethodEntry{"replace", str_replace},
+    MethodEntry{"rfind", str_rfind},
+    MethodEntry{"rindex", str_rindex},
+    MethodEntry{"rjust", str_rjust},
+    MethodEntry{"rpartition", str_rpartition},
+    MethodEntry{"rsplit", str_rsplit},
+    MethodEntry{"rstrip", str_rstrip},
+    MethodEntry{"split", str_split},
+    MethodEntry{"splitlines", str_splitlines},
+    MethodEntry{"startswith", str_startswith},
+    MethodEntry{"strip", str_strip},
+    MethodEntry{"swapcase", str_swapcase},
+    MethodEntry{"title", str_title},
+    MethodEntry{"translate", nullptr},
+    MethodEntry{"upper", str_upper},
     MethodEntry{"zfill", str_zfill},
 };
 constexpr std::array list_methods{
-    MethodEntry{"clear", nullptr}, MethodEntry{"copy", list_copy},   MethodEntry{"count", seq_count},
-    MethodEntry{"index", seq_index}, MethodEntry{"pop", nullptr},
+    MethodEntry{"clear", nullptr},   MethodEntry{"copy", list_copy},
+    MethodEntry{"count", seq_count}, MethodEntry{"index", seq_index},
+    MethodEntry{"pop", nullptr},
 };
-constexpr std::array tuple_methods{MethodEntry{"count", seq_count}, MethodEntry{"index", seq_index}};
+constexpr std::array tuple_methods{MethodEntry{"count", seq_count},
+                                   MethodEntry{"index", seq_index}};
 constexpr std::array dict_methods{
-    MethodEntry{"copy", dict_copy}, MethodEntry{"fromkeys", nullptr}, MethodEntry{"get", dict_get},
-    MethodEntry{"items", dict_items}, MethodEntry{"keys", dict_keys},  MethodEntry{"values", dict_values},
+    MethodEntry{"copy", dict_copy}, MethodEntry{"fromkeys", nullptr},
+    MethodEntry{"get", dict_get},   MethodEntry{"items", dict_items},
+    MethodEntry{"keys", dict_keys}, MethodEntry{"values", dict_values},
 };
 // What ImmutableSandboxedEnvironment refuses to call (modifies_known_mutable).
-constexpr std::array<std::string_view, 6> list_unsafe{"append", "reverse", "insert", "sort", "extend", "remove"};
-constexpr std::array<std::string_view, 5> dict_unsafe{"clear", "pop", "popitem", "setdefault", "update"};
-constexpr std::array<std::string_view, 9> int_attributes{"as_integer_ratio", "bit_count", "bit_length", "conjugate",
-                                                         "denominator", "imag", "numerator", "real", "to_bytes"};
-constexpr std::array<std::string_view, 7> float_attributes{"as_integer_ratio", "conjugate", "fromhex", "hex",
-                                                           "imag", "is_integer", "real"};
+constexpr std::array<std::string_view, 6> list_unsafe{"append", "reverse", "insert",
+                                                      "sort",   "extend",  "remove"};
+constexpr std::array<std::string_view, 5> dict_unsafe{"clear", "pop", "popitem", "setdefault",
+                                                      "update"};
+constexpr std::array<std::string_view, 9> int_attributes{
+    "as_integer_ratio", "bit_count", "bit_length", "conjugate", "denominator", "imag",
+    "numerator",        "real",      "to_bytes"};
+constexpr std::array<std::string_view, 7> float_attributes{
+    "as_integer_ratio", "conjugate", "fromhex", "hex", "imag", "is_integer", "real"};
 
 template <std::size_t N>
-std::optional<Value> lookup(const std::array<MethodEntry, N>& table, const Value& self, std::string_view name) {
+std::optional<Value> lookup(const std::array<MethodEntry, N>& table, const Value& self,
+                            std::string_view name) {
   for (const auto& m : table) {
     if (m.name != name) continue;
     if (!m.impl)
-      fault(FaultKind::unsupported, fmt::format("the {} method {}() is not supported in troupe's chat templates",
-                                                type_name(self), name));
+      fault(FaultKind::unsupported,
+            fmt::format("the {} method {}() is not supported in troupe's chat templates",
+                        type_name(self), name));
     return Value::object(std::make_shared<Function>(std::string(name), self, m.impl));
   }
   return std::nullopt;
@@ -593,8 +652,8 @@ bool listed(const std::array<std::string_view, N>& names, std::string_view name)
 }
 
 Value unsafe_method(const Value& self, std::string_view name) {
-  return Value::undefined(fmt::format("access to attribute {} of {} object is unsafe.", str_repr(name),
-                                      str_repr(type_name(self))),
+  return Value::undefined(fmt::format("access to attribute {} of {} object is unsafe.",
+                                      str_repr(name), str_repr(type_name(self))),
                           FaultKind::security);
 }
 
@@ -627,11 +686,15 @@ std::optional<Value> builtin_attribute(const Value& self, std::string_view name)
     case Value::Kind::integer:
     case Value::Kind::boolean:
       if (listed(int_attributes, name))
-        fault(FaultKind::unsupported, fmt::format("the int attribute {} is not supported in troupe's chat templates", name));
+        fault(
+            FaultKind::unsupported,
+            fmt::format("the int attribute {} is not supported in troupe's chat templates", name));
       return std::nullopt;
     case Value::Kind::floating:
       if (listed(float_attributes, name))
-        fault(FaultKind::unsupported, fmt::format("the float attribute {} is not supported in troupe's chat templates", name));
+        fault(FaultKind::unsupported,
+              fmt::format("the float attribute {} is not supported in troupe's chat templates",
+                          name));
       return std::nullopt;
     default:
       return std::nullopt;

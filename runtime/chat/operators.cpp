@@ -19,7 +19,9 @@ namespace {
 using ast::BinaryOp;
 using ast::CompareOp;
 
-[[noreturn]] void type_error(std::string message) { fault(FaultKind::type, std::move(message)); }
+[[noreturn]] void type_error(std::string message) {
+  fault(FaultKind::type, std::move(message));
+}
 
 [[noreturn]] void unsupported_operands(const char* op, const Value& a, const Value& b) {
   type_error(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a),
@@ -27,7 +29,8 @@ using ast::CompareOp;
 }
 
 std::int64_t checked(bool overflow, std::int64_t v) {
-  if (overflow) fault(FaultKind::unsupported, "integer result beyond the 64-bit range troupe's templates use");
+  if (overflow)
+    fault(FaultKind::unsupported, "integer result beyond the 64-bit range troupe's templates use");
   return v;
 }
 
@@ -49,7 +52,8 @@ Value repeat(const Value& seq, std::int64_t n, Budget& budget) {
   const auto size = seq.items().size();
   budget.steps(size * static_cast<std::size_t>(std::min<std::int64_t>(n, 1 << 30)));
   List out;
-  for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
+  for (std::int64_t i = 0; i < n; ++i)
+    out.insert(out.end(), seq.items().begin(), seq.items().end());
   return Value::sequence(std::move(out), seq.seq_kind());
 }
 
@@ -82,13 +86,18 @@ double float_mod(double vx, double wx) {
 }
 
 Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
-  const char* sym = op == BinaryOp::add ? "+" : op == BinaryOp::sub ? "-" : op == BinaryOp::mul ? "*"
-                    : op == BinaryOp::div ? "/" : op == BinaryOp::floordiv ? "//"
-                    : op == BinaryOp::mod ? "%" : "** or pow()";
+  const char* sym = op == BinaryOp::add        ? "+"
+                    : op == BinaryOp::sub      ? "-"
+                    : op == BinaryOp::mul      ? "*"
+                    : op == BinaryOp::div      ? "/"
+                    : op == BinaryOp::floordiv ? "//"
+                    : op == BinaryOp::mod      ? "%"
+                                               : "** or pow()";
   if (!a.is_number() || !b.is_number()) unsupported_operands(sym, a, b);
   const bool floats = a.is_float() || b.is_float();
   if (op == BinaryOp::div) {
-    if (b.as_double() == 0.0) fault(FaultKind::type, floats ? "float division by zero" : "division by zero");
+    if (b.as_double() == 0.0)
+      fault(FaultKind::type, floats ? "float division by zero" : "division by zero");
     return Value::floating(a.as_double() / b.as_double());
   }
   if (floats) {
@@ -109,8 +118,9 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
       case BinaryOp::pow: {
         if (x == 0.0 && y < 0) fault(FaultKind::type, "0.0 cannot be raised to a negative power");
         if (x < 0 && y != std::floor(y))
-          fault(FaultKind::unsupported, "a negative number to a fractional power is complex; "
-                                        "troupe's templates have no complex numbers");
+          fault(FaultKind::unsupported,
+                "a negative number to a fractional power is complex; "
+                "troupe's templates have no complex numbers");
         const double r = std::pow(x, y);
         if (std::isinf(r) && std::isfinite(x) && std::isfinite(y))
           fault(FaultKind::type, "(34, 'Numerical result out of range')");
@@ -211,8 +221,8 @@ bool order(CompareOp op, const Value& a, const Value& b) {
       if (!equals(x[i], y[i])) return order(op, x[i], y[i]);
     return apply_order(op, x.size(), y.size());
   }
-  type_error(fmt::format("'{}' not supported between instances of '{}' and '{}'", compare_symbol(op),
-                         type_name(a), type_name(b)));
+  type_error(fmt::format("'{}' not supported between instances of '{}' and '{}'",
+                         compare_symbol(op), type_name(a), type_name(b)));
 }
 
 // Python's slice.indices(): normalised start/stop for a given step and length.
@@ -242,7 +252,8 @@ void slice_indices(std::int64_t len, std::int64_t step, const Value& start, cons
 Value binary(BinaryOp op, const Value& a, const Value& b, Budget& budget) {
   // str % anything formats before Undefined's __rmod__ is consulted (str's slot runs first).
   if (op == BinaryOp::mod && a.is_string()) {
-    if (a.is_markup()) fault(FaultKind::unsupported, "% formatting of Markup strings is not supported");
+    if (a.is_markup())
+      fault(FaultKind::unsupported, "% formatting of Markup strings is not supported");
     return Value::string(percent_format(a.str(), b, budget));
   }
   if (a.is_undefined()) fail_undefined(a);
@@ -264,7 +275,8 @@ Value binary(BinaryOp op, const Value& a, const Value& b, Budget& budget) {
       return Value::sequence(std::move(out), a.seq_kind());
     }
     if (is_plain_seq(a))
-      type_error(fmt::format("can only concatenate {0} (not \"{1}\") to {0}", type_name(a), type_name(b)));
+      type_error(
+          fmt::format("can only concatenate {0} (not \"{1}\") to {0}", type_name(a), type_name(b)));
   }
   if (op == BinaryOp::mul) {
     const bool a_seq = a.is_string() || is_plain_seq(a);
@@ -297,7 +309,9 @@ Value unary_plus(const Value& v) {
 }
 
 // ---- comparison --------------------------------------------------------------------------
-bool less_than(const Value& a, const Value& b) { return order(CompareOp::lt, a, b); }
+bool less_than(const Value& a, const Value& b) {
+  return order(CompareOp::lt, a, b);
+}
 
 bool compare(CompareOp op, const Value& a, const Value& b) {
   switch (op) {
@@ -320,7 +334,8 @@ bool contains(const Value& container, const Value& item) {
       return false;  // Undefined iterates as empty
     case Value::Kind::string:
       if (!item.is_string())
-        type_error(fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
+        type_error(
+            fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::sequence: {
       if (container.is_generator()) {
@@ -352,8 +367,8 @@ bool is_dunder(std::string_view name) {
 }
 
 Value unsafe(const Value& obj, std::string_view name) {
-  return Value::undefined(fmt::format("access to attribute {} of {} object is unsafe.", str_repr(name),
-                                      str_repr(type_name(obj))),
+  return Value::undefined(fmt::format("access to attribute {} of {} object is unsafe.",
+                                      str_repr(name), str_repr(type_name(obj))),
                           FaultKind::security);
 }
 
@@ -380,8 +395,9 @@ Value get_item(const Value& obj, const Value& key) {
   const bool int_key = key.is_int() || key.is_bool();
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.dict().find(key.str())) return *v;
-  } else if (int_key && (obj.is_string() || (obj.is_sequence() && (is_plain_seq(obj) ||
-                                                                    obj.seq_kind() == SeqKind::range)))) {
+  } else if (int_key &&
+             (obj.is_string() ||
+              (obj.is_sequence() && (is_plain_seq(obj) || obj.seq_kind() == SeqKind::range)))) {
     const std::int64_t n = length(obj);
     std::int64_t i = key.as_int();
     if (i < 0) i += n;
@@ -406,8 +422,9 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   auto index_like = [](const Value& v) {
     return v.is_undefined() || v.is_none() || v.is_int() || v.is_bool();
   };
-  const bool sliceable = obj.is_string() || (obj.is_sequence() && (is_plain_seq(obj) ||
-                                                                   obj.seq_kind() == SeqKind::range));
+  const bool sliceable =
+      obj.is_string() ||
+      (obj.is_sequence() && (is_plain_seq(obj) || obj.seq_kind() == SeqKind::range));
   // Jinja2 compiles slices to Python's own obj[a:b:c], so failures raise (no undefined).
   if (!sliceable) {
     if (obj.is_dict()) fault(FaultKind::type, "unhashable type: 'slice'");
@@ -555,7 +572,9 @@ std::optional<std::string> strip_digit_underscores(std::string_view s, int base)
       prev_digit = false;
       continue;
     }
-    int d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10 : 99;
+    int d = c >= '0' && c <= '9'                     ? c - '0'
+            : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10
+                                                     : 99;
     if (d >= base) return std::nullopt;
     out += c;
     prev_digit = true;
@@ -602,7 +621,8 @@ std::optional<double> parse_float(std::string_view text) {
   std::string lower;
   for (char c : t) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c | 0x20 : c);
   if (lower == "inf" || lower == "infinity")
-    return sign == "-" ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    return sign == "-" ? -std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::infinity();
   if (lower == "nan") return std::numeric_limits<double>::quiet_NaN();
   // digits [. digits] [e [sign] digits], or . digits ...; underscores only between digits.
   std::string clean;
@@ -614,7 +634,8 @@ std::optional<double> parse_float(std::string_view text) {
       if (t[i] >= '0' && t[i] <= '9') {
         clean += t[i++];
         prev_digit = true;
-      } else if (t[i] == '_' && prev_digit && i + 1 < t.size() && t[i + 1] >= '0' && t[i + 1] <= '9') {
+      } else if (t[i] == '_' && prev_digit && i + 1 < t.size() && t[i + 1] >= '0' &&
+                 t[i + 1] <= '9') {
         ++i;
         prev_digit = false;
       } else {

@@ -63,7 +63,8 @@ class Parser {
     explicit Depth(Parser& p) : p_(p) {
       if (++p_.depth_ > p_.max_depth_) {
         --p_.depth_;
-        p_.fail(p_.cur(), fmt::format("template nested deeper than {} levels", p_.max_depth_), FaultKind::limit);
+        p_.fail(p_.cur(), fmt::format("template nested deeper than {} levels", p_.max_depth_),
+                FaultKind::limit);
       }
     }
     ~Depth() { --p_.depth_; }
@@ -80,7 +81,9 @@ class Parser {
     return t;
   }
   bool is_op(std::string_view op) const { return cur().type == TokenType::op && cur().text == op; }
-  bool is_name(std::string_view n) const { return cur().type == TokenType::name && cur().text == n; }
+  bool is_name(std::string_view n) const {
+    return cur().type == TokenType::name && cur().text == n;
+  }
   bool skip_op(std::string_view op) {
     if (!is_op(op)) return false;
     advance();
@@ -92,7 +95,8 @@ class Parser {
     return true;
   }
 
-  [[noreturn]] void fail(const Token& at, std::string message, FaultKind kind = FaultKind::syntax) const {
+  [[noreturn]] void fail(const Token& at, std::string message,
+                         FaultKind kind = FaultKind::syntax) const {
     throw Fault{kind, std::move(message), at.line, at.column};
   }
   const Token& expect_op(std::string_view op) {
@@ -100,7 +104,8 @@ class Parser {
     return advance();
   }
   const Token& expect(TokenType type, const char* what) {
-    if (cur().type != type) fail(cur(), fmt::format("expected token '{}', got {}", what, describe(cur())));
+    if (cur().type != type)
+      fail(cur(), fmt::format("expected token '{}', got {}", what, describe(cur())));
     return advance();
   }
   const Token& expect_name() { return expect(TokenType::name, "name"); }
@@ -112,18 +117,23 @@ class Parser {
 
   // Jinja2's _fail_ut_eof: which tags it was looking for and which block is still open.
   [[noreturn]] void fail_unknown_tag(const Token& at, const std::string* name) {
-    std::string message = name ? fmt::format("Encountered unknown tag '{}'.", *name) : "Unexpected end of template.";
+    std::string message =
+        name ? fmt::format("Encountered unknown tag '{}'.", *name) : "Unexpected end of template.";
     if (!end_stack_.empty()) {
       bool expected = false;
       for (const auto& tags : end_stack_)
         if (name && std::find(tags.begin(), tags.end(), *name) != tags.end()) expected = true;
-      message += expected ? fmt::format(" You probably made a nesting mistake. Jinja is expecting this tag, but "
-                                        "currently looking for {}.",
-                                        join_quoted(end_stack_.back()))
-                          : fmt::format(" Jinja was looking for the following tags: {}.", join_quoted(end_stack_.back()));
+      message += expected
+                     ? fmt::format(
+                           " You probably made a nesting mistake. Jinja is expecting this tag, but "
+                           "currently looking for {}.",
+                           join_quoted(end_stack_.back()))
+                     : fmt::format(" Jinja was looking for the following tags: {}.",
+                                   join_quoted(end_stack_.back()));
     }
     if (!tag_stack_.empty())
-      message += fmt::format(" The innermost block that needs to be closed is '{}'.", tag_stack_.back());
+      message +=
+          fmt::format(" The innermost block that needs to be closed is '{}'.", tag_stack_.back());
     fail(at, std::move(message));
   }
 
@@ -205,9 +215,13 @@ class Parser {
       } else {
         out.push_back(stmt(tok, Continue{}));
       }
-    } else if (name == "block" || name == "extends" || name == "include" || name == "import" || name == "from") {
-      fail(tok, fmt::format("{{% {} %}} is not supported: a chat template is a single file with no loader", name),
-           FaultKind::unsupported);
+    } else if (name == "block" || name == "extends" || name == "include" || name == "import" ||
+               name == "from") {
+      fail(
+          tok,
+          fmt::format(
+              "{{% {} %}} is not supported: a chat template is a single file with no loader", name),
+          FaultKind::unsupported);
     } else if (name == "autoescape") {
       fail(tok, "{% autoescape %} is not supported (transformers renders with autoescaping off)",
            FaultKind::unsupported);
@@ -226,7 +240,8 @@ class Parser {
     f.iterable = parse_tuple(false, false, {"recursive"}, false);
     if (skip_name("if")) f.filter = parse_expression(true);
     if (is_name("recursive"))
-      fail(cur(), "recursive for loops are not supported in troupe's chat templates", FaultKind::unsupported);
+      fail(cur(), "recursive for loops are not supported in troupe's chat templates",
+           FaultKind::unsupported);
     ++loop_depth_;
     f.body = parse_statements({"endfor", "else"}, false);
     --loop_depth_;
@@ -280,7 +295,8 @@ class Parser {
     return params;
   }
 
-  std::shared_ptr<MacroDef> finish_macro(std::string name, std::vector<MacroParam> params, const char* end) {
+  std::shared_ptr<MacroDef> finish_macro(std::string name, std::vector<MacroParam> params,
+                                         const char* end) {
     auto def = std::make_shared<MacroDef>();
     def->name = std::move(name);
     def->params = std::move(params);
@@ -292,7 +308,9 @@ class Parser {
     collect_names(def->body, names);
     for (const auto& p : def->params)
       if (p.default_value) collect_names(*p.default_value, names);
-    auto used = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+    auto used = [&](const char* n) {
+      return std::find(names.begin(), names.end(), n) != names.end();
+    };
     def->uses_varargs = used("varargs");
     def->uses_kwargs = used("kwargs");
     def->uses_caller = used("caller");
@@ -342,10 +360,11 @@ class Parser {
     return stmt(at, std::move(w));
   }
 
-  Target parse_assign_target(bool with_tuple, bool name_only, const std::vector<std::string>& extra_end,
-                             bool with_namespace) {
+  Target parse_assign_target(bool with_tuple, bool name_only,
+                             const std::vector<std::string>& extra_end, bool with_namespace) {
     Target t;
-    if (with_namespace && cur().type == TokenType::name && look().type == TokenType::op && look().text == ".") {
+    if (with_namespace && cur().type == TokenType::name && look().type == TokenType::op &&
+        look().text == ".") {
       t.names.push_back(advance().text);
       advance();
       t.ns_attr = expect_name().text;
@@ -360,7 +379,8 @@ class Parser {
     auto name_of = [&](const Expr& x) -> std::string {
       if (const auto* n = std::get_if<Name>(&x.node)) return n->name;
       if (std::holds_alternative<TupleLit>(x.node))
-        fail(at, "nested tuple targets are not supported in troupe's chat templates", FaultKind::unsupported);
+        fail(at, "nested tuple targets are not supported in troupe's chat templates",
+             FaultKind::unsupported);
       fail(at, "can't assign to this expression");
     };
     if (const auto* tuple = std::get_if<TupleLit>(&e->node)) {
@@ -374,12 +394,14 @@ class Parser {
 
   // ---- expressions -----------------------------------------------------------------------
   bool is_tuple_end(const std::vector<std::string>& extra) const {
-    if (cur().type == TokenType::var_end || cur().type == TokenType::block_end || is_op(")")) return true;
-    return cur().type == TokenType::name && std::find(extra.begin(), extra.end(), cur().text) != extra.end();
+    if (cur().type == TokenType::var_end || cur().type == TokenType::block_end || is_op(")"))
+      return true;
+    return cur().type == TokenType::name &&
+           std::find(extra.begin(), extra.end(), cur().text) != extra.end();
   }
 
-  ExprPtr parse_tuple(bool simplified, bool with_condexpr, const std::vector<std::string>& extra_end,
-                      bool explicit_parentheses) {
+  ExprPtr parse_tuple(bool simplified, bool with_condexpr,
+                      const std::vector<std::string>& extra_end, bool explicit_parentheses) {
     const Token& at = cur();
     std::vector<ExprPtr> args;
     bool is_tuple = false;
@@ -395,7 +417,8 @@ class Parser {
     }
     if (!is_tuple) {
       if (!args.empty()) return std::move(args[0]);
-      if (!explicit_parentheses) fail(cur(), fmt::format("Expected an expression, got {}", describe(cur())));
+      if (!explicit_parentheses)
+        fail(cur(), fmt::format("Expected an expression, got {}", describe(cur())));
     }
     return make(at, TupleLit{std::move(args)});
   }
@@ -497,7 +520,10 @@ class Parser {
     ExprPtr left = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const std::string sym = advance().text;
-      const BinaryOp op = sym == "*" ? BinaryOp::mul : sym == "/" ? BinaryOp::div : sym == "//" ? BinaryOp::floordiv : BinaryOp::mod;
+      const BinaryOp op = sym == "*"    ? BinaryOp::mul
+                          : sym == "/"  ? BinaryOp::div
+                          : sym == "//" ? BinaryOp::floordiv
+                                        : BinaryOp::mod;
       left = make(at, Binary{op, std::move(left), parse_pow()});
     }
     return left;
@@ -506,7 +532,8 @@ class Parser {
   ExprPtr parse_pow() {
     const Token& at = cur();
     ExprPtr left = parse_unary(true);
-    while (skip_op("**")) left = make(at, Binary{BinaryOp::pow, std::move(left), parse_unary(true)});
+    while (skip_op("**"))
+      left = make(at, Binary{BinaryOp::pow, std::move(left), parse_unary(true)});
     return left;
   }
 
@@ -532,8 +559,10 @@ class Parser {
     switch (tok.type) {
       case TokenType::name: {
         advance();
-        if (tok.text == "true" || tok.text == "True") return make(tok, Literal{Value::boolean(true)});
-        if (tok.text == "false" || tok.text == "False") return make(tok, Literal{Value::boolean(false)});
+        if (tok.text == "true" || tok.text == "True")
+          return make(tok, Literal{Value::boolean(true)});
+        if (tok.text == "false" || tok.text == "False")
+          return make(tok, Literal{Value::boolean(false)});
         if (tok.text == "none" || tok.text == "None") return make(tok, Literal{Value::none()});
         return make(tok, Name{tok.text});
       }
@@ -622,7 +651,8 @@ class Parser {
       const Token& attr = advance();
       if (attr.type == TokenType::name) return make(tok, GetAttr{std::move(node), attr.text});
       if (attr.type != TokenType::integer) fail(attr, "expected name or number");
-      return make(tok, GetItem{std::move(node), make(attr, Literal{Value::integer(attr.int_value)})});
+      return make(tok,
+                  GetItem{std::move(node), make(attr, Literal{Value::integer(attr.int_value)})});
     }
     std::vector<ExprPtr> args;
     while (!is_op("]")) {
@@ -692,9 +722,13 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr node) {
-    const Token& at = cur();
+    // A call is reported where its callee starts: `raise_exception(...)`, `m.strip()`.
+    const int line = node->line, column = node->column;
     Args args = parse_call_args();
-    return make(at, Call{std::move(node), std::move(args)});
+    auto call = make(cur(), Call{std::move(node), std::move(args)});
+    call->line = line;
+    call->column = column;
+    return call;
   }
 
   ExprPtr parse_filter(ExprPtr node, bool start_inline) {
@@ -719,12 +753,14 @@ class Parser {
     const Token& tok = expect_name();
     std::string name = tok.text;
     while (skip_op(".")) name += "." + expect_name().text;
-    if (test_availability(name) == Availability::unknown) fail(tok, fmt::format("No test named '{}'.", name));
+    if (test_availability(name) == Availability::unknown)
+      fail(tok, fmt::format("No test named '{}'.", name));
     Args args;
     if (is_op("(")) {
       args = parse_call_args();
-    } else if ((cur().type == TokenType::name || cur().type == TokenType::string || cur().type == TokenType::integer ||
-                cur().type == TokenType::floating || is_op("(") || is_op("[") || is_op("{")) &&
+    } else if ((cur().type == TokenType::name || cur().type == TokenType::string ||
+                cur().type == TokenType::integer || cur().type == TokenType::floating ||
+                is_op("(") || is_op("[") || is_op("{")) &&
                !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) fail(cur(), "You cannot chain multiple tests with is");
       args.positional.push_back(parse_postfix(parse_primary()));
@@ -748,7 +784,8 @@ class Parser {
           using N = std::decay_t<decltype(n)>;
           if constexpr (std::is_same_v<N, Name>) {
             out.push_back(n.name);
-          } else if constexpr (std::is_same_v<N, ListLit> || std::is_same_v<N, TupleLit> || std::is_same_v<N, Concat>) {
+          } else if constexpr (std::is_same_v<N, ListLit> || std::is_same_v<N, TupleLit> ||
+                               std::is_same_v<N, Concat>) {
             for (const auto& x : n.items) sub(x);
           } else if constexpr (std::is_same_v<N, DictLit>) {
             for (const auto& [k, v] : n.items) {

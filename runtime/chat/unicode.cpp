@@ -102,9 +102,8 @@ namespace {
 
 bool in_ranges(const unicode_tables::CodepointRange* table, std::size_t size, char32_t cp) {
   const auto* end = table + size;
-  const auto* it = std::upper_bound(table, end, cp, [](char32_t c, const auto& r) {
-    return c < r.first;
-  });
+  const auto* it =
+      std::upper_bound(table, end, cp, [](char32_t c, const auto& r) { return c < r.first; });
   return it != table && cp <= (it - 1)->last;
 }
 
@@ -112,8 +111,8 @@ bool in_ranges(const unicode_tables::CodepointRange* table, std::size_t size, ch
 void append_mapped(std::string& out, char32_t cp, const unicode_tables::MultiMapping* table,
                    std::size_t size, utf8proc_int32_t (*simple)(utf8proc_int32_t)) {
   const auto* end = table + size;
-  const auto* it = std::lower_bound(table, end, cp,
-                                    [](const auto& m, char32_t c) { return m.from < c; });
+  const auto* it =
+      std::lower_bound(table, end, cp, [](const auto& m, char32_t c) { return m.from < c; });
   if (it != end && it->from == cp) {
     for (int k = 0; k < it->size; ++k) utf8_append(out, it->to[k]);
     return;

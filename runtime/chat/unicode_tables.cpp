@@ -2,6 +2,7 @@
 // unicodedata (Unicode 14.0.0). Do not edit by hand.
 #include "runtime/chat/unicode.hpp"
 
+// clang-format off
 namespace troupe::chat::unicode_tables {
 
 const MultiMapping upper_multi[] = {
@@ -789,4 +790,5 @@ const CodepointRange numeric[] = {
 };
 const std::size_t numeric_size = sizeof(numeric) / sizeof(numeric[0]);
 
+// clang-format on
 }  // namespace troupe::chat::unicode_tables

@@ -10,7 +10,9 @@
 
 namespace troupe::chat {
 
-void fault(FaultKind kind, std::string message) { throw Fault{kind, std::move(message)}; }
+void fault(FaultKind kind, std::string message) {
+  throw Fault{kind, std::move(message)};
+}
 
 // ---- Value -------------------------------------------------------------------------------
 Value Value::undefined(std::string message, FaultKind kind) {
@@ -29,15 +31,20 @@ Value Value::sequence(List items, SeqKind kind) {
 
 Value Value::range(std::int64_t start, std::int64_t stop, std::int64_t step) {
   List items;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(integer(i));
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    items.push_back(integer(i));
   auto state = std::make_shared<SeqState>();
   state->start = start, state->stop = stop, state->step = step;
   return Value(Variant(Seq{std::make_shared<const List>(std::move(items)), SeqKind::range, state}));
 }
 
-Value Value::dict(Dict d) { return Value(Variant(std::make_shared<const Dict>(std::move(d)))); }
+Value Value::dict(Dict d) {
+  return Value(Variant(std::make_shared<const Dict>(std::move(d))));
+}
 
-Value Value::object(std::shared_ptr<Object> o) { return Value(Variant(Obj{std::move(o)})); }
+Value Value::object(std::shared_ptr<Object> o) {
+  return Value(Variant(Obj{std::move(o)}));
+}
 
 std::int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
@@ -93,13 +100,17 @@ void Dict::set(const std::string& key, Value v) {
 }
 
 // ---- Object ------------------------------------------------------------------------------
-std::optional<Value> Object::getattr(std::string_view) const { return std::nullopt; }
+std::optional<Value> Object::getattr(std::string_view) const {
+  return std::nullopt;
+}
 
 Value Object::call(Interpreter&, CallArgs&) const {
   fault(FaultKind::type, fmt::format("'{}' object is not callable", type_name()));
 }
 
-bool Object::set_attr(const std::string&, Value) { return false; }
+bool Object::set_attr(const std::string&, Value) {
+  return false;
+}
 
 // ---- str / repr --------------------------------------------------------------------------
 std::string float_repr(double d) {
@@ -411,7 +422,9 @@ Value missing_item(const Value& owner, const Value& key) {
   return Value::undefined(fmt::format("{} has no element {}", type_repr(owner), repr(key)));
 }
 
-void fail_undefined(const Value& v) { fault(v.undefined_kind(), v.undefined_message()); }
+void fail_undefined(const Value& v) {
+  fault(v.undefined_kind(), v.undefined_message());
+}
 
 // ---- JSON in -----------------------------------------------------------------------------
 namespace {
@@ -463,8 +476,12 @@ Value convert(const Json& j, int depth) {
 
 }  // namespace
 
-Value from_json(const nlohmann::ordered_json& j) { return convert(j, 0); }
-Value from_json(const nlohmann::json& j) { return convert(j, 0); }
+Value from_json(const nlohmann::ordered_json& j) {
+  return convert(j, 0);
+}
+Value from_json(const nlohmann::json& j) {
+  return convert(j, 0);
+}
 
 // ---- JSON out (Python's json.dumps) ------------------------------------------------------
 namespace {

@@ -29,12 +29,12 @@ using List = std::vector<Value>;
 
 /// What went wrong, for the caller and the tests (Python's exception class in brackets).
 enum class FaultKind {
-  syntax,     // TemplateSyntaxError
-  undefined,  // UndefinedError
-  type,       // TypeError / ValueError / ZeroDivisionError / TemplateRuntimeError
-  security,   // SecurityError
-  raised,     // raise_exception(msg) in the template
-  limit,      // a troupe bound (output size, iterations, depth)
+  syntax,       // TemplateSyntaxError
+  undefined,    // UndefinedError
+  type,         // TypeError / ValueError / ZeroDivisionError / TemplateRuntimeError
+  security,     // SecurityError
+  raised,       // raise_exception(msg) in the template
+  limit,        // a troupe bound (output size, iterations, depth)
   unsupported,  // Jinja2 has it, troupe refuses it
 };
 

@@ -16,7 +16,8 @@ using namespace troupe::chat_test;
 namespace {
 
 Json conversations() {
-  std::ifstream in(std::string(TROUPE_FIXTURES_DIR) + "/chat_templates/conversations.json", std::ios::binary);
+  std::ifstream in(std::string(TROUPE_FIXTURES_DIR) + "/chat_templates/conversations.json",
+                   std::ios::binary);
   return Json::parse(in)["conversations"];
 }
 
@@ -31,8 +32,10 @@ std::optional<std::filesystem::path> real_dir(const std::string& name) {
   const auto dir = troupe::tokenizer_test::real_tokenizers() / name;
   if (std::filesystem::exists(dir / "tokenizer_config.json")) return dir;
   if (std::getenv("TROUPE_REQUIRE_REAL_TOKENIZERS"))
-    FAIL("real tokenizers missing in " << dir << ": run tools/tokenizer_reference/fetch_tokenizers.sh");
-  WARN("real tokenizers missing in " << dir << ": run tools/tokenizer_reference/fetch_tokenizers.sh");
+    FAIL("real tokenizers missing in " << dir
+                                       << ": run tools/tokenizer_reference/fetch_tokenizers.sh");
+  WARN("real tokenizers missing in " << dir
+                                     << ": run tools/tokenizer_reference/fetch_tokenizers.sh");
   return std::nullopt;
 }
 
@@ -54,7 +57,8 @@ int check_real_template(const std::string& name) {
                                   {"extra", extra_of(conv)}});
   const auto run = run_reference(request);
   if (run.jinja2_missing) {
-    if (std::getenv("TROUPE_REQUIRE_REAL_TOKENIZERS")) FAIL("python3 with jinja2 missing (" << python() << ")");
+    if (std::getenv("TROUPE_REQUIRE_REAL_TOKENIZERS"))
+      FAIL("python3 with jinja2 missing (" << python() << ")");
     WARN("python3 with jinja2 missing: chat-template reference tests skipped");
     return -1;
   }
@@ -66,7 +70,8 @@ int check_real_template(const std::string& name) {
       rendered += expected["ok"].get<bool>() ? 1 : 0;
       check_same(
           expected, [&] { return tmpl.render(conv["messages"], agp, extra_of(conv)); },
-          name + " / " + conv["name"].get<std::string>() + " / add_generation_prompt=" + (agp ? "true" : "false"));
+          name + " / " + conv["name"].get<std::string>() +
+              " / add_generation_prompt=" + (agp ? "true" : "false"));
     }
   }
   return rendered;
@@ -99,14 +104,16 @@ TEST_CASE("chat template: DeepSeek V3 renders as transformers does", "[chat]") {
   if (rendered >= 0) CHECK(rendered >= 30);
 }
 
-TEST_CASE("chat template: Llama 2 and Gemma 3 refuse non-alternating roles with the template's message",
-          "[chat]") {
+TEST_CASE(
+    "chat template: Llama 2 and Gemma 3 refuse non-alternating roles with the template's message",
+    "[chat]") {
   for (const char* name : {"llama2", "gemma3"}) {
     INFO(name);
     const auto dir = real_dir(name);
     if (!dir) return;
     const auto tmpl = ChatTemplate::from_tokenizer_dir(*dir);
-    const Json messages = Json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
+    const Json messages =
+        Json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
     try {
       (void)tmpl.render(messages, true);
       FAIL("rendered non-alternating roles");

@@ -50,10 +50,12 @@ struct ReferenceRun {
 };
 
 /// Runs render.py on `request`; fails the test on a crash or after `timeout`.
-inline ReferenceRun run_reference(const Json& request, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+inline ReferenceRun run_reference(const Json& request,
+                                  std::chrono::seconds timeout = std::chrono::seconds(120)) {
   static std::atomic<int> counter{0};
-  const auto input = std::filesystem::temp_directory_path() /
-                     ("troupe_chat_ref_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".json");
+  const auto input =
+      std::filesystem::temp_directory_path() /
+      ("troupe_chat_ref_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".json");
   {
     std::ofstream out(input, std::ios::binary);
     out << request.dump();
@@ -70,7 +72,8 @@ inline ReferenceRun run_reference(const Json& request, std::chrono::seconds time
   posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
   posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
   std::string input_str = input.string();
-  char* argv[] = {const_cast<char*>(py.c_str()), const_cast<char*>(script.c_str()), input_str.data(), nullptr};
+  char* argv[] = {const_cast<char*>(py.c_str()), const_cast<char*>(script.c_str()),
+                  input_str.data(), nullptr};
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, py.c_str(), &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -88,12 +91,14 @@ inline ReferenceRun run_reference(const Json& request, std::chrono::seconds time
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool out_open = true, err_open = true, timed_out = false;
   while (out_open || err_open) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
     }
-    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0}, {err_open ? err_pipe[0] : -1, POLLIN, 0}};
+    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
+                     {err_open ? err_pipe[0] : -1, POLLIN, 0}};
     if (::poll(fds, 2, static_cast<int>(left.count())) < 0) continue;
     char buf[65536];
     for (int k = 0; k < 2; ++k) {
@@ -127,15 +132,16 @@ inline ReferenceRun run_reference(const Json& request, std::chrono::seconds time
 }
 
 /// Skips (warns) when Python's Jinja2 is missing, or fails where CI requires the references.
-#define TROUPE_NEED_REFERENCE(run)                                                                   \
-  do {                                                                                               \
-    if ((run).jinja2_missing) {                                                                      \
-      if (std::getenv("TROUPE_REQUIRE_REAL_TOKENIZERS"))                                             \
-        FAIL("python3 with jinja2 missing (" << ::troupe::chat_test::python()                      \
-                                              << "): tools/install-deps.sh installs python3-jinja2"); \
-      WARN("python3 with jinja2 missing: chat-template reference tests skipped");                   \
-      return;                                                                                        \
-    }                                                                                                \
+#define TROUPE_NEED_REFERENCE(run)                                                \
+  do {                                                                            \
+    if ((run).jinja2_missing) {                                                   \
+      if (std::getenv("TROUPE_REQUIRE_REAL_TOKENIZERS"))                          \
+        FAIL("python3 with jinja2 missing ("                                      \
+             << ::troupe::chat_test::python()                                     \
+             << "): tools/install-deps.sh installs python3-jinja2");              \
+      WARN("python3 with jinja2 missing: chat-template reference tests skipped"); \
+      return;                                                                     \
+    }                                                                             \
   } while (false)
 
 /// Python's exception class -> the kind troupe must report for the same failure.
@@ -144,7 +150,8 @@ inline std::optional<ChatTemplateError::Kind> expected_kind(const std::string& p
   if (python_type == "TemplateError") return K::raised;
   if (python_type == "UndefinedError") return K::undefined;
   if (python_type == "SecurityError") return K::security;
-  if (python_type == "TemplateSyntaxError" || python_type == "TemplateAssertionError") return K::syntax;
+  if (python_type == "TemplateSyntaxError" || python_type == "TemplateAssertionError")
+    return K::syntax;
   return std::nullopt;
 }
 
@@ -173,7 +180,8 @@ inline const char* kind_name(ChatTemplateError::Kind k) {
 
 /// Compares troupe's outcome of one case (`render` renders it) with Python's `expected`:
 /// identical text, or both failing (same kind, and the same message for raise_exception).
-inline void check_same(const Json& expected, const std::function<std::string()>& render, const std::string& label) {
+inline void check_same(const Json& expected, const std::function<std::string()>& render,
+                       const std::string& label) {
   INFO(label);
   std::optional<std::string> text;
   std::optional<ChatTemplateError> error;

@@ -72,6 +72,16 @@ def make_environment(now):
     return env
 
 
+_compiled = {}
+
+
+def compile_template(env, source):
+    """Compiled once per source, as transformers caches them."""
+    if source not in _compiled:
+        _compiled[source] = env.from_string(source)
+    return _compiled[source]
+
+
 def token_text(value):
     if isinstance(value, dict):
         value = value.get("content")
@@ -116,14 +126,14 @@ def apply_chat_template(env, template, special, messages, add_generation_prompt,
         else:
             raise ValueError("This model has multiple chat templates with no default specified!")
     kwargs = {**special, **extra}
-    return env.from_string(template).render(
+    return compile_template(env, template).render(
         messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt, **kwargs
     )
 
 
 def run_case(env, case, loaded):
     if "context" in case:
-        return env.from_string(case["template"]).render(**case["context"])
+        return compile_template(env, case["template"]).render(**case["context"])
     if "tokenizer_dir" in case:
         directory = case["tokenizer_dir"]
         if directory not in loaded:
