@@ -86,12 +86,8 @@ std::string ascii_repr(const Value& v) {
     const char32_t c = utf8_next(r, i);
     if (c < 0x80) {
       out += static_cast<char>(c);
-    } else if (c <= 0xFF) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
-    } else if (c <= 0xFFFF) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
     } else {
-      out += fmt::format("\\U{:08x}", static_cast<unsigned>(c));
+      append_escaped(out, c);
     }
   }
   return out;

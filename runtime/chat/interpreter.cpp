@@ -183,6 +183,20 @@ class Macro : public Object {
   ScopePtr closure_;
 };
 
+// Runs f; a Fault it throws without a place gets (line, column), the innermost node's.
+template <class F>
+auto located(int line, int column, F&& f) {
+  try {
+    return f();
+  } catch (Fault& e) {
+    if (e.line == 0) {
+      e.line = line;
+      e.column = column;
+    }
+    throw;
+  }
+}
+
 template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
@@ -231,7 +245,7 @@ Interpreter::Flow Interpreter::exec(const ast::Body& body, const ScopePtr& scope
 }
 
 Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const ScopePtr& scope) {
-  try {
+  return located(s.line, s.column, [&] {
     return std::visit(
         Overloaded{
             [&](const ast::Text& t) {
@@ -289,13 +303,7 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const ScopePtr& scope) {
             [&](const ast::Continue&) { return Flow::continue_loop; },
         },
         s.node);
-  } catch (Fault& f) {
-    if (f.line == 0) {
-      f.line = s.line;
-      f.column = s.column;
-    }
-    throw;
-  }
+  });
 }
 
 Interpreter::Flow Interpreter::exec_for(const ast::For& f, const ScopePtr& scope) {
@@ -349,7 +357,7 @@ void Interpreter::assign(const ast::Target& t, const Value& v, const ScopePtr& s
 
 Value Interpreter::apply_filters(const ast::Expr& chain, const Value& base, const ScopePtr& scope) {
   const auto& f = std::get<ast::FilterCall>(chain.node);
-  try {
+  return located(chain.line, chain.column, [&] {
     // The innermost operand is an expression, or absent in {% filter %} / {% set %} blocks.
     Value operand = base;
     if (f.operand) {
@@ -359,19 +367,19 @@ Value Interpreter::apply_filters(const ast::Expr& chain, const Value& base, cons
     }
     CallArgs args = eval_args(f.args, scope);
     return call_filter(*this, f.name, operand, args);
-  } catch (Fault& e) {
-    if (e.line == 0) {
-      e.line = chain.line;
-      e.column = chain.column;
-    }
-    throw;
-  }
+  });
+}
+
+List Interpreter::eval_all(const std::vector<ast::ExprPtr>& exprs, const ScopePtr& scope) {
+  List out;
+  out.reserve(exprs.size());
+  for (const auto& x : exprs) out.push_back(eval(*x, scope));
+  return out;
 }
 
 CallArgs Interpreter::eval_args(const ast::Args& args, const ScopePtr& scope) {
   CallArgs out;
-  out.positional.reserve(args.positional.size());
-  for (const auto& a : args.positional) out.positional.push_back(eval(*a, scope));
+  out.positional = eval_all(args.positional, scope);
   for (const auto& [name, a] : args.keyword) out.keyword.emplace_back(name, eval(*a, scope));
   return out;
 }
@@ -385,15 +393,7 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
 
 // ---- expressions -------------------------------------------------------------------------
 Value Interpreter::eval(const ast::Expr& e, const ScopePtr& scope) {
-  try {
-    return eval_node(e, scope);
-  } catch (Fault& f) {
-    if (f.line == 0) {
-      f.line = e.line;
-      f.column = e.column;
-    }
-    throw;
-  }
+  return located(e.line, e.column, [&] { return eval_node(e, scope); });
 }
 
 Value Interpreter::eval_node(const ast::Expr& e, const ScopePtr& scope) {
@@ -404,15 +404,9 @@ Value Interpreter::eval_node(const ast::Expr& e, const ScopePtr& scope) {
             const Value* v = scope->find(n.name);
             return v ? *v : Value::undefined(fmt::format("{} is undefined", str_repr(n.name)));
           },
-          [&](const ast::ListLit& l) {
-            List items;
-            for (const auto& x : l.items) items.push_back(eval(*x, scope));
-            return Value::sequence(std::move(items));
-          },
+          [&](const ast::ListLit& l) { return Value::sequence(eval_all(l.items, scope)); },
           [&](const ast::TupleLit& l) {
-            List items;
-            for (const auto& x : l.items) items.push_back(eval(*x, scope));
-            return Value::sequence(std::move(items), SeqKind::tuple);
+            return Value::sequence(eval_all(l.items, scope), SeqKind::tuple);
           },
           [&](const ast::DictLit& l) {
             Dict d;

@@ -69,6 +69,7 @@ class Interpreter {
   void assign(const ast::Target& t, const Value& v, const ScopePtr& scope);
   Value apply_filters(const ast::Expr& chain, const Value& base, const ScopePtr& scope);
   CallArgs eval_args(const ast::Args& args, const ScopePtr& scope);
+  List eval_all(const std::vector<ast::ExprPtr>& exprs, const ScopePtr& scope);
   Value eval_node(const ast::Expr& e, const ScopePtr& scope);
   void emit(std::string_view text);
 

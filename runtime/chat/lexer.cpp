@@ -37,12 +37,8 @@ std::string decode_string_literal(std::string_view body) {
     const char32_t c = utf8_next(body, i);
     if (c < 0x80) {
       ascii += static_cast<char>(c);
-    } else if (c <= 0xFF) {
-      ascii += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
-    } else if (c <= 0xFFFF) {
-      ascii += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
     } else {
-      ascii += fmt::format("\\U{:08x}", static_cast<unsigned>(c));
+      append_escaped(ascii, c);
     }
   }
   std::string out;

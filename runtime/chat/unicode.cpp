@@ -1,5 +1,6 @@
 #include "runtime/chat/unicode.hpp"
 
+#include <fmt/format.h>
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -35,6 +36,16 @@ void utf8_append(std::string& out, char32_t cp) {
     out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
     out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+void append_escaped(std::string& out, char32_t cp) {
+  if (cp <= 0xFF) {
+    out += fmt::format("\\x{:02x}", static_cast<unsigned>(cp));
+  } else if (cp <= 0xFFFF) {
+    out += fmt::format("\\u{:04x}", static_cast<unsigned>(cp));
+  } else {
+    out += fmt::format("\\U{:08x}", static_cast<unsigned>(cp));
   }
 }
 
@@ -199,27 +210,26 @@ bool is_upper_char(char32_t cp) {
 bool is_title_char(char32_t cp) {
   return in_ranges(unicode_tables::titlecase, unicode_tables::titlecase_size, cp);
 }
-}  // namespace
 
-// CPython's unicode_islower_impl / unicode_isupper_impl.
-bool py_islower(std::string_view s) {
+// CPython's unicode_islower_impl / unicode_isupper_impl: no character of the other case
+// (or title case), and at least one of this case.
+bool all_cased_as(std::string_view s, bool (*same)(char32_t), bool (*other)(char32_t)) {
   bool cased = false;
   for (std::size_t i = 0; i < s.size();) {
     const char32_t c = utf8_next(s, i);
-    if (is_upper_char(c) || is_title_char(c)) return false;
-    if (is_lower_char(c)) cased = true;
+    if (other(c) || is_title_char(c)) return false;
+    if (same(c)) cased = true;
   }
   return cased;
 }
 
+}  // namespace
+
+bool py_islower(std::string_view s) {
+  return all_cased_as(s, is_lower_char, is_upper_char);
+}
 bool py_isupper(std::string_view s) {
-  bool cased = false;
-  for (std::size_t i = 0; i < s.size();) {
-    const char32_t c = utf8_next(s, i);
-    if (is_lower_char(c) || is_title_char(c)) return false;
-    if (is_upper_char(c)) cased = true;
-  }
-  return cased;
+  return all_cased_as(s, is_upper_char, is_lower_char);
 }
 
 // CPython's unicode_istitle_impl.

@@ -24,6 +24,9 @@ bool utf8_valid(std::string_view s);
 /// Byte offset of code point number n (n <= length).
 std::size_t utf8_offset(std::string_view s, std::size_t n);
 
+/// Appends cp as Python's "backslashreplace" writes it: \xhh, \uhhhh or \Uhhhhhhhh.
+void append_escaped(std::string& out, char32_t cp);
+
 /// Python's str.isspace() for one code point (also what \s matches in Python's re).
 bool py_isspace(char32_t cp);
 bool py_isprintable(char32_t cp);

@@ -159,16 +159,10 @@ std::string str_repr(std::string_view s) {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
-    } else if (c < 0x20 || c == 0x7F) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
-    } else if (c < 0x7F || py_isprintable(c)) {
+    } else if (c >= 0x20 && c != 0x7F && (c < 0x7F || py_isprintable(c))) {
       utf8_append(out, c);
-    } else if (c <= 0xFF) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
-    } else if (c <= 0xFFFF) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
     } else {
-      out += fmt::format("\\U{:08x}", static_cast<unsigned>(c));
+      append_escaped(out, c);
     }
   }
   out += quote;
