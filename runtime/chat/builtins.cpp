@@ -148,6 +148,7 @@ TROUPE_FILTER(f_center) {
   const std::int64_t width = a[0].as_int();
   if (width <= len) return str(s);
   const std::int64_t marg = width - len;
+  in.budget().bytes(static_cast<std::size_t>(width));
   const std::int64_t left = marg / 2 + (marg & width & 1);
   return str(std::string(static_cast<std::size_t>(left), ' ') + s +
              std::string(static_cast<std::size_t>(marg - left), ' '));
@@ -283,9 +284,15 @@ TROUPE_FILTER(f_int) {
     return Value::integer(static_cast<std::int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
-    const auto base = a[1].as_int();
-    if (base < 2 || base > 36) return a[0];
-    if (auto i = parse_int(v.str(), static_cast<int>(base))) return Value::integer(*i);
+    // int(value, base) first; a TypeError or ValueError there (a float base, a base outside
+    // 2..36, bad digits) falls back to int(float(value)), as do_int does.
+    const bool base_ok =
+        (a[1].is_int() || a[1].is_bool()) && a[1].as_int() >= 2 && a[1].as_int() <= 36;
+    if (base_ok) {
+      if (auto i = parse_int(v.str(), static_cast<int>(a[1].as_int()))) return Value::integer(*i);
+    } else if ((a[1].is_int() || a[1].is_bool()) && a[1].as_int() == 0) {
+      if (auto i = parse_int(v.str(), 0)) return Value::integer(*i);
+    }
     if (auto d = parse_float(v.str())) {
       if (std::isnan(*d)) return a[0];
       if (std::isinf(*d)) type_error("cannot convert float infinity to integer");

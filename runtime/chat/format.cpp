@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -178,6 +179,8 @@ std::string percent_format(std::string_view fmt, const Value& args, Budget& budg
     while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
     if (i >= fmt.size()) fault(FaultKind::type, "incomplete format");
     const char type = fmt[i];
+    budget.bytes(static_cast<std::size_t>(width));
+    budget.bytes(static_cast<std::size_t>(std::max<std::int64_t>(precision, 0)));
     const Value& v = value ? *value : take();
     std::string body;
     std::size_t sign_len = 0;
@@ -435,9 +438,11 @@ std::string format_int(std::int64_t n, const Spec& s) {
 
 }  // namespace
 
-std::string format_value(const Value& v, std::string_view spec) {
+std::string format_value(const Value& v, std::string_view spec, Budget& budget) {
   if (spec.empty()) return to_str(v);
   const Spec s = parse_spec(spec, v);
+  budget.bytes(s.width);
+  budget.bytes(static_cast<std::size_t>(std::max(s.precision, 0)));
   if (v.is_string()) {
     if (s.type && s.type != 's')
       fault(FaultKind::type,
@@ -570,7 +575,7 @@ std::string str_format(std::string_view f, const CallArgs& args, Budget& budget)
     }
     if (spec.find('{') != std::string_view::npos)
       fault(FaultKind::unsupported, "nested replacement fields in format specs are not supported");
-    const std::string piece = format_value(v, spec);
+    const std::string piece = format_value(v, spec, budget);
     budget.bytes(out.size() + piece.size());
     out += piece;
   }

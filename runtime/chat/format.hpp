@@ -15,8 +15,8 @@ namespace troupe::chat {
 std::string percent_format(std::string_view fmt, const Value& args, Budget& budget);
 /// Python's fmt.format(*args, **kwargs) (fields, !r/!s/!a, format specs; no nested fields).
 std::string str_format(std::string_view fmt, const CallArgs& args, Budget& budget);
-/// Python's format(value, spec).
-std::string format_value(const Value& v, std::string_view spec);
+/// Python's format(value, spec). Widths and precisions are charged to `budget` first.
+std::string format_value(const Value& v, std::string_view spec, Budget& budget);
 /// Python's ascii(v): repr with non-ASCII characters escaped.
 std::string ascii_repr(const Value& v);
 

@@ -213,7 +213,9 @@ std::int64_t do_find(const std::string& s, const Value& sub_v, const Value& star
   return static_cast<std::int64_t>(utf8_length(std::string_view(s).substr(0, b + at)));
 }
 
-std::string justify(const std::string& s, std::int64_t width, const Value& fill_v, char how) {
+std::string justify(const std::string& s, std::int64_t width, const Value& fill_v, char how,
+                    Budget& budget) {
+  budget.bytes(static_cast<std::size_t>(std::max<std::int64_t>(width, 0)) * 4);
   const std::string& fill = need_str(fill_v, "fillchar");
   if (utf8_length(fill) != 1) type_error("The fill character must be exactly one character long");
   const auto len = static_cast<std::int64_t>(utf8_length(s));
@@ -391,15 +393,15 @@ TROUPE_METHOD(str_join) {
 }
 TROUPE_METHOD(str_center) {
   auto a = bind("center", args, {{"width", std::nullopt}, {"fillchar", Value::string(" ")}});
-  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '^'));
+  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '^', in.budget()));
 }
 TROUPE_METHOD(str_ljust) {
   auto a = bind("ljust", args, {{"width", std::nullopt}, {"fillchar", Value::string(" ")}});
-  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '<'));
+  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '<', in.budget()));
 }
 TROUPE_METHOD(str_rjust) {
   auto a = bind("rjust", args, {{"width", std::nullopt}, {"fillchar", Value::string(" ")}});
-  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '>'));
+  return string_like(self, justify(self.str(), a[0].as_int(), a[1], '>', in.budget()));
 }
 TROUPE_METHOD(str_zfill) {
   auto a = bind("zfill", args, {{"width", std::nullopt}});
@@ -407,6 +409,7 @@ TROUPE_METHOD(str_zfill) {
   const auto len = static_cast<std::int64_t>(utf8_length(s));
   const std::int64_t width = a[0].as_int();
   if (width <= len) return self;
+  in.budget().bytes(static_cast<std::size_t>(width));
   std::string zeros(static_cast<std::size_t>(width - len), '0');
   if (!s.empty() && (s[0] == '+' || s[0] == '-'))
     return string_like(self, s.substr(0, 1) + zeros + s.substr(1));

@@ -594,10 +594,18 @@ std::optional<std::int64_t> parse_int(std::string_view text, int base) {
   }
   if (s.size() > 2 && s[0] == '0') {
     const char p = static_cast<char>(s[1] | 0x20);
-    if ((p == 'x' && base == 16) || (p == 'o' && base == 8) || (p == 'b' && base == 2)) {
+    const int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (prefixed && (base == prefixed || base == 0)) {
+      base = prefixed;
       s.remove_prefix(2);
       if (!s.empty() && s[0] == '_') s.remove_prefix(1);
     }
+  }
+  if (base == 0) {
+    // Base 0 reads a literal: no prefix means decimal, and a leading zero only for zero.
+    base = 10;
+    if (s.size() > 1 && s[0] == '0' && s.find_first_not_of("0_") != std::string_view::npos)
+      return std::nullopt;
   }
   auto digits = strip_digit_underscores(s, base);
   if (!digits) return std::nullopt;

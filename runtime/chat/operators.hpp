@@ -42,7 +42,8 @@ Value escape(const Value& v);
 /// A string result that keeps the Markup flag of `like` (markupsafe wraps str methods so).
 Value string_like(const Value& like, std::string s);
 
-/// Python's int(str, base) / float(str); nullopt on ValueError.
+/// Python's int(str, base) (base 2..36, or 0 for a literal's prefix) / float(str); nullopt on
+/// ValueError.
 std::optional<std::int64_t> parse_int(std::string_view s, int base);
 std::optional<double> parse_float(std::string_view s);
 /// Python's round(x, ndigits) for a float (correctly rounded, ties to even).

@@ -48,11 +48,16 @@ Value Value::object(std::shared_ptr<Object> o) {
 
 std::int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
+  if (!is_int())
+    fault(FaultKind::type,
+          fmt::format("'{}' object cannot be interpreted as an integer", type_name(*this)));
   return std::get<std::int64_t>(v_);
 }
 
 double Value::as_double() const {
   if (is_float()) return std::get<double>(v_);
+  if (!is_int() && !is_bool())
+    fault(FaultKind::type, fmt::format("must be real number, not {}", type_name(*this)));
   return static_cast<double>(as_int());
 }
 

@@ -100,8 +100,10 @@ class Value {
   [[nodiscard]] bool is_object() const { return kind() == Kind::object; }
 
   [[nodiscard]] bool as_bool() const { return std::get<bool>(v_); }
-  [[nodiscard]] std::int64_t as_int() const;  // int or bool
-  [[nodiscard]] double as_double() const;     // int, bool or float
+  /// An int or bool as a Python int; anything else is a TypeError (a Fault).
+  [[nodiscard]] std::int64_t as_int() const;
+  /// An int, bool or float as a Python float; anything else is a TypeError (a Fault).
+  [[nodiscard]] double as_double() const;
   [[nodiscard]] const std::string& str() const { return *std::get<Str>(v_).s; }
   [[nodiscard]] bool is_markup() const { return is_string() && std::get<Str>(v_).markup; }
   [[nodiscard]] SeqKind seq_kind() const { return std::get<Seq>(v_).kind; }

@@ -105,6 +105,8 @@ TEST_CASE("chat errors: what troupe does not implement is refused by name", "[ch
       {"{% for (a, b), c in [] %}{% endfor %}", "nested tuple targets"},
       {"{{ lipsum() }}", "lipsum()"},
       {"{{ '{:z}'.format(1.0) }}", "'z' format option"},
+      {"{{ '{:{}}'.format(1, 2) }}", "nested replacement fields"},
+      {"{{ 'x'.expandtabs() }}", "str method expandtabs()"},
   };
   for (const auto& [source, what] : refused) {
     INFO(source);

@@ -316,6 +316,14 @@ TEST_CASE("jinja: filters", "[chat][jinja]") {
       "{{ '1e3' | float }} {{ 'inf' | float }} {{ none | int }} {{ none | float }} {{ '-0' | float "
       "}} {{ '077' | int }} {{ '0b11' | int(base=2) }}",
       "{{ missing | int }}",
+      "{{ '10' | int(base=2.0) }} {{ '10' | int(base=99) }} {{ '0x1A' | int(base=0) }} {{ '010' | "
+      "int(base=0) }} "
+      "{{ '12' | int(base=0) }} {{ 'z' | int(base=36) }}",
+      "{{ 'x' | indent(2.0) }}",
+      "{{ 'x'.center(2.5) }}",
+      "{{ 'a b c'.split(' ', 1.0) }}",
+      "{{ 1.5 | round(1.5) }}",
+      "{{ '%*d' % (5.0, 1) }}",
       "{{ 2.5 | round }} {{ 3.5 | round }} {{ 2.675 | round(2) }} {{ 3.14159 | round(3) }} {{ 1.5 "
       "| round(method='floor') }} "
       "{{ 1.2 | round(method='ceil') }} {{ 7 | round }} {{ 1234 | round(-2) }} {{ 1250 | round(-2) "
