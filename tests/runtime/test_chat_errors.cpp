@@ -289,7 +289,7 @@ TEST_CASE("chat errors: one template renders on several threads at once", "[chat
 
 TEST_CASE("chat errors: mangled templates fail cleanly, never crash", "[chat]") {
   // Byte-level mutations of template snippets: every outcome is text or a ChatTemplateError.
-  const std::vector<std::string> seeds = {
+  std::vector<std::string> seeds = {
       "{%- for m in messages %}{{ '<|' + m.role + '|>' + m.content | trim }}{% if loop.last %}x{% "
       "endif %}{% endfor %}",
       "{% set ns = namespace(a=[]) %}{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{{ "
@@ -299,6 +299,14 @@ TEST_CASE("chat errors: mangled templates fail cleanly, never crash", "[chat]") 
       "{% if x is defined and x.y[1:] %}{{ x.y[::-1] }}{% elif z %}{% raw %}{{{% endraw %}{% else "
       "%}{# c #}{% endif %}",
   };
+  // The real templates too, where they have been fetched.
+  for (const char* name : {"qwen3", "llama3", "llama2", "gemma3", "deepseek_v3"}) {
+    const auto config = troupe::tokenizer_test::real_tokenizers() / name / "tokenizer_config.json";
+    if (!std::filesystem::exists(config)) continue;
+    const auto j = troupe::tokenizer_test::read_json(config);
+    if (j.contains("chat_template") && j["chat_template"].is_string())
+      seeds.push_back(j["chat_template"].get<std::string>());
+  }
   ChatTemplate::Limits small;
   small.max_string_bytes = 1 << 16;
   small.max_steps = 20'000;
@@ -306,6 +314,10 @@ TEST_CASE("chat errors: mangled templates fail cleanly, never crash", "[chat]") 
   std::mt19937 rng(20261205);
   const std::string alphabet = "{}%#-+()[]|~.,:'\"\\ \nabcxyz0123456789=<>!*/";
   int rendered = 0, refused = 0;
+  const Json messages =
+      Json::parse(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+      {"role": "assistant", "content": "<think>r</think>a", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+      {"role": "tool", "content": "t"}, {"role": "user", "content": "v"}])");
   for (int i = 0; i < 3000; ++i) {
     std::string s = seeds[i % seeds.size()];
     const int edits = 1 + static_cast<int>(rng() % 4);
