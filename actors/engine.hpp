@@ -14,9 +14,9 @@
 #include <memory>
 #include <string>
 
-#include "actors/interfaces.hpp"
+#include "actors/engine_actor.hpp"
 #include "runtime/config/engine_args.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace troupe {

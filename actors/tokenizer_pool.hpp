@@ -6,10 +6,17 @@
 #include <memory>
 #include <vector>
 
-#include "actors/interfaces.hpp"
+#include "actors/messages.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace troupe {
+
+/// Encodes prompts and detokenizes outputs incrementally. The pool actor routes detok work by
+/// sequence id (each sequence's state lives in one member) and spreads encodes round-robin.
+using tokenizer_actor = caf::typed_actor<
+    caf::replies_to<encode_atom, std::string, bool>::with<std::vector<int32_t>>,
+    caf::replies_to<decode_atom, std::vector<int32_t>, bool>::with<std::string>,
+    caf::replies_to<detok_atom, DetokBatch>::with<DetokDeltas>>;
 
 class TokenizerPool {
  public:

@@ -21,7 +21,7 @@
 #include "actors/engine.hpp"
 #include "actors/llm.hpp"
 #include "runtime/error.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "tools/cli_args.hpp"
 #include "tools/commands.hpp"
 

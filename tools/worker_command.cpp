@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "actors/executor.hpp"
+#include "actors/executor_actor.hpp"
 #include "actors/messages.hpp"
 #include "runtime/error.hpp"
 #include "tools/commands.hpp"

@@ -11,7 +11,7 @@
 
 #include "runtime/config/field_codec.hpp"
 #include "runtime/error.hpp"
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 
 namespace troupe {
 

@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "runtime/error.hpp"
-#include "runtime/model/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 namespace troupe {
 

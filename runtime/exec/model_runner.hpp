@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/exec/step_inputs.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "runtime/models/model.hpp"
 
 namespace troupe {

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
-#include "runtime/model/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/models/model.hpp"
 #include "runtime/models/rope.hpp"
 #include "runtime/models/weights.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 
 namespace troupe {
 

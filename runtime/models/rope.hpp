@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 
 namespace troupe {
 

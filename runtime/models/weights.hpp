@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/models/model.hpp"
 
 namespace troupe {

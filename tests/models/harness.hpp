@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
-#include "runtime/model/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/models/model.hpp"
 
 namespace troupe::testing {

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <optional>
 
-#include "runtime/model/checkpoint.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "tests/models/harness.hpp"
 
 namespace troupe::testing {

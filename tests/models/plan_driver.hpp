@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "runtime/exec/step.hpp"
+#include "runtime/protocol/step.hpp"
 
 namespace troupe::testing {
 

@@ -6,8 +6,8 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "runtime/error.hpp"
-#include "runtime/model/checkpoint.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "tests/models/harness.hpp"
 #include "tests/models/synthetic.hpp"
 

@@ -16,8 +16,8 @@
 #include <fstream>
 
 #include "cpu/cpu_backend.hpp"
-#include "runtime/model/checkpoint.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "tests/models/parity.hpp"
 
 using namespace troupe;

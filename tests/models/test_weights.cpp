@@ -6,7 +6,7 @@
 #include <numbers>
 
 #include "runtime/error.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "runtime/models/rope.hpp"
 #include "runtime/models/weights.hpp"
 

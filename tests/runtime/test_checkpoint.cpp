@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "runtime/error.hpp"
-#include "runtime/model/checkpoint.hpp"
-#include "runtime/model/safetensors.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "runtime/models/weights.hpp"
 #include "tests/runtime/test_checkpoint_writer.hpp"
 

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
-#include "runtime/model/generation_config.hpp"
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/generation_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 #include "runtime/models/model.hpp"
 #include "tests/runtime/test_checkpoint_writer.hpp"
 

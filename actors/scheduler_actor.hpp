@@ -11,17 +11,20 @@
 
 #include <vector>
 
-#include "actors/interfaces.hpp"
+#include "actors/cache_manager_actor.hpp"
+#include "actors/engine_actor.hpp"
+#include "actors/executor_actor.hpp"
 
 namespace troupe {
 
-struct SchedulerActorConfig {
-  SchedulerConfig policy;
-  bool log_stats = true;
-  double stats_interval_seconds = 5.0;
-};
+/// Owns the queues and the step loop (runtime/sched); sends SeqUpdates to its engine.
+using scheduler_actor = caf::typed_actor<
+    caf::reacts_to<add_atom, SeqSpecs>,
+    caf::reacts_to<abort_atom, std::vector<uint64_t>>,
+    caf::replies_to<stats_atom>::with<SchedulerStats>,
+    caf::reacts_to<tick_atom>>;
 
-scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerActorConfig config,
+scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
                                 std::vector<executor_actor> executors, engine_actor engine);
 

@@ -1,4 +1,4 @@
-#include "actors/scheduler.hpp"
+#include "actors/scheduler_actor.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 struct scheduler_state {
   std::unique_ptr<Scheduler> sched;
-  SchedulerActorConfig config;
+  SchedulerLoopConfig config;
   cache_manager_actor cache_manager;
   std::vector<executor_actor> executors;
   engine_actor engine;
@@ -228,7 +228,7 @@ void step(self_ptr self) {
           });
 }
 
-std::chrono::milliseconds stats_interval(const SchedulerActorConfig& c) {
+std::chrono::milliseconds stats_interval(const SchedulerLoopConfig& c) {
   return std::chrono::milliseconds(int64_t(c.stats_interval_seconds * 1000.0));
 }
 
@@ -265,7 +265,7 @@ void log_stats(self_ptr self) {
           [](caf::error&) {});
 }
 
-scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorConfig config,
+scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopConfig config,
                                                   cache_manager_actor cache_manager,
                                                   std::vector<executor_actor> executors,
                                                   engine_actor engine) {
@@ -343,7 +343,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerActorC
 
 }  // namespace
 
-scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerActorConfig config,
+scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
                                 std::vector<executor_actor> executors, engine_actor engine) {
   return sys.spawn(scheduler_behavior, std::move(config), std::move(cache_manager),

@@ -1,4 +1,4 @@
-#include "runtime/model/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 

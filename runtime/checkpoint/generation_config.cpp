@@ -1,4 +1,4 @@
-#include "runtime/model/generation_config.hpp"
+#include "runtime/checkpoint/generation_config.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "actors/executor.hpp"
+#include "actors/executor_actor.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/interfaces.hpp"
+#include "actors/messages.hpp"
 #include "runtime/backend/backend.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
@@ -15,6 +15,14 @@
 #endif
 
 namespace troupe {
+
+/// One per GPU (or CPU rank); detached (its own thread). May live in a `troupe worker`
+/// process, so its messages are the registered cross-process types. finish_atom is its own
+/// (it polls the step in flight with it, actors/executor_actor.cpp).
+using executor_actor = caf::typed_actor<
+    caf::replies_to<init_atom, ExecutorInit>::with<ExecutorInfo>,
+    caf::replies_to<execute_atom, StepPlan>::with<StepResult>,
+    caf::reacts_to<finish_atom, uint64_t>>;
 
 /// Spawns an executor on its own thread in `sys`.
 executor_actor spawn_executor(caf::actor_system& sys);

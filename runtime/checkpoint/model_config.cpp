@@ -6,7 +6,7 @@
 // where we read "full_attention"). Defaults follow transformers' own class defaults where one
 // exists (rms_norm_eps 1e-6, rope_theta 10000, silu, untied); the structural sizes have no
 // sensible default and are required.
-#include "runtime/model/model_config.hpp"
+#include "runtime/checkpoint/model_config.hpp"
 
 #include <nlohmann/json.hpp>
 

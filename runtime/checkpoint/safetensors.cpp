@@ -1,4 +1,4 @@
-#include "runtime/model/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

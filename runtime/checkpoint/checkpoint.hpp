@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/model/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 namespace troupe {
 
