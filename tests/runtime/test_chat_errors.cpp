@@ -57,7 +57,7 @@ TEST_CASE("chat errors: syntax errors name the line and column", "[chat]") {
   CHECK(e.column() == 10);  // columns count characters, not bytes
 }
 
-TEST_CASE("chat errors: runtime errors name the place; raise_exception keeps its message",
+TEST_CASE("chat errors: runtime errors name the place, raise_exception keeps its message",
           "[chat]") {
   auto e =
       error_of("a\n{% for m in messages %}{{ raise_exception('Bad role: ' ~ m.role) }}{% endfor %}",
