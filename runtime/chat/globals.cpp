@@ -33,6 +33,7 @@ class Namespace : public Object {
     attrs_.set(name, std::move(v));
     return true;
   }
+  void release() override { attrs_ = Dict(); }
   [[nodiscard]] std::optional<std::string> repr() const override {
     return "<Namespace " + chat::repr(Value::dict(attrs_)) + ">";
   }
@@ -100,8 +101,8 @@ Value g_dict(Interpreter&, const Value&, CallArgs& args) {
   return Value::dict(build_dict(args, "dict"));
 }
 
-Value g_namespace(Interpreter&, const Value&, CallArgs& args) {
-  return Value::object(std::make_shared<Namespace>(build_dict(args, "namespace")));
+Value g_namespace(Interpreter& in, const Value&, CallArgs& args) {
+  return Value::object(in.own(std::make_shared<Namespace>(build_dict(args, "namespace"))));
 }
 
 Value g_raise_exception(Interpreter&, const Value&, CallArgs& args) {

@@ -45,11 +45,20 @@ Interpreter::DepthGuard::DepthGuard(Interpreter& in) : in_(in) {
 
 namespace {
 
+// What loop.changed() remembers across the iterations of one loop.
+class LoopState : public Object {
+ public:
+  [[nodiscard]] std::string type_name() const override { return "LoopState"; }
+  void release() override { last_changed.reset(); }
+  std::optional<Value> last_changed;
+};
+
 // Jinja2's LoopContext: loop.index, loop.first, loop.previtem, loop.cycle(...), ...
 class LoopContext : public Object {
  public:
-  LoopContext(std::shared_ptr<const List> items, std::size_t index)
-      : items_(std::move(items)), index_(index) {}
+  LoopContext(std::shared_ptr<const List> items, std::size_t index,
+              std::shared_ptr<LoopState> state)
+      : items_(std::move(items)), index_(index), state_(std::move(state)) {}
   [[nodiscard]] std::string type_name() const override { return "LoopContext"; }
   [[nodiscard]] std::string type_repr() const override {
     return "jinja2.runtime.LoopContext object";
@@ -82,24 +91,24 @@ class LoopContext : public Object {
           }));
     }
     if (name == "changed") {
-      auto last = last_changed_;
+      std::weak_ptr<LoopState> state = state_;
       return Value::object(
-          std::make_shared<Closure>("changed", [last](Interpreter&, CallArgs& args) {
+          std::make_shared<Closure>("changed", [state](Interpreter&, CallArgs& args) {
+            const auto s = state.lock();
             Value now = Value::sequence(args.positional, SeqKind::tuple);
-            if (*last && equals(**last, now)) return Value::boolean(false);
-            *last = std::make_shared<Value>(now);
+            if (!s || (s->last_changed && equals(*s->last_changed, now)))
+              return Value::boolean(false);
+            s->last_changed = now;
             return Value::boolean(true);
           }));
     }
     return std::nullopt;
   }
-  /// loop.changed() remembers its last value across iterations of the same loop.
-  std::shared_ptr<std::shared_ptr<Value>> last_changed_ =
-      std::make_shared<std::shared_ptr<Value>>();
 
  private:
   std::shared_ptr<const List> items_;
   std::size_t index_;
+  std::shared_ptr<LoopState> state_;
 };
 
 // A {% macro %} (or the body of a {% call %} block, as `caller`), closed over the scope it
@@ -118,6 +127,7 @@ class Macro : public Object {
     if (name == "name") return Value::string(def_->name);
     return std::nullopt;
   }
+  void release() override { closure_.reset(); }
 
   Value call(Interpreter& in, CallArgs& args) const override {
     Interpreter::DepthGuard guard(in);
@@ -207,6 +217,10 @@ Overloaded(Fs...) -> Overloaded<Fs...>;
 }  // namespace
 
 // ---- rendering ---------------------------------------------------------------------------
+Interpreter::~Interpreter() {
+  for (const auto& o : owned_) o->release();
+}
+
 std::string Interpreter::render(const ast::Body& body, const ScopePtr& context) {
   auto scope = std::make_shared<Scope>(context);
   return render_block(body, scope);
@@ -274,15 +288,15 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const ScopePtr& scope) {
               return Flow::normal;
             },
             [&](const ast::Macro& m) {
-              scope->set(m.def->name, Value::object(std::make_shared<Macro>(m.def, scope)));
+              scope->set(m.def->name, Value::object(own(std::make_shared<Macro>(m.def, scope))));
               return Flow::normal;
             },
             [&](const ast::CallBlock& cb) {
               const auto& call = std::get<ast::Call>(cb.call->node);
               const Value callee = eval(*call.callee, scope);
               CallArgs args = eval_args(call.args, scope);
-              args.keyword.emplace_back("caller",
-                                        Value::object(std::make_shared<Macro>(cb.caller, scope)));
+              args.keyword.emplace_back(
+                  "caller", Value::object(own(std::make_shared<Macro>(cb.caller, scope))));
               const Value v = this->call(callee, args);
               emit(to_str(v));
               return Flow::normal;
@@ -321,14 +335,12 @@ Interpreter::Flow Interpreter::exec_for(const ast::For& f, const ScopePtr& scope
   }
   if (items.empty()) return exec(f.otherwise, scope);
   auto shared = std::make_shared<const List>(std::move(items));
-  auto last_changed = std::make_shared<std::shared_ptr<Value>>();
+  auto state = own(std::make_shared<LoopState>());
   for (std::size_t i = 0; i < shared->size(); ++i) {
     budget_.steps();
     auto iter_scope = std::make_shared<Scope>(scope);
     assign(f.target, (*shared)[i], iter_scope);
-    auto loop = std::make_shared<LoopContext>(shared, i);
-    loop->last_changed_ = last_changed;
-    iter_scope->set("loop", Value::object(std::move(loop)));
+    iter_scope->set("loop", Value::object(std::make_shared<LoopContext>(shared, i, state)));
     const Flow flow = exec(f.body, iter_scope);
     if (flow == Flow::break_loop) break;
   }

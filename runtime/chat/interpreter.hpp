@@ -36,6 +36,18 @@ class Interpreter {
  public:
   using Clock = std::function<std::chrono::system_clock::time_point()>;
   Interpreter(const Limits& limits, Clock clock) : budget_(limits), clock_(std::move(clock)) {}
+  /// Releases every owned object, which frees the reference cycles a render made.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  /// Keeps `o` until the render ends and then calls its release(); every object that can
+  /// hold a reference back to itself (namespace, macro, loop state) is made through this.
+  template <class T>
+  std::shared_ptr<T> own(std::shared_ptr<T> o) {
+    owned_.push_back(o);
+    return o;
+  }
 
   /// Renders `body` with `context` as the outermost scope.
   std::string render(const ast::Body& body, const ScopePtr& context);
@@ -76,6 +88,7 @@ class Interpreter {
   Budget budget_;
   Clock clock_;
   std::vector<std::string> buffers_;
+  std::vector<std::shared_ptr<Object>> owned_;
   int depth_ = 0;
 };
 

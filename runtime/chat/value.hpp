@@ -179,6 +179,10 @@ class Object {
   [[nodiscard]] virtual std::optional<std::string> repr() const { return std::nullopt; }
   /// namespace only: `{% set ns.attr = value %}`.
   virtual bool set_attr(const std::string& name, Value v);
+  /// Drops what this object holds, at the end of a render: namespaces, macros and loop
+  /// state are the mutable objects through which values can refer to themselves, and a
+  /// reference cycle of shared pointers would never be freed (see Interpreter::own).
+  virtual void release() {}
 };
 
 // ---- Python semantics of plain values ----------------------------------------------------
