@@ -2,6 +2,9 @@
 // the place and kind, refused features say so, bounds stop runaway templates, tokenizer
 // directories are read as transformers reads them, and bad input never crashes.
 #include "runtime/chat/chat_template.hpp"
+#include "runtime/chat/globals.hpp"
+#include "runtime/chat/interpreter.hpp"
+#include "runtime/chat/parser.hpp"
 #include "test_chat_util.hpp"
 #include "test_tokenizer_util.hpp"
 
@@ -348,4 +351,36 @@ TEST_CASE("chat errors: mangled templates fail cleanly, never crash", "[chat]") 
   CHECK(rendered + refused == 3000);
   CHECK(rendered > 100);
   CHECK(refused > 100);
+}
+
+TEST_CASE("chat errors: a render frees the reference cycles it makes", "[chat]") {
+  // A probe object reachable only through a cycle the template builds: a namespace that
+  // holds itself, a macro stored in the scope it closes over, loop state that holds a
+  // namespace holding the loop. Once the render is over, nothing may keep it alive.
+  namespace chat = troupe::chat;
+  struct Probe : chat::Object {
+    [[nodiscard]] std::string type_name() const override { return "Probe"; }
+  };
+  for (const char* source :
+       {"{% set ns = namespace(p=probe) %}{% set ns.self = ns %}",
+        "{% set keep = probe %}{% macro m() %}{{ keep is defined }}{% endmacro %}{{ m() }}",
+        "{% for x in [1] %}{% set ns = namespace(p=probe) %}{% if loop.changed(ns) %}"
+        "{% set ns.l = loop %}{% endif %}{% endfor %}",
+        "{% macro outer() %}{{ caller() }}{% endmacro %}{% set keep = probe %}"
+        "{% call outer() %}{{ keep is defined }}{% endcall %}"}) {
+    INFO(source);
+    std::weak_ptr<Probe> weak;
+    {
+      auto probe = std::make_shared<Probe>();
+      weak = probe;
+      const auto body = chat::parse(source, 100);
+      auto context = std::make_shared<chat::Scope>();
+      chat::add_globals(*context);
+      context->set("probe", chat::Value::object(std::move(probe)));
+      const chat::Limits limits;
+      chat::Interpreter interpreter(limits, [] { return std::chrono::system_clock::now(); });
+      (void)interpreter.render(body, context);
+    }
+    CHECK(weak.expired());
+  }
 }
