@@ -8,7 +8,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev libspdlog-dev libfmt-dev libtomlplusplus-dev catch2 nlohmann-json3-dev
   libcli11-dev libonig-dev libutf8proc-dev libopenblas-dev libucx-dev libboost-dev
-  wamerican python3 python3-prometheus-client
+  wamerican python3 python3-prometheus-client python3-jinja2
 )
 missing=()
 for p in "${pkgs[@]}"; do

