@@ -19,7 +19,6 @@
 // Fragment layouts: cuda/mma.cuh.
 #include "cuda/attention_decode.cuh"
 #include "cuda/mma.cuh"
-#include "cuda/rope.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -112,43 +111,7 @@ __device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const De
   }
 }
 
-/// AttentionArgs::rope_qkv set (Backend::rope_attention, fused): the new key of the CTA's
-/// sequence, rotated, and its value go from qkv into the caches at the token's slot, by the
-/// split that holds the last key (the one CTA of the sequence and KV head that reads it), as
-/// rope_qkv_kernel would write them (the same rotate_pair, the same roundings); a slot past the
-/// cache sets kErrKvSlot, a negative one writes nothing. The caller syncs the CTA after.
-template <class T, int D>
-__device__ __forceinline__ void rope_write_new_kv(const AttentionArgs& a, const DecodeCta& c,
-                                                  int64_t pos) {
-  if (c.end != c.seq.kv_len) return;
-  const int t = c.seq.q_begin;
-  const int64_t slot = a.rope_slots[t];
-  if (slot >= a.rope_n_slots) {
-    if (c.kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrKvSlot));
-    return;
-  }
-  if (slot < 0) return;
-  constexpr int kHalf = D / 2;
-  const int64_t row = int64_t(a.num_heads + 2 * a.num_kv_heads) * D;
-  const T* src = static_cast<const T*>(a.rope_qkv) + int64_t(t) * row;
-  const T* k_src = src + int64_t(a.num_heads + c.kvh) * D;
-  const T* v_src = src + int64_t(a.num_heads + a.num_kv_heads + c.kvh) * D;
-  const int64_t dst = (slot * a.num_kv_heads + c.kvh) * D;
-  T* k_dst = static_cast<T*>(const_cast<void*>(a.k_cache)) + dst;
-  T* v_dst = static_cast<T*>(const_cast<void*>(a.v_cache)) + dst;
-  const float* cos_row = a.rope_cos_sin + pos * D;
-  for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
-    float y1, y2;
-    rotate_pair(to_f32(k_src[i]), to_f32(k_src[i + kHalf]), cos_row[i], cos_row[kHalf + i], y1, y2);
-    k_dst[i] = from_f32<T>(y1);
-    k_dst[i + kHalf] = from_f32<T>(y2);
-  }
-  for (int i = threadIdx.x; i < D; i += blockDim.x) v_dst[i] = v_src[i];
-}
-
-// kRope: AttentionArgs::rope_qkv is set (a separate instantiation, so the default kernel's
-// code is what it was without the fused rope).
-template <class T, int D, int S, bool kRope = false>
+template <class T, int D, int S>
 __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
                       float* __restrict__ part_ml, uint32_t* __restrict__ counters,
@@ -162,20 +125,6 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
 
   DecodeCta c;
   if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
-  // Fused rope (AttentionArgs::rope_qkv): the token's position, checked as rope_qkv_kernel
-  // does; with a bad one the query stays unrotated and nothing is written (the step fails on
-  // the error word).
-  constexpr bool rope = kRope;
-  int64_t pos = 0;
-  bool pos_ok = false;
-  if constexpr (rope) {
-    pos = a.rope_positions[c.seq.q_begin];
-    pos_ok = pos >= 0 && pos < a.rope_max_positions;
-    if (!pos_ok && c.split == 0 && c.kvh == 0 && threadIdx.x == 0)
-      atomicOr(a.err, int(kErrRopePosition));
-    if (pos_ok) rope_write_new_kv<T, D>(a, c, pos);
-    __syncthreads();  // the new key and value are in the cache before any copy reads them
-  }
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * S * stage_elems<T, D>();
@@ -223,11 +172,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     // the pass's gn heads).
     uint32_t qa[KT][4];
     {
-      // Fused rope: the raw query heads lead the token's qkv row.
-      const T* qrow = rope ? static_cast<const T*>(a.rope_qkv) +
-                                 int64_t(c.seq.q_begin) * (a.num_heads + 2 * a.num_kv_heads) * D
-                           : in.qrow;
-      const T* qg = qrow + int64_t(head0 + g) * D + 2 * t4;
+      const T* qg = in.qrow + int64_t(head0 + g) * D + 2 * t4;
       const T* qg8 = qg + 8 * D;
       const bool on = g < gn, on8 = g + 8 < gn;
 #pragma unroll
@@ -236,26 +181,6 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
         qa[kk][1] = on8 ? lds32(qg8 + kk * 16) : 0u;
         qa[kk][2] = on ? lds32(qg + kk * 16 + 8) : 0u;
         qa[kk][3] = on8 ? lds32(qg8 + kk * 16 + 8) : 0u;
-      }
-      if constexpr (rope && D % 32 == 0) {
-        if (pos_ok) {
-          // neox pairs (i, i + D/2): register kk holds columns kk * 16 + 2 t4 (+ 8), and kk +
-          // KT/2 their partners, so each lane rotates the pairs it holds, rounding as
-          // rope_qkv_kernel does when it writes q_out.
-          const float* cos_row = a.rope_cos_sin + pos * D;
-#pragma unroll
-          for (int kk = 0; kk < KT / 2; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const int col = kk * 16 + 2 * t4 + (j >= 2 ? 8 : 0);
-              const float2 x1 = unpack2<T>(qa[kk][j]), x2 = unpack2<T>(qa[kk + KT / 2][j]);
-              float y1a, y2a, y1b, y2b;
-              rotate_pair(x1.x, x2.x, cos_row[col], cos_row[D / 2 + col], y1a, y2a);
-              rotate_pair(x1.y, x2.y, cos_row[col + 1], cos_row[D / 2 + col + 1], y1b, y2b);
-              qa[kk][j] = pack2<T>(y1a, y1b);
-              qa[kk + KT / 2][j] = pack2<T>(y2a, y2b);
-            }
-        }
       }
     }
     float o[DT][4];
@@ -369,10 +294,7 @@ void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, i
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    if (a.rope_qkv != nullptr)  // fused rope: three stages whatever the knob says
-      launch_pdl(decode_mma_kernel<T, D, 3, true>, grid, dim3(kThreads), smem_bytes<T, D, 3>(),
-                 stream, a, splits, part_o, part_ml, counters);
-    else if (stages == 2)
+    if (stages == 2)
       launch_pdl(decode_mma_kernel<T, D, 2>, grid, dim3(kThreads), smem_bytes<T, D, 2>(), stream,
                  a, splits, part_o, part_ml, counters);
     else
@@ -391,10 +313,7 @@ cudaError_t attention_decode_mma_init() {
     const cudaError_t e3 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(smem_bytes<T, D, 3>()));
-    const cudaError_t e3r = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3, true>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(smem_bytes<T, D, 3>()));
-    return e2 != cudaSuccess ? e2 : e3 != cudaSuccess ? e3 : e3r;
+    return e2 != cudaSuccess ? e2 : e3;
   });
 }
 

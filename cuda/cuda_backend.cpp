@@ -641,39 +641,6 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_attention_half(dt, a, num_sms_, ws, decode_, stream_);
   }
 
-  void rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
-                      int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
-                      int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
-                      const Tensor& slot_mapping, const Tensor& q_out, const AttentionBatch& batch,
-                      const AttentionShape& shape, const Tensor& out) override {
-    // One kernel only where the tensor-core decode kernel can rotate in registers (neox over
-    // the whole head, d a multiple of 32 up to 128) a decode-only batch; else the two ops.
-    const bool fused = decode_.fused_rope && batch.max_query_len == 1 && qkv.dtype != DType::f32 &&
-                       decode_.kernel == cuda::DecodeKernel::tensor_cores &&
-                       style == RopeStyle::neox && rotary_dim == head_dim && head_dim % 32 == 0 &&
-                       head_dim <= 128 && shape.head_dim == head_dim;
-    if (!fused) {
-      Backend::rope_attention(qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
-                              num_kv_heads, k_cache, v_cache, slot_mapping, q_out, batch, shape,
-                              out);
-      return;
-    }
-    const OpCheck check("rope_attention", device_);
-    const auto prof = profile("attention (decode, rope fused)", rows_of(qkv));
-    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
-                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
-    check_attention(check, q_out, k_cache, v_cache, batch, shape, out);
-    cuda::AttentionArgs a = attention_args(q_out, k_cache, v_cache, batch, shape, out);
-    a.rope_qkv = qkv.data;
-    a.rope_positions = positions.as<const int32_t>();
-    a.rope_cos_sin = cos_sin.as<const float>();
-    a.rope_slots = slot_mapping.as<const int32_t>();
-    a.rope_max_positions = cos_sin.dim(0);
-    a.rope_n_slots = k_cache.dim(0) * k_cache.dim(1);
-    launch_half_attention(qkv.dtype, a);
-    after_launch("rope_attention");
-  }
-
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
     const auto prof = profile("act_mul", rows_of(gate_up));

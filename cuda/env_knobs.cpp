@@ -68,8 +68,6 @@ DecodeOptions decode_options_from_env() {
                                     "heavy_first, the default, or tiles") != 1;
   o.prefill_rows = env_choice("TROUPE_PREFILL_ROWS", o.prefill_rows, {16, 32},
                               "16 or 32 (the default) query rows per warp");
-  o.fused_rope =
-      env_word("TROUPE_DECODE_ROPE", {"separate", "fused"}, "separate (the default) or fused") == 1;
   o.prefill_mask_every = env_word("TROUPE_PREFILL_MASK", {"diagonal", "every"},
                                   "diagonal, the default, or every") == 1;
   return o;

@@ -198,18 +198,6 @@ struct AttentionArgs {
   /// AttentionBatch::num_prefill_seqs: when >= 0 the prefill grid covers only sequences
   /// [0, num_prefill_seqs); -1: all of them (each one with fewer than two rows exits at once).
   int32_t num_prefill_seqs = -1;
-  /// Set (rope_qkv non-null) only for a decode-only batch on the tensor-core kernel
-  /// (Backend::rope_attention with TROUPE_DECODE_ROPE=fused): q is unused; each CTA rotates its
-  /// query heads from qkv [T, (num_heads + 2 num_kv_heads) d] (neox, rotary_dim = d, positions
-  /// [T], cos_sin [max_positions, d] f32), and the split that holds a sequence's last key
-  /// writes that key, rotated, and its value from qkv at slot_mapping [T] (as
-  /// rope_qkv_to_cache would, errors included) before it reads the cache.
-  const void* rope_qkv = nullptr;
-  const int32_t* rope_positions = nullptr;
-  const float* rope_cos_sin = nullptr;
-  const int32_t* rope_slots = nullptr;
-  int64_t rope_max_positions = 0;
-  int64_t rope_n_slots = 0;
 };
 
 /// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival
@@ -270,10 +258,6 @@ struct DecodeOptions {
   /// fragment read from shared memory (the default; with 32-key tiles up to d = 128, else 16),
   /// or 16 (TROUPE_PREFILL_ROWS=16, for comparison). Same bits.
   int32_t prefill_rows = 32;
-  /// Backend::rope_attention runs decode-only batches as one kernel (TROUPE_DECODE_ROPE=fused;
-  /// the tensor-core kernel, neox rope over the whole head, d a multiple of 32 up to 128):
-  /// one kernel a layer less at batches past one row. Off by default (separate).
-  bool fused_rope = false;
 };
 
 /// A decode launch: the grid's split count and the shortest split a sequence takes.

@@ -384,49 +384,6 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
                                          size_t(num_seqs), std::pair{q_len, ctx}));
 }
 
-// A decode step's rope and attention for one layer, `seqs` sequences of `ctx` keys, as
-// Backend::rope_attention runs them: two kernels (rope_qkv_to_cache, attention) by default, one
-// with TROUPE_DECODE_ROPE=fused in the bench's knobs.
-void bench_rope_attention(Bench& bench, const std::string& name, int32_t seqs, int32_t ctx) {
-  const DType bf = DType::bf16;
-  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
-  std::vector<int32_t> qsl{0}, lens, tables, positions, slots;
-  for (int32_t s = 0; s < seqs; ++s) {
-    qsl.push_back(s + 1);
-    lens.push_back(ctx);
-    for (int32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
-    positions.push_back(ctx - 1);
-    slots.push_back((s * blocks_per_seq + (ctx - 1) / bs) * bs + (ctx - 1) % bs);
-  }
-  const int64_t qkv_row = (kHeads + 2 * kKvHeads) * kDim;
-  const Tensor qkv = bench.floats(bf, {seqs, qkv_row});
-  const Tensor q = bench.alloc(bf, {seqs, kHeads * kDim});
-  const Tensor out = bench.alloc(bf, {seqs, kHeads * kDim});
-  const int64_t blocks = int64_t(seqs) * blocks_per_seq;
-  const Tensor kc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
-  const Tensor vc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
-  const Tensor cs = bench.floats(DType::f32, {4096, kDim});
-  const Tensor pos = bench.ints({seqs}, positions);
-  const Tensor slot = bench.ints({seqs}, slots);
-  AttentionBatch batch;
-  batch.query_start_loc = bench.ints({seqs + 1}, qsl);
-  batch.seq_lens = bench.ints({seqs}, lens);
-  batch.block_tables = bench.ints({seqs, blocks_per_seq}, tables);
-  batch.num_seqs = seqs;
-  batch.max_query_len = 1;
-  batch.max_seq_len = ctx;
-  const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
-                             1.0f / std::sqrt(float(kDim))};
-  const double bytes = kBf * (2.0 * double(seqs) * ctx * kKvHeads * kDim + double(seqs) * qkv_row +
-                              double(seqs) * kHeads * kDim);
-  bench.time(name, bytes, 0, [&] {
-    bench.b().rope_attention(qkv, pos, cs, int32_t(kDim), int32_t(kDim), RopeStyle::neox,
-                             int32_t(kHeads), int32_t(kKvHeads), kc, vc, slot, q, batch, shape,
-                             out);
-  });
-  bench.release();
-}
-
 // A prompt step of the 1000 x 1000 run: eight 1,000-token prompts and `decodes` sequences
 // decoding at 1,000 keys, with the prompts first and the hint set or not.
 void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tail = "") {
@@ -753,15 +710,6 @@ int main(int argc, char** argv) {
       std::reverse(spread.begin(), spread.end());
       bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shortest first",
                             spread);
-      // A decode layer's rope and attention, two kernels against one (TROUPE_DECODE_ROPE).
-      for (const char* knob : {"", "TROUPE_DECODE_ROPE=fused"}) {
-        Bench other(iters, knob);
-        const std::string tail = *knob ? std::string(", ") + knob : std::string(", separate");
-        bench_rope_attention(other, "rope + attention decode 256 seqs x 1536 ctx" + tail, 256,
-                             1536);
-        bench_rope_attention(other, "rope + attention decode 64 seqs x 512 ctx" + tail, 64, 512);
-        bench_rope_attention(other, "rope + attention decode 8 seqs x 300 ctx" + tail, 8, 300);
-      }
       {  // two-stage rings (three CTAs an SM) against the default's three stages
         const char* knob = "TROUPE_DECODE_STAGES=2";
         Bench other(iters, knob);

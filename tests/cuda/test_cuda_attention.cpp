@@ -267,7 +267,6 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
   refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
   refused("TROUPE_PREFILL_ROWS", "64", "16 or 32 (the default) query rows per warp");
-  refused("TROUPE_DECODE_ROPE", "yes", "separate (the default) or fused");
   refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
 }
 
@@ -328,70 +327,6 @@ TEST_CASE("cuda attention: 16 and 32 query rows per prefill warp give the same b
   check_knob_keeps_bits(
       "TROUPE_PREFILL_ROWS", "16", {64, 80, 96, 128, 256}, {8, 16},
       {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}}, 19);
-}
-
-// TROUPE_DECODE_ROPE=fused: Backend::rope_attention runs a decode-only batch as one kernel
-// that rotates the query heads in registers and writes each sequence's new key and value from
-// the split that reads it. The output and both caches must equal rope_qkv_to_cache followed by
-// attention (TROUPE_DECODE_ROPE unset) bit for bit: one-key sequences, split long ones (so the
-// last split writes), padding rows (slot -1), every head dim it takes and one it does not (80,
-// which falls back to the two ops).
-TEST_CASE("cuda attention: rope fused into decode attention gives the bits of the two ops",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_DECODE_ROPE", "fused", 1);
-  Pair fused;
-  ::unsetenv("TROUPE_DECODE_ROPE");
-  Pair separate;
-  const int nh = 8, nkv = 2, bs = 16, padding = 2;
-  const std::vector<SeqSpec> seqs = {{1, 1}, {1, 17}, {1, 130}, {1, 700}, {1, 4000}, {1, 33}};
-  for (DType dt : {DType::bf16, DType::f16})
-    for (int d : {32, 64, 80, 96, 128}) {
-      std::mt19937_64 rng(21);
-      const HostBatch b = make_batch(seqs, bs, padding, rng);
-      const int64_t qkv_row = int64_t(nh + 2 * nkv) * d;
-      const auto qkv = rounded(random_floats(rng, size_t(b.tokens * qkv_row), -2.0f, 2.0f), dt);
-      const size_t cache_elems = size_t(b.num_blocks) * bs * nkv * size_t(d);
-      const auto kc = rounded(random_floats(rng, cache_elems), dt);
-      const auto vc = rounded(random_floats(rng, cache_elems), dt);
-      const int64_t max_pos = 4096;
-      const auto cs = rope_cos_sin(max_pos, d);
-      std::vector<int32_t> positions(size_t(b.tokens), 0), slots(size_t(b.tokens), -1);
-      for (size_t i = 0; i < seqs.size(); ++i) {  // the new token is each sequence's last key
-        const int32_t last = seqs[i].kv_len - 1;
-        positions[i] = last;
-        slots[i] = b.tables[i * size_t(b.max_blocks) + size_t(last / bs)] * bs + last % bs;
-      }
-      const AttentionShape shape{nh, nkv, d, bs, 1.0f / std::sqrt(float(d))};
-      std::vector<float> results[2][3];
-      Pair* pairs[2] = {&fused, &separate};
-      for (int w = 0; w < 2; ++w) {
-        Pair& p = *pairs[w];
-        const Tensor g_qkv = p.gpu_floats(dt, {b.tokens, qkv_row}, qkv);
-        const Tensor gk = p.gpu_floats(dt, {b.num_blocks, bs, nkv, d}, kc);
-        const Tensor gv = p.gpu_floats(dt, {b.num_blocks, bs, nkv, d}, vc);
-        const Tensor g_cs = p.gpu_floats(DType::f32, {max_pos, d}, cs);
-        const Tensor g_pos = p.gpu_i32({b.tokens}, positions);
-        const Tensor g_slots = p.gpu_i32({b.tokens}, slots);
-        const Tensor q_out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
-        const Tensor out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
-        const AttentionBatch gb = batch_on(p, true, b);
-        p.gpu().rope_attention(g_qkv, g_pos, g_cs, d, d, RopeStyle::neox, nh, nkv, gk, gv, g_slots,
-                               q_out, gb, shape, out);
-        results[w][0] = p.read(out);
-        results[w][1] = p.read(gk);
-        results[w][2] = p.read(gv);
-      }
-      for (int r = 0; r < 3; ++r) {
-        INFO("dtype " << dname(dt) << ", d = " << d << ", "
-                      << (r == 0   ? "out"
-                          : r == 1 ? "k"
-                                   : "v"));
-        REQUIRE(results[0][r].size() == results[1][r].size());
-        CHECK(std::memcmp(results[0][r].data(), results[1][r].data(),
-                          results[0][r].size() * sizeof(float)) == 0);
-      }
-    }
 }
 
 // TROUPE_PREFILL_KEYS=64: the prefill kernel walks the keys in tiles of 64 (the default is 32)
