@@ -186,7 +186,7 @@ __device__ __forceinline__ void finish_pass(const AttentionArgs& a, const Decode
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                  float* __restrict__ part_ml, bool pdl_early) {
+                  float* __restrict__ part_ml) {
   constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
   constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
   constexpr int NG = kThreads / LPK;       // key groups per CTA
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red[NG * GM * D];  // per key group partial outputs
 
   DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  if (!begin_decode_cta<T, D>(a, splits, c)) return;
   const int grp = int(threadIdx.x) / LPK, li = int(threadIdx.x) % LPK;
   const bool lane_on = li < CH;
   const DecodeInputs<T, D> in = decode_inputs<T, D>(a, c);
@@ -264,7 +264,7 @@ constexpr size_t pipe_smem_bytes() {
 template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads)
     decode_pipelined_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                            float* __restrict__ part_ml, bool pdl_early) {
+                            float* __restrict__ part_ml) {
   constexpr int CH = D / 8;
   constexpr int LPK = lanes_per_key<D>();
   constexpr int NG = kThreads / LPK;
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kThreads)
   float* red = reinterpret_cast<float*>(smem_raw);  // [NG][GM][D], after the last stage
 
   DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  if (!begin_decode_cta<T, D>(a, splits, c)) return;
   const int nchunks = (c.end - c.start + SUB - 1) / SUB;
   const int tid = threadIdx.x;
   const int grp = tid / LPK, li = tid % LPK;
@@ -344,9 +344,8 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_reduce_kernel(const AttentionArgs a, int splits, const float* __restrict__ part_o,
-                         const float* __restrict__ part_ml, bool pdl_early) {
+                         const float* __restrict__ part_ml) {
   pdl_wait();
-  pdl_trigger(pdl_early);
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;

@@ -114,8 +114,7 @@ __device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const De
 template <class T, int D, int S>
 __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                      float* __restrict__ part_ml, uint32_t* __restrict__ counters,
-                      bool pdl_early) {
+                      float* __restrict__ part_ml, uint32_t* __restrict__ counters) {
   constexpr int LD = D + 8;  // padded row length in shared memory (elements)
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int KT = D / 16;
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   extern __shared__ __align__(16) unsigned char smem[];
 
   DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  if (!begin_decode_cta<T, D>(a, splits, c)) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * S * stage_elems<T, D>();
