@@ -103,8 +103,9 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per
                               cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
-/// Split-KV decode over sequences with q_len == 1 with o.kernel (+ the reduction when
-/// splits > 1); a.decode_split_keys is the plan's.
+/// Split-KV decode over sequences with q_len == 1: the tensor-core kernel (which combines the
+/// splits itself where it can), or for a cache past 32-bit row indices the CUDA-core kernel of
+/// attention_decode.cu (+ the reduction when splits > 1); a.decode_split_keys is the plan's.
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
                              const DecodeOptions& o, const DecodeWorkspace& ws,
                              cudaStream_t stream);

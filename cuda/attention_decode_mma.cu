@@ -1,6 +1,6 @@
-// Split-KV decode attention on tensor cores (TROUPE_DECODE_ATTENTION=mma), f16/bf16:
+// Split-KV decode attention on tensor cores, f16/bf16:
 //
-// - Same grid, per-sequence splits, partials and reduction as the CUDA-core kernels of
+// - Same grid, per-sequence splits, partials and reduction as the CUDA-core kernel of
 //   attention_decode.cu: a CTA handles one key range of one sequence for one KV head.
 // - The query heads of the KV head's GQA group (up to 16 per pass) are the M = 16 rows of
 //   mma.m16n8k16, so every K/V row is read once per group: S = Q K^T over a tile of 16 keys is

@@ -166,7 +166,7 @@ class CudaBackendImpl final : public CudaBackend {
     decode_ = decode_options_from_env();
     // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
     cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
-    check_cuda(cuda::attention_decode_init(decode_),
+    check_cuda(cuda::attention_decode_init(),
                "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>(
         env_int("TROUPE_GEMM_SM_TARGET", 0, 0, num_sms_, "0 (all) to the SM count"));

@@ -50,13 +50,6 @@ int env_word(const char* name, std::initializer_list<std::string_view> words, co
 
 DecodeOptions decode_options_from_env() {
   DecodeOptions o;
-  constexpr DecodeKernel kKernels[] = {DecodeKernel::cuda_cores,
-                                             DecodeKernel::pipelined,
-                                             DecodeKernel::tensor_cores};
-  if (const int k = env_word("TROUPE_DECODE_ATTENTION", {"registers", "pipelined", "mma"},
-                             "a decode attention kernel: registers, pipelined or mma");
-      k >= 0)
-    o.kernel = kKernels[k];
   o.long_split_keys = env_choice("TROUPE_DECODE_SPLIT_KEYS", o.long_split_keys,
                                  {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
   o.min_split_keys = env_choice("TROUPE_DECODE_MIN_SPLIT_KEYS", o.min_split_keys,

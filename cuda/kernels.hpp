@@ -220,16 +220,9 @@ inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;
 }
 
-/// The kernel that runs decode attention (TROUPE_DECODE_ATTENTION; docs/engine.md):
-/// cuda_cores ("registers"): K/V through registers, dot products on CUDA cores;
-/// pipelined: K/V through a two-stage cp.async ring in shared memory, CUDA cores;
-/// tensor_cores ("mma"): per-warp cp.async rings, mma.sync for Q K^T and P V.
-enum class DecodeKernel { cuda_cores, pipelined, tensor_cores };
-
-/// How decode attention runs: the kernel and its experimental knobs (TROUPE_DECODE_SPLIT_KEYS,
-/// TROUPE_DECODE_MIN_SPLIT_KEYS, TROUPE_DECODE_STAGES).
+/// How decode attention runs: the experimental knobs of the tensor-core kernel
+/// (TROUPE_DECODE_SPLIT_KEYS, TROUPE_DECODE_MIN_SPLIT_KEYS, TROUPE_DECODE_STAGES).
 struct DecodeOptions {
-  DecodeKernel kernel = DecodeKernel::tensor_cores;
   /// Batches that already fill a wave of CTAs: split each sequence every this many keys
   /// (shorter CTAs, a shorter last wave); 0: one split per sequence.
   int32_t long_split_keys = 0;
@@ -268,8 +261,8 @@ struct DecodePlan {
 
 /// Raises the dynamic shared-memory limits of the attention kernels (once per device).
 cudaError_t attention_init();
-/// The same for the decode kernel of `o` (only the one in use).
-cudaError_t attention_decode_init(const DecodeOptions& o);
+/// The same for the decode kernel.
+cudaError_t attention_decode_init();
 
 /// The decode launch for this batch (exposed for tests and the bench).
 DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,

@@ -786,14 +786,6 @@ int main(int argc, char** argv) {
                         160);
       }
     }
-    for (const char* kernel : {"registers", "pipelined"}) {  // the CUDA-core decode kernels
-      Bench other(iters, std::string("TROUPE_DECODE_ATTENTION=") + kernel);
-      const std::string tail = std::string(", ") + kernel;
-      bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1, 160);
-      bench_attention(other, "attention decode 64 seqs x 1024 ctx" + tail, 64, 1, 1024);
-      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-      bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-    }
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
     for (SampleKind kind : {SampleKind::greedy, SampleKind::plain, SampleKind::unit,
                             SampleKind::top_k_top_p, SampleKind::penalties})

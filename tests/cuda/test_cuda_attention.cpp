@@ -154,9 +154,6 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
     for (const AttnCase& c : shape_cases()) run_case(p, dt, c, rng);
 }
 
-// The CUDA-core decode kernels (TROUPE_DECODE_ATTENTION=registers: K/V through registers;
-// =pipelined: a two-stage cp.async ring), the default being the tensor-core one: every case
-// above again, with every head dim and block size.
 // The model runner's order (prompts and chunks first) with AttentionBatch::num_prefill_seqs
 // set: the prefill grid spans the first sequences only, the decode kernel the rest.
 TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "[cuda][attention]") {
@@ -172,27 +169,6 @@ TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "
   }
   CHECK_THROWS_WITH(run_case(p, DType::bf16, {8, 2, 64, 16, {{1, 50}}, 0, "bad hint", 2}, rng),
                     Catch::Contains("num_prefill_seqs = 2"));
-}
-
-TEST_CASE("cuda attention: the CUDA-core decode kernels match the CPU too", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  for (const char* kernel : {"registers", "pipelined"}) {
-    ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
-    Pair p;  // its CUDA backend reads the variable once, when it is made
-    ::unsetenv("TROUPE_DECODE_ATTENTION");
-    std::mt19937_64 rng(13);
-    for (DType dt : kFloatTypes) {
-      for (int d : {16, 32, 64, 80, 96, 128, 256})
-        for (int bs : {8, 16, 32})
-          run_case(p, dt, {8, 2, d, bs, kMixed, 3, std::string(kernel) + " decode, mixed GQA"},
-                   rng);
-      for (const AttnCase& c : shape_cases()) {
-        AttnCase pc = c;
-        pc.label = std::string(kernel) + " decode, " + c.label;
-        run_case(p, dt, pc, rng);
-      }
-    }
-  }
 }
 
 TEST_CASE("decode split counts fill one wave of CTAs without spilling into a second",
@@ -259,7 +235,6 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
       CHECK(what.find(allowed) != std::string::npos);
     }
   };
-  refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
   refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
   refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64, 128, 256 (the default), 512 or 1024");
   refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
