@@ -18,8 +18,7 @@
 //   ceil(kv_len / n) keys, from its length on the device. So a CUDA graph captured with
 //   max_seq_len at its bound still gives a short sequence few, long-enough splits, and the
 //   result of a sequence depends on (splits, its kv_len) only, not on where the batch's longest
-//   sequence stands. Splits of 64 keys let a batch-1 step of a short sequence spread over many
-//   SMs (latency, not bandwidth, bounds such a step).
+//   sequence stands.
 // - Rows past the last sequence (padding of a graph's batch) are zeroed by all CTAs together,
 //   grid-stride, instead of by a kernel of their own.
 #include "cuda/attention_decode.cuh"
@@ -323,8 +322,7 @@ cudaError_t attention_decode_init() {
 }
 
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
-                             const DecodeOptions& o, const DecodeWorkspace& ws,
-                             cudaStream_t stream) {
+                             const DecodeWorkspace& ws, cudaStream_t stream) {
   // The tensor-core kernel indexes cache rows (slot * num_kv_heads + head) in 32 bits; a cache
   // of more rows (only possible at head dims below 64) takes the CUDA-core kernel.
   const bool mma = int64_t(a.num_blocks) * a.block_size * a.num_kv_heads <= int64_t(INT32_MAX);
@@ -338,8 +336,8 @@ void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
   bool combined = false;  // the decode kernel's last CTAs combine the splits themselves
   if (mma) {
     combined = splits > 1 && mma_can_combine(a, splits, ws);
-    launch_attention_decode_mma(dt, a, splits, o.stages, part_o, part_ml,
-                                combined ? ws.counters : nullptr, stream);
+    launch_attention_decode_mma(dt, a, splits, part_o, part_ml, combined ? ws.counters : nullptr,
+                                stream);
   }
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;

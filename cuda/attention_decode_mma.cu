@@ -8,9 +8,8 @@
 //   dropped). The arithmetic that made the CUDA-core kernels compute-bound at large batches
 //   (unpacking, dot products, shuffles per key) becomes a few MMAs per 8 KB of K/V.
 // - Each of the 4 warps walks its own tiles (tile i goes to warp i % 4) with its own online
-//   softmax (f32, base 2) and its own cp.async ring in shared memory (3 stages; 2 with
-//   TROUPE_DECODE_STAGES=2), so the K/V stream
-//   of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
+//   softmax (f32, base 2) and its own cp.async ring in shared memory (3 stages), so the K/V
+//   stream of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
 //   combined at the end. Fragments come from shared memory with ldmatrix (V transposed); rows
 //   are padded by 8 elements, which keeps ldmatrix and the copies free of bank conflicts.
 // - P is rounded to T for the P V product, as in the prefill kernel (FlashAttention-2); the
@@ -33,10 +32,13 @@ constexpr size_t stage_elems() {  // one stage: K then V, kTileKeys padded rows 
   return size_t(2) * kTileKeys * (D + 8);
 }
 
-// S: the cp.async ring depth per warp (DecodeOptions::stages).
-template <class T, int D, int S>
+// The cp.async ring depth per warp (two stages measured slower where the long run spends its
+// time: docs/engine.md).
+constexpr int kStages = 3;
+
+template <class T, int D>
 constexpr size_t smem_bytes() {
-  constexpr size_t rings = size_t(kWarps) * S * stage_elems<T, D>() * sizeof(T);
+  constexpr size_t rings = size_t(kWarps) * kStages * stage_elems<T, D>() * sizeof(T);
   constexpr size_t combine = sizeof(float) * size_t(kWarps) * kRows * (D + 2);
   constexpr size_t weights = sizeof(float) * size_t(kCombineMaxGroup) * kCombineMaxSplits;
   constexpr size_t most = rings > combine ? rings : combine;
@@ -44,10 +46,10 @@ constexpr size_t smem_bytes() {
 }
 
 // CTAs per SM that the rings let share an SM (228 KB of shared memory): at d = 128, three
-// stages take 104 KB (two CTAs), two stages 70 KB (three).
-template <int D, int S>
+// stages take 104 KB (two CTAs).
+template <int D>
 constexpr int min_ctas() {
-  return D > 128 ? 1 : S == 2 ? 3 : 2;
+  return D > 128 ? 1 : 2;
 }
 
 /// After a CTA of a sequence in n_split > 1 splits has written its partials: the last of the
@@ -111,10 +113,11 @@ __device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const De
   }
 }
 
-template <class T, int D, int S>
-__global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, min_ctas<D>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
                       float* __restrict__ part_ml, uint32_t* __restrict__ counters) {
+  constexpr int S = kStages;
   constexpr int LD = D + 8;  // padded row length in shared memory (elements)
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int KT = D / 16;
@@ -286,19 +289,14 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
 
 }  // namespace
 
-void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, int stages,
-                                 float* part_o, float* part_ml, uint32_t* counters,
-                                 cudaStream_t stream) {
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
+                                 float* part_ml, uint32_t* counters, cudaStream_t stream) {
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    if (stages == 2)
-      launch_pdl(decode_mma_kernel<T, D, 2>, grid, dim3(kThreads), smem_bytes<T, D, 2>(), stream,
-                 a, splits, part_o, part_ml, counters);
-    else
-      launch_pdl(decode_mma_kernel<T, D, 3>, grid, dim3(kThreads), smem_bytes<T, D, 3>(), stream,
-                 a, splits, part_o, part_ml, counters);
+    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a,
+               splits, part_o, part_ml, counters);
   });
 }
 
@@ -306,13 +304,9 @@ cudaError_t attention_decode_mma_init() {
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    const cudaError_t e2 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 2>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(smem_bytes<T, D, 2>()));
-    const cudaError_t e3 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(smem_bytes<T, D, 3>()));
-    return e2 != cudaSuccess ? e2 : e3;
+    return cudaFuncSetAttribute(decode_mma_kernel<T, D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(smem_bytes<T, D>()));
   });
 }
 

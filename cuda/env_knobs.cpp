@@ -50,11 +50,6 @@ int env_word(const char* name, std::initializer_list<std::string_view> words, co
 
 DecodeOptions decode_options_from_env() {
   DecodeOptions o;
-  o.long_split_keys = env_choice("TROUPE_DECODE_SPLIT_KEYS", o.long_split_keys,
-                                 {0, 256, 512, 1024, 2048}, "0, 256, 512, 1024 or 2048");
-  o.min_split_keys = env_choice("TROUPE_DECODE_MIN_SPLIT_KEYS", o.min_split_keys,
-                                {0, 64, 128, 256, 512, 1024}, "64, 128, 256 (the default), 512 or 1024");
-  o.stages = env_choice("TROUPE_DECODE_STAGES", o.stages, {2, 3}, "2 or 3");
   o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
                               "0 or 32 (the default) or 64 keys per prefill tile");
   o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"heavy_first", "tiles"},

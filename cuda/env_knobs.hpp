@@ -24,8 +24,7 @@ int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int
 /// The index in `words` of a word-valued environment variable (described by `what`), or -1
 /// when unset or empty.
 int env_word(const char* name, std::initializer_list<std::string_view> words, const char* what);
-/// How decode (and prefill) attention runs: TROUPE_DECODE_SPLIT_KEYS,
-/// TROUPE_DECODE_STAGES, TROUPE_PREFILL_KEYS, TROUPE_PREFILL_ROWS,
+/// How prefill attention runs: TROUPE_PREFILL_KEYS, TROUPE_PREFILL_ROWS,
 /// TROUPE_PREFILL_ORDER and TROUPE_PREFILL_MASK.
 DecodeOptions decode_options_from_env();
 

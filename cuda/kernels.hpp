@@ -220,22 +220,8 @@ inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;
 }
 
-/// How decode attention runs: the experimental knobs of the tensor-core kernel
-/// (TROUPE_DECODE_SPLIT_KEYS, TROUPE_DECODE_MIN_SPLIT_KEYS, TROUPE_DECODE_STAGES).
+/// How attention's prefill kernel runs: its experimental knobs.
 struct DecodeOptions {
-  /// Batches that already fill a wave of CTAs: split each sequence every this many keys
-  /// (shorter CTAs, a shorter last wave); 0: one split per sequence.
-  int32_t long_split_keys = 0;
-  /// Batches below a wave of CTAs: the shortest split of a sequence (TROUPE_DECODE_MIN_SPLIT_KEYS;
-  /// 0: kDecodeMinSplitKeys = 64). Longer splits mean fewer partial results to combine: a
-  /// context of up to 256 keys runs as one split, a longer one in at most 33 of >= 256 keys.
-  /// Batch-1 decode on the H200 with 256 against 64, alternating in one call: 4.200/4.189
-  /// against 4.240/4.217 ms per token at 128 tokens in, 4.315/4.304 against 4.350/4.361 at
-  /// 1024, 4.426/4.405 against 4.565/4.545 at 3968.
-  int32_t min_split_keys = 256;
-  /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
-  /// or 2 (three).
-  int32_t stages = 3;
   /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 or 32 for
   /// its default of 32 keys, or 64 (up to d = 128; TROUPE_PREFILL_KEYS, for comparison).
   int32_t prefill_keys = 0;
@@ -265,8 +251,7 @@ cudaError_t attention_init();
 cudaError_t attention_decode_init();
 
 /// The decode launch for this batch (exposed for tests and the bench).
-DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                       const DecodeOptions& o);
+DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
 /// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.

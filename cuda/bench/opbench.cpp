@@ -617,7 +617,7 @@ int main(int argc, char** argv) {
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
     // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
-    // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS) or "stream"
+    // "b1attn" (batch-1 decode attention from 160 to 4,096 keys) or "stream"
     // (HBM read rates: the ceiling for decode attention; cuda/bench/stream.cu).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
@@ -679,15 +679,10 @@ int main(int argc, char** argv) {
     Bench bench(iters);
     std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
                 iters);
-    if (only == "b1attn") {  // batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS
-      for (const char* keys : {"64", "128", "256", "512", "1024"}) {
-        Bench other(iters, std::string("TROUPE_DECODE_MIN_SPLIT_KEYS=") + keys);
-        for (int32_t ctx : {160, 256, 512, 1024, 4096})
-          bench_attention(other,
-                          "attention decode 1 seq x " + std::to_string(ctx) +
-                              " ctx, TROUPE_DECODE_MIN_SPLIT_KEYS=" + keys,
-                          1, 1, ctx);
-      }
+    if (only == "b1attn") {  // batch-1 decode attention (splits of at least 256 keys)
+      for (int32_t ctx : {160, 256, 512, 1024, 4096})
+        bench_attention(bench, "attention decode 1 seq x " + std::to_string(ctx) + " ctx", 1, 1,
+                        ctx);
       return 0;
     }
     if (only == "decode") {
@@ -701,7 +696,6 @@ int main(int argc, char** argv) {
       std::vector<std::pair<int32_t, int32_t>> spread;
       for (int32_t s = 0; s < 256; ++s) spread.emplace_back(1, 1000 + (s * 1000) / 255);
       std::shuffle(spread.begin(), spread.end(), std::mt19937_64(7));
-      const auto shuffled = spread;
       bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shuffled", spread);
       std::sort(spread.begin(), spread.end(),
                 [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -710,17 +704,6 @@ int main(int argc, char** argv) {
       std::reverse(spread.begin(), spread.end());
       bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shortest first",
                             spread);
-      {  // two-stage rings (three CTAs an SM) against the default's three stages
-        const char* knob = "TROUPE_DECODE_STAGES=2";
-        Bench other(iters, knob);
-        const std::string tail = std::string(", ") + knob;
-        bench_attention(other, "attention decode 1 seq x 160 ctx" + tail, 1, 1, 160);
-        bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-        bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
-        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-        bench_attention_batch(other, "attention decode 256 seqs x 1000-2000 ctx, shuffled" + tail,
-                              shuffled);
-      }
       return 0;
     }
     if (only != "prefill") {
@@ -772,20 +755,6 @@ int main(int argc, char** argv) {
     if (only == "prefill") return 0;
     bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
                     1, 1536);
-    // The tensor-core kernel's experimental knobs (docs/engine.md).
-    for (const auto& [name, value] : {std::pair{"TROUPE_DECODE_STAGES", "2"},
-                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "512"},
-                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "1024"}}) {
-      Bench other(iters, std::string(name) + "=" + value);
-      const std::string tail = std::string(", ") + name + "=" + value;
-      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-      bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
-      if (std::string_view(name) == "TROUPE_DECODE_STAGES") {
-        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-        bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1,
-                        160);
-      }
-    }
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
     for (SampleKind kind : {SampleKind::greedy, SampleKind::plain, SampleKind::unit,
                             SampleKind::top_k_top_p, SampleKind::penalties})

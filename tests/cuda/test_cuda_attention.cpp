@@ -174,49 +174,27 @@ TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "
 TEST_CASE("decode split counts fill one wave of CTAs without spilling into a second",
           "[cuda][attention]") {
   // A host function: runs without a GPU too. 132 SMs (the H200), two CTAs resident per SM.
-  const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len,
-                       int32_t long_split_keys = 0, int32_t min_split_keys = 0) {
+  const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len) {
     cuda::AttentionArgs a{};
     a.num_seqs = seqs;
     a.num_kv_heads = kv_heads;
     a.num_heads = 4 * kv_heads;
     a.head_dim = 128;
     a.max_seq_len = max_seq_len;
-    cuda::DecodeOptions o;
-    o.long_split_keys = long_split_keys;
-    o.min_split_keys = min_split_keys;
-    return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, o);
+    return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20});
   };
-  CHECK(plan(1, 8, 200).splits == 4);       // bound by the length: 4 splits of >= 64 keys
-  CHECK(plan(1, 8, 200).split_keys == 64);
+  // Below a wave: splits of at least 256 keys (a batch-1 context of up to 256 keys in one).
+  CHECK(plan(1, 8, 200).splits == 1);
+  CHECK(plan(1, 8, 200).split_keys == 256);
+  CHECK(plan(1, 8, 1000).splits == 4);      // bound by the length: 4 splits of >= 256 keys
   CHECK(plan(1, 8, 100000).splits == 33);   // 264 CTAs
+  CHECK(plan(1, 8, 4096).splits == 16);     // a CUDA graph's bound at batch 1
   CHECK(plan(4, 8, 32768).splits == 8);     // 256 CTAs, not 9 x 32 = 288 (a second wave of 24)
-  CHECK(plan(64, 8, 4096).splits == 1);     // 512 CTAs already
   CHECK(plan(200, 1, 4096).splits == 1);    // 200 <= 264: one split each, no partials
   CHECK(plan(1, 8, 0).splits == 1);
-  // A full wave with long_split_keys: splits of that many keys, up to the length's.
-  CHECK(plan(64, 8, 4096, 512).splits == 8);
-  CHECK(plan(64, 8, 4096, 512).split_keys == 512);
-  CHECK(plan(64, 8, 300, 512).splits == 1);
-  CHECK(plan(4, 8, 32768, 512).splits == 8);  // below a wave: the wave rule still decides
-  // Below a wave with min_split_keys: splits of at least that many keys.
-  CHECK(plan(1, 8, 200, 0, 256).splits == 1);
-  CHECK(plan(1, 8, 200, 0, 256).split_keys == 256);
-  CHECK(plan(1, 8, 1000, 0, 256).splits == 4);
-  CHECK(plan(1, 8, 100000, 0, 256).splits == 33);
-  CHECK(plan(64, 8, 4096, 0, 256).splits == 1);  // a full wave: not this knob's
-  CHECK(plan(64, 8, 4096, 0, 256).split_keys == 64);
-  // The default: 256-key splits below a wave (a batch-1 context of up to 256 keys in one).
-  CHECK(cuda::DecodeOptions{}.min_split_keys == 256);
-  cuda::AttentionArgs b1{};
-  b1.num_seqs = 1;
-  b1.num_kv_heads = 8;
-  b1.num_heads = 32;
-  b1.head_dim = 128;
-  b1.max_seq_len = 4096;  // a CUDA graph's bound
-  const cuda::DecodePlan d = cuda::plan_decode(b1, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, {});
-  CHECK(d.splits == 16);
-  CHECK(d.split_keys == 256);
+  // A batch that fills a wave by itself: one split per sequence.
+  CHECK(plan(64, 8, 4096).splits == 1);     // 512 CTAs already
+  CHECK(plan(300, 1, 2000).splits == 1);
 }
 
 TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda][attention]") {
@@ -235,9 +213,6 @@ TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda
       CHECK(what.find(allowed) != std::string::npos);
     }
   };
-  refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
-  refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64, 128, 256 (the default), 512 or 1024");
-  refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
   refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
   refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
   refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
@@ -318,31 +293,6 @@ TEST_CASE("cuda attention: 64-key prefill tiles match the CPU", "[cuda][attentio
     run_case(p, dt, {8, 8, 128, 32, {{300, 300}}, 0, "64-key tiles, long prefill"}, rng);
     run_case(p, dt, {8, 2, 96, 8, {{2, 2}, {3, 500}, {65, 65}, {64, 128}}, 0,
                      "64-key tiles, short chunks and tile edges"}, rng);
-  }
-}
-
-// The experimental knobs of the tensor-core kernel: two-stage rings, large batches split
-// every 256 keys (so the mixed batch below, padded to a full wave, takes the long-split path),
-// and small batches split every 64 keys (the default is 256).
-TEST_CASE("cuda attention: the tensor-core decode kernel's knobs keep it exact",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  for (const auto& [name, value] :
-       {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"},
-        std::pair{"TROUPE_DECODE_MIN_SPLIT_KEYS", "64"}}) {
-    ::setenv(name, value, 1);
-    Pair p;
-    ::unsetenv(name);
-    std::mt19937_64 rng(14);
-    std::vector<SeqSpec> wave;  // 300 decodes x 1 KV head: a full wave without splitting
-    for (int s = 0; s < 300; ++s) wave.push_back({1, 1 + (s * 97) % 1500});
-    for (DType dt : kFloatTypes) {
-      for (int d : {64, 128, 256})
-        run_case(p, dt, {8, 2, d, 16, kMixed, 3, std::string(name) + " mixed GQA"}, rng);
-      run_case(p, dt, {4, 1, 128, 16, wave, 0, std::string(name) + " 300 decodes"}, rng);
-      run_case(p, dt, {8, 2, 128, 16, {{1, 2000}, {1, 3001}}, 0,
-                       std::string(name) + " long decodes"}, rng);
-    }
   }
 }
 
