@@ -63,8 +63,7 @@ DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspac
 }
 
 void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
-                           const DecodeWorkspace& ws, const DecodeOptions& decode,
-                           cudaStream_t stream) {
+                           const DecodeWorkspace& ws, cudaStream_t stream) {
   if (args.num_seqs <= 0) {  // no decode grid to zero the padding rows
     zero_padding_rows(args, 2, stream);
     return;
@@ -75,9 +74,7 @@ void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
   // Both kernels read the per-sequence query lengths on the device and skip the sequences
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
-  if (a.max_query_len >= 2)
-    launch_attention_prefill(dt, a, decode.prefill_keys, decode.prefill_rows,
-                             decode.prefill_heavy_first, decode.prefill_mask_every, stream);
+  if (a.max_query_len >= 2) launch_attention_prefill(dt, a, stream);
   launch_attention_decode(dt, a, plan.splits, ws, stream);
 }
 

@@ -100,12 +100,7 @@ cudaError_t for_each_half_dim(F&& f) {
 // ---- per-file launchers (attention.cu chooses among them) ----
 
 /// Tensor-core FlashAttention-2 kernel over sequences with q_len >= 2.
-/// keys_per_tile: 64 (up to d = 128), or anything else for the default, 32; heavy_first:
-/// DecodeOptions::prefill_heavy_first; mask_every: DecodeOptions::prefill_mask_every;
-/// rows_per_warp: DecodeOptions::prefill_rows (32 with 32-key tiles up to d = 128, else 16).
-void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              int32_t rows_per_warp, bool heavy_first, bool mask_every,
-                              cudaStream_t stream);
+void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream);
 cudaError_t attention_prefill_init();
 
 /// Split-KV decode over sequences with q_len == 1: the tensor-core kernel (which combines the

@@ -29,7 +29,6 @@ using cuda::check_linear;
 using cuda::check_norm;
 using cuda::check_norm_linear;
 using cuda::check_rope_qkv;
-using cuda::decode_options_from_env;
 using cuda::env_choice;
 using cuda::env_flag;
 using cuda::env_int;
@@ -163,7 +162,6 @@ class CudaBackendImpl final : public CudaBackend {
     // The plain and add skinny GEMMs stage x in shared memory (launch_gemv); 0 (for
     // comparison): every warp reads x through L1.
     gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 1, {0, 1}, "0 or 1") == 1;
-    decode_ = decode_options_from_env();
     // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
     cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
     check_cuda(cuda::attention_decode_init(),
@@ -633,12 +631,12 @@ class CudaBackendImpl final : public CudaBackend {
                                batch.num_prefill_seqs};
   }
 
-  /// f16 / bf16 attention with the decode workspace and knobs.
+  /// f16 / bf16 attention with the decode workspace.
   void launch_half_attention(DType dt, const cuda::AttentionArgs& a) {
     const cuda::DecodeWorkspace ws{
         decode_workspace_.as<float>(), decode_workspace_.bytes() / sizeof(float),
         decode_counters_.as<uint32_t>(), decode_counters_.bytes() / sizeof(uint32_t)};
-    cuda::launch_attention_half(dt, a, num_sms_, ws, decode_, stream_);
+    cuda::launch_attention_half(dt, a, num_sms_, ws, stream_);
   }
 
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
@@ -851,7 +849,6 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<cuda::LtGemm> lt_;
   bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
   bool gemv_stage_x_ = true;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
-  cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
   std::vector<int64_t> feed_pairs_;  // feed_sampled_tokens: (result offset, dst index) pairs
   cuda::DeviceBuffer feed_device_;

@@ -48,17 +48,4 @@ int env_word(const char* name, std::initializer_list<std::string_view> words, co
   return int(it - words.begin());
 }
 
-DecodeOptions decode_options_from_env() {
-  DecodeOptions o;
-  o.prefill_keys = env_choice("TROUPE_PREFILL_KEYS", o.prefill_keys, {0, 32, 64},
-                              "0 or 32 (the default) or 64 keys per prefill tile");
-  o.prefill_heavy_first = env_word("TROUPE_PREFILL_ORDER", {"heavy_first", "tiles"},
-                                    "heavy_first, the default, or tiles") != 1;
-  o.prefill_rows = env_choice("TROUPE_PREFILL_ROWS", o.prefill_rows, {16, 32},
-                              "16 or 32 (the default) query rows per warp");
-  o.prefill_mask_every = env_word("TROUPE_PREFILL_MASK", {"diagonal", "every"},
-                                  "diagonal, the default, or every") == 1;
-  return o;
-}
-
 }  // namespace troupe::cuda

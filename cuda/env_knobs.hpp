@@ -1,13 +1,10 @@
 // The CUDA backend's environment knobs (docs/engine.md lists them): parsers that refuse a bad
-// value with the variable's name, the value and what is allowed, and the decode-attention
-// options they set. Host-only.
+// value with the variable's name, the value and what is allowed. Host-only.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
-
-#include "cuda/kernels.hpp"
 
 namespace troupe::cuda {
 
@@ -24,8 +21,4 @@ int32_t env_choice(const char* name, int32_t fallback, std::initializer_list<int
 /// The index in `words` of a word-valued environment variable (described by `what`), or -1
 /// when unset or empty.
 int env_word(const char* name, std::initializer_list<std::string_view> words, const char* what);
-/// How prefill attention runs: TROUPE_PREFILL_KEYS, TROUPE_PREFILL_ROWS,
-/// TROUPE_PREFILL_ORDER and TROUPE_PREFILL_MASK.
-DecodeOptions decode_options_from_env();
-
 }  // namespace troupe::cuda

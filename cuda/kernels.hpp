@@ -220,25 +220,6 @@ inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;
 }
 
-/// How attention's prefill kernel runs: its experimental knobs.
-struct DecodeOptions {
-  /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 or 32 for
-  /// its default of 32 keys, or 64 (up to d = 128; TROUPE_PREFILL_KEYS, for comparison).
-  int32_t prefill_keys = 0;
-  /// The prefill grid runs query tiles from the last (the most keys under the causal mask) to
-  /// the first, across every head and sequence, so the last wave holds the lightest tiles.
-  /// Off (TROUPE_PREFILL_ORDER=tiles, for comparison): tiles in order, per head.
-  bool prefill_heavy_first = true;
-  /// The prefill kernel masks only the K/V tiles that cross a warp's causal diagonal (or the
-  /// sequence's end); the tiles every row of the warp sees in full skip the mask (same bits).
-  /// On (TROUPE_PREFILL_MASK=every, for comparison): every tile is masked.
-  bool prefill_mask_every = false;
-  /// Query rows a warp of the prefill kernel owns: 32 in two m16 tiles that share each K/V
-  /// fragment read from shared memory (the default; with 32-key tiles up to d = 128, else 16),
-  /// or 16 (TROUPE_PREFILL_ROWS=16, for comparison). Same bits.
-  int32_t prefill_rows = 32;
-};
-
 /// A decode launch: the grid's split count and the shortest split a sequence takes.
 struct DecodePlan {
   int32_t splits;
@@ -254,10 +235,10 @@ cudaError_t attention_decode_init();
 DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
-/// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
-/// decode: how decode attention runs (attention_decode_init(decode) must have run).
+/// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence
+/// (attention_init and attention_decode_init must have run).
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           const DecodeOptions& decode, cudaStream_t stream);
+                           cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);

@@ -613,7 +613,7 @@ int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
     // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
-    // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
+    // "prefill" (the prefill-attention cases), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
     // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
@@ -719,37 +719,6 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
     bench_attention(bench, "attention prefill 8 x 1000 (causal; a 1000 x 1000 prompt step)", 8,
                     1000, 1000);
-    {
-      Bench other(iters, "TROUPE_PREFILL_KEYS=64");  // the prefill kernel's 64-key tiles
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=64", 4,
-                      1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=64", 8,
-                      1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=64",
-                      8, 512, 4096);
-    }
-    {
-      // Query tiles in order (the default is heaviest first).
-      Bench other(iters, "TROUPE_PREFILL_ORDER=tiles");
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ORDER=tiles",
-                      4, 1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ORDER=tiles",
-                      8, 1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, tile order", 8, 512,
-                      4096);
-      bench_prompt_step(other, 128, true, ", tiles");
-    }
-    // 16 query rows per warp (the default's two m16 tiles, 128 a CTA, share each K/V fragment),
-    // and every K/V tile masked (the default masks only those crossing a warp's diagonal).
-    for (const char* knob : {"TROUPE_PREFILL_ROWS=16", "TROUPE_PREFILL_MASK=every"}) {
-      Bench other(iters, knob);
-      const std::string tail = std::string(", ") + knob;
-      bench_attention(other, "attention prefill 4 x 1024 (causal)" + tail, 4, 1024, 1024);
-      bench_attention(other, "attention prefill 1 x 8192 (causal)" + tail, 1, 8192, 8192);
-      bench_attention(other, "attention prefill 8 x 1000 (causal)" + tail, 8, 1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096" + tail, 8, 512, 4096);
-      bench_prompt_step(other, 128, true, tail.c_str());
-    }
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);
     if (only == "prefill") return 0;
