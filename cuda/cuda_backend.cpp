@@ -156,12 +156,6 @@ class CudaBackendImpl final : public CudaBackend {
                             "make_cuda_backend: decode arrival counters");
     check_cuda(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_),
                "make_cuda_backend: cudaMemset");
-    // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
-    if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
-      use_gemv_ = false;
-    // The plain and add skinny GEMMs stage x in shared memory (launch_gemv); 0 (for
-    // comparison): every warp reads x through L1.
-    gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 1, {0, 1}, "0 or 1") == 1;
     // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
     cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
     check_cuda(cuda::attention_decode_init(),
@@ -772,7 +766,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t rows) const override {
-    return use_gemv_ && rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
+    return rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
   }
 
   [[nodiscard]] std::string op_profile_report() override {
@@ -818,15 +812,15 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // Launches the skinny GEMM of x [T, K] and w with `fusion` into out (n outputs per row).
-  // False, launching nothing, when it does not take these shapes, dtypes or pointers, or the
-  // skinny GEMM is off (TROUPE_GEMV=0): the caller then runs the separate ops.
+  // False, launching nothing, when it does not take these shapes, dtypes or pointers: the
+  // caller then runs the separate ops.
   bool fused_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
                   int64_t n, const cuda::GemvFusion& fusion) {
     const int64_t t = x.dim(0), k = x.dim(1);
-    if (!use_gemv_ || t == 0 || n == 0 || k == 0) return false;
+    if (t == 0 || n == 0 || k == 0) return false;
     return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
                              bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
-                             stream_, fusion, gemv_stage_x_);
+                             stream_, fusion);
   }
 
   struct StreamDeleter {
@@ -847,8 +841,6 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_workspace_;
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
-  bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  bool gemv_stage_x_ = true;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
   cuda::CudaSampler sampler_;
   std::vector<int64_t> feed_pairs_;  // feed_sampled_tokens: (result offset, dst index) pairs
   cuda::DeviceBuffer feed_device_;

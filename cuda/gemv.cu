@@ -24,7 +24,7 @@
 //   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
-// - copy prologue (launch_gemv's stage_x, the default): the plain and add variants stage x as
+// - copy prologue (where x fits kGemvMaxStagedBytes): the plain and add variants stage x as
 //   it is, like the norm prologue, instead of every warp reading it through L1 (batch-1
 //   decode on the H200: 4.213/4.234 ms per token against 4.361/4.349 without, alternating in
 //   one call; o_proj 8.7 -> 6.8 us, down 32.9 -> 30.3 us, lm_head 253 -> 246 us).
@@ -57,16 +57,14 @@ struct GemmArgs {
   DType out_dtype;
   void* out;
   int64_t t, n, k;
-  bool stage_x;  // the plain and add variants copy x into shared memory first (Prologue::copy)
 };
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;
 
-/// What happens to x before the product: nothing (warps read it through L1), copied into
-/// shared memory as it is (the default; TROUPE_GEMV_STAGE_X=0 turns it off), or rms_norm staged
-/// there.
+/// What happens to x before the product: nothing (warps read it through L1: x past
+/// kGemvMaxStagedBytes), copied into shared memory as it is, or rms_norm staged there.
 enum class Prologue { none, copy, rms_norm };
 /// What happens to a product row: stored, added into out (the residual), or paired with the
 /// row n further on as act_mul's [gate | up].
@@ -527,8 +525,8 @@ bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStr
       launch_rope_epilogue<T, false>(g, f, bias_f32, stream);
     return true;
   }
-  // The copy prologue where asked for and x fits the staged bytes.
-  const bool copy = g.stage_x && g.t * g.k * int64_t(sizeof(T)) <= kGemvMaxStagedBytes;
+  // The copy prologue where x fits the staged bytes.
+  const bool copy = g.t * g.k * int64_t(sizeof(T)) <= kGemvMaxStagedBytes;
   if (!norm && !act && !f.add_to_out) {
     if (g.out_dtype == DType::f32) {
       if (copy)
@@ -605,8 +603,8 @@ cudaError_t gemv_init() {
 
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                 const GemvFusion& fusion, bool stage_x) {
-  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k, stage_x};
+                 const GemvFusion& fusion) {
+  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k};
   if (g.t < 1 || g.t > kGemvMaxRows || g.n < 1 || g.k < 8 || g.k % 8 != 0) return false;
   if (g.in_dtype != DType::bf16 && g.in_dtype != DType::f16) return false;
   if (g.out_dtype != g.in_dtype && g.out_dtype != DType::f32) return false;

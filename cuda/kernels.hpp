@@ -133,13 +133,13 @@ cudaError_t gemv_init();
 /// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
 /// out like x or f32, bias like x or f32 (or nullptr), with `fusion`'s extras (fused variants
 /// write out like x). Returns false, launching nothing, for shapes, dtypes, alignments or
-/// fusions it does not take (the caller then runs the separate ops, or cuBLASLt).
-/// stage_x (TROUPE_GEMV_STAGE_X, default 1): the variants without the rms_norm prologue
-/// (plain, add) first copy x into shared memory, as the norm prologue stages its rows, instead
-/// of every warp reading it through L1; same values, 3% less time per batch-1 token (H200).
+/// fusions it does not take (the caller then runs the separate ops, or cuBLASLt). The variants
+/// without the rms_norm prologue (plain, add) first copy x into shared memory, as the norm
+/// prologue stages its rows, where it fits kGemvMaxStagedBytes (else every warp reads it
+/// through L1): same values, 3% less time per batch-1 token (H200).
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                 const GemvFusion& fusion = {}, bool stage_x = true);
+                 const GemvFusion& fusion = {});
 
 /// Rotary embedding in place on q [T, q_heads * d] and k [T, k_heads * d].
 void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const float* cos_sin,

@@ -616,7 +616,7 @@ int main(int argc, char** argv) {
     // "prefill" (the prefill-attention cases), "overlap" (half a decode
     // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
-    // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
+    // run's row counts), "gemv" (the batch-1 GEMVs, attention and sampler row) or
     // "b1attn" (batch-1 decode attention from 160 to 4,096 keys) or "stream"
     // (HBM read rates: the ceiling for decode attention; cuda/bench/stream.cu).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
@@ -630,10 +630,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (only == "gemv") {  // the batch-1 GEMVs: a decode layer's fused ones and lm_head
-      for (const char* stage : {"0", "1"}) {  // x read through L1, or staged (the default)
-        Bench bench(iters, std::string("TROUPE_GEMV_STAGE_X=") + stage);
-        std::printf("TROUPE_GEMV_STAGE_X=%s\n", stage);
-        bench_fused(bench, 1);
+      Bench bench(iters);
+      bench_fused(bench, 1);
+      {
         const Tensor w = bench.floats(DType::bf16, {kVocab, kHidden}, 0.02f);
         const Tensor x = bench.floats(DType::bf16, {1, kHidden});
         const Tensor out = bench.alloc(DType::f32, {1, kVocab});
@@ -642,7 +641,6 @@ int main(int argc, char** argv) {
                    [&] { bench.b().linear(x, w, nullptr, out); });
         bench.release();
       }
-      Bench bench(iters);
       // The rest of a batch-1 step of `troupe bench latency` (128 in / 128 out: contexts of
       // 129-256 keys): attention, the sampler's row (temperature 1), so that 32 x (the layer's
       // GEMVs + attention) + lm_head + sampling is the step's GPU time to compare with it.
