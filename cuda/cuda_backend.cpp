@@ -156,8 +156,6 @@ class CudaBackendImpl final : public CudaBackend {
                             "make_cuda_backend: decode arrival counters");
     check_cuda(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_),
                "make_cuda_backend: cudaMemset");
-    // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
-    cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
     check_cuda(cuda::attention_decode_init(),
                "make_cuda_backend: decode attention kernel attributes");
     lt_ = std::make_unique<cuda::LtGemm>(

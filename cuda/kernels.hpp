@@ -294,8 +294,6 @@ struct SamplePlan {
                        // 0: slices are read from global memory and rows with bias/penalties
                        // need a scratch row
   int32_t smem_bytes;  // dynamic shared memory per CTA
-  int32_t ctas_per_sm; // the kernel's launch bounds: 2 (64 registers a thread; the default) or
-                       // 1 (up to 128; set_sample_ctas_per_sm)
 };
 
 /// The plan for `num_rows` rows of `vocab` logits on the current device. The result of a row
@@ -306,12 +304,6 @@ cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan);
 /// `cached` is 0, global-memory slices (-1: automatic). The device may still narrow the
 /// cluster if it cannot co-schedule it.
 void override_sample_plan(int32_t cluster, int32_t cached);
-
-/// Experimental (TROUPE_SAMPLE_CTAS_PER_SM, read by the CUDA backend): later plans use the
-/// sampling kernel built for `n` CTAs of 512 threads per SM: 2 (the default: at most 64
-/// registers a thread, and ptxas spills 132 bytes) or 1 (up to 128 registers, no spills, half
-/// the threads). Same results either way.
-void set_sample_ctas_per_sm(int32_t n);
 
 /// Samples every row. `scratch` holds num_scratch_rows rows of `vocab` floats (used by
 /// uncached plans only). Returns the launch's error.

@@ -658,12 +658,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
-      for (const char* per_sm : {"2", "1"}) {  // the kernel's launch bounds (kernels.hpp)
-        Bench bench(iters, std::string("TROUPE_SAMPLE_CTAS_PER_SM=") + per_sm);
-        std::printf("TROUPE_SAMPLE_CTAS_PER_SM=%s\n", per_sm);
-        for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
-          bench_sample(bench, 256, kind);
-      }
+      Bench bench(iters);
+      for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
+        bench_sample(bench, 256, kind);
       return 0;
     }
     if (only == "overlap") {
