@@ -12,7 +12,6 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_sampler.hpp"
 #include "cuda/device_buffer.hpp"
-#include "cuda/env_knobs.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/lt_gemm.hpp"
 #include "cuda/op_args.hpp"
@@ -29,10 +28,6 @@ using cuda::check_linear;
 using cuda::check_norm;
 using cuda::check_norm_linear;
 using cuda::check_rope_qkv;
-using cuda::env_choice;
-using cuda::env_flag;
-using cuda::env_int;
-using cuda::env_word;
 
 int cuda_device_count() {
   int n = 0;
@@ -85,6 +80,12 @@ constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 constexpr size_t kDecodeWorkspaceBytes = size_t(64) << 20;
 constexpr size_t kDecodeCounters = size_t(1) << 16;  // (sequence, KV head) pairs of one step
 
+// A diagnostic switch (TROUPE_CUDA_SYNC_CHECK, TROUPE_OP_PROFILE): set, non-empty and not "0".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
 std::string device_error_text(int bits) {
   std::string s;
   const auto add = [&](int bit, const char* what) {
@@ -135,14 +136,7 @@ class CudaBackendImpl final : public CudaBackend {
     num_sms_ = prop.multiProcessorCount;
     gpu_name_ = prop.name;
     cudaStream_t s = nullptr;
-    // Experimental (the overlap op bench): TROUPE_STREAM_PRIORITY=high|low gives the stream
-    // the device's greatest or least priority; unset, the default one.
-    int prio_least = 0, prio_greatest = 0;
-    check_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
-               "make_cuda_backend: cudaDeviceGetStreamPriorityRange");
-    const int which = env_word("TROUPE_STREAM_PRIORITY", {"high", "low"}, "high or low");
-    const int priority = which == 0 ? prio_greatest : which == 1 ? prio_least : 0;
-    check_cuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                "make_cuda_backend: cudaStreamCreate");
     stream_holder_.reset(s);
     stream_ = s;
@@ -158,8 +152,7 @@ class CudaBackendImpl final : public CudaBackend {
                "make_cuda_backend: cudaMemset");
     check_cuda(cuda::attention_decode_init(),
                "make_cuda_backend: decode attention kernel attributes");
-    lt_ = std::make_unique<cuda::LtGemm>(
-        env_int("TROUPE_GEMM_SM_TARGET", 0, 0, num_sms_, "0 (all) to the SM count"));
+    lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
     check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");

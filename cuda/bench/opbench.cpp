@@ -1,6 +1,6 @@
 // troupe_cuda_opbench: per-op timings of the CUDA backend on Llama-3-8B-shaped ops (bf16),
 // printed as time per call, achieved GB/s (bytes each call must move at least) and TFLOP/s.
-// Not a test: run it on the GPU machine (tools/device/run_cuda_tests.sh does).
+// Not a test: run it on the GPU machine (tools/device/bench.sh opbench does).
 //
 // Each op is run 3 times to warm up, then `iters` times between two CUDA events on the
 // backend's stream, so the time includes launch gaps but no host synchronisation. The sampler
@@ -30,34 +30,9 @@ namespace {
 
 using namespace troupe;
 
-/// A CUDA backend made with the variables of `env` ("NAME=value NAME=value ...") set, since
-/// the backend reads its experimental knobs when it is made; they are unset again after.
-std::unique_ptr<Backend> cuda_backend_with(std::string_view env) {
-  std::vector<std::string> names;
-  for (std::string_view rest = env; !rest.empty();) {
-    const size_t sp = rest.find(' ');
-    const std::string_view kv = rest.substr(0, sp);
-    const size_t eq = kv.find('=');
-    names.emplace_back(kv.substr(0, eq));
-    ::setenv(names.back().c_str(), std::string(kv.substr(eq + 1)).c_str(), 1);
-    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-  }
-  std::unique_ptr<Backend> backend;
-  try {
-    backend = make_cuda_backend(0);
-  } catch (...) {
-    for (const std::string& n : names) ::unsetenv(n.c_str());
-    throw;
-  }
-  for (const std::string& n : names) ::unsetenv(n.c_str());
-  return backend;
-}
-
 class Bench {
  public:
-  /// env: knobs for this bench's backend (cuda_backend_with).
-  explicit Bench(int iters, std::string_view env = {})
-      : backend_(cuda_backend_with(env)), iters_(iters) {
+  explicit Bench(int iters) : backend_(make_cuda_backend(0)), iters_(iters) {
     cuda_ = cuda_backend_of(*backend_);
     std::mt19937_64 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -395,134 +370,6 @@ void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tai
                         seqs, hint ? 8 : -1);
 }
 
-// Would a decode step gain from running one half of its batch's attention (memory-bound) beside
-// the other half's GEMMs (compute-bound) on a second stream? For a steady-state step of the
-// 1000 x 1000 run (`seqs` sequences of `ctx` keys), one layer's worth: attention over half the
-// sequences on backend `attn_side`, and the GEMMs of a layer (qkv, o_proj, gate_up, SwiGLU,
-// down) over the other half on backend `gemm_side`, each on its own stream; each iteration
-// forks and joins the two streams, as a layer would. Prints the two alone, one after the other
-// on one stream, side by side, and the whole batch unsplit (today's step).
-void bench_overlap(int iters, int32_t seqs, int32_t ctx, const char* gemm_env) {
-  const DType bf = DType::bf16;
-  Bench attn_side(iters);
-  Bench gemm_side(iters, gemm_env);  // with the experimental knobs in `gemm_env`
-  auto* sa = static_cast<cudaStream_t>(cuda_backend_of(attn_side.b())->stream());
-  auto* sg = static_cast<cudaStream_t>(cuda_backend_of(gemm_side.b())->stream());
-
-  const int32_t bs = 16;
-  struct Half {
-    Tensor q, out, x, qkv, o, gu, act, down;
-    AttentionBatch batch;
-  };
-  const int32_t blocks_per_seq = (ctx + bs - 1) / bs;
-  const int64_t cache_blocks = int64_t(seqs) * blocks_per_seq;
-  const Tensor kc = attn_side.floats(bf, {cache_blocks, bs, kKvHeads, kDim});
-  const Tensor vc = attn_side.floats(bf, {cache_blocks, bs, kKvHeads, kDim});
-  const Tensor w_qkv = attn_side.floats(bf, {6144, kHidden}, 0.02f);
-  const Tensor w_o = attn_side.floats(bf, {kHidden, kHidden}, 0.02f);
-  const Tensor w_gu = attn_side.floats(bf, {2 * kInter, kHidden}, 0.02f);
-  const Tensor w_down = attn_side.floats(bf, {kHidden, kInter}, 0.02f);
-  auto make = [&](int32_t first, int32_t n) {
-    Half h;
-    h.q = attn_side.floats(bf, {n, kHeads * kDim});
-    h.out = attn_side.alloc(bf, {n, kHeads * kDim});
-    h.x = attn_side.floats(bf, {n, kHidden});
-    h.qkv = attn_side.alloc(bf, {n, 6144});
-    h.o = attn_side.alloc(bf, {n, kHidden});
-    h.gu = attn_side.alloc(bf, {n, 2 * kInter});
-    h.act = attn_side.alloc(bf, {n, kInter});
-    h.down = attn_side.alloc(bf, {n, kHidden});
-    std::vector<int32_t> qsl, lens, tables;
-    for (int32_t s = 0; s <= n; ++s) qsl.push_back(s);
-    for (int32_t s = 0; s < n; ++s) {
-      lens.push_back(ctx);
-      for (int32_t b = 0; b < blocks_per_seq; ++b)
-        tables.push_back((first + s) * blocks_per_seq + b);
-    }
-    h.batch.query_start_loc = attn_side.ints({n + 1}, qsl);
-    h.batch.seq_lens = attn_side.ints({n}, lens);
-    h.batch.block_tables = attn_side.ints({n, blocks_per_seq}, tables);
-    h.batch.num_seqs = n;
-    h.batch.max_query_len = 1;
-    h.batch.max_seq_len = ctx;
-    h.batch.num_prefill_seqs = 0;
-    return h;
-  };
-  const Half a = make(0, seqs / 2), g = make(seqs / 2, seqs - seqs / 2), all = make(0, seqs);
-  const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
-                             1.0f / std::sqrt(float(kDim))};
-  auto attention = [&](Backend& b, const Half& h) {
-    b.attention(h.q, kc, vc, h.batch, shape, h.out);
-  };
-  auto gemms = [&](Backend& b, const Half& h) {
-    b.linear(h.x, w_qkv, nullptr, h.qkv);
-    b.linear(h.x, w_o, nullptr, h.o);
-    b.linear(h.x, w_gu, nullptr, h.gu);
-    b.act_mul(GatedActivation::silu, h.gu, h.act);
-    b.linear(h.act, w_down, nullptr, h.down);
-  };
-  cudaEvent_t start = nullptr, stop = nullptr, fork = nullptr, join = nullptr;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
-  cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
-  // Times `step` (which enqueues on sa and/or sg, starting after and ending before sa's work).
-  auto timed = [&](const std::string& name, const std::function<void()>& step) {
-    for (int i = 0; i < 3; ++i) step();
-    attn_side.b().synchronize();
-    gemm_side.b().synchronize();
-    cudaEventRecord(start, sa);
-    for (int i = 0; i < iters; ++i) step();
-    cudaEventRecord(stop, sa);
-    cudaEventSynchronize(stop);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
-    std::printf("%-78s %10.1f us\n", name.c_str(), double(ms) * 1e3 / iters);
-    std::fflush(stdout);
-  };
-  // Work on sg ordered inside sa's sequence: sg waits for sa's past, sa for sg's work.
-  auto on_gemm_stream = [&](const std::function<void()>& work) {
-    cudaEventRecord(fork, sa);
-    cudaStreamWaitEvent(sg, fork, 0);
-    work();
-    cudaEventRecord(join, sg);
-    cudaStreamWaitEvent(sa, join, 0);
-  };
-  const std::string tag = fmt::format("{} seqs x {} keys, GEMM side [{}]", seqs, ctx,
-                                      *gemm_env != '\0' ? gemm_env : "default");
-  timed("overlap " + tag + ": half attention alone", [&] { attention(attn_side.b(), a); });
-  timed("overlap " + tag + ": half GEMMs alone",
-        [&] { on_gemm_stream([&] { gemms(gemm_side.b(), g); }); });
-  timed("overlap " + tag + ": both halves, one stream", [&] {
-    attention(attn_side.b(), a);
-    gemms(attn_side.b(), g);
-  });
-  timed("overlap " + tag + ": side by side, attention launched first", [&] {
-    cudaEventRecord(fork, sa);
-    cudaStreamWaitEvent(sg, fork, 0);
-    attention(attn_side.b(), a);
-    gemms(gemm_side.b(), g);
-    cudaEventRecord(join, sg);
-    cudaStreamWaitEvent(sa, join, 0);
-  });
-  timed("overlap " + tag + ": side by side, GEMMs launched first", [&] {
-    on_gemm_stream([&] {
-      gemms(gemm_side.b(), g);
-      attention(attn_side.b(), a);
-    });
-  });
-  timed("overlap " + tag + ": today's layer (whole batch, one stream)", [&] {
-    attention(attn_side.b(), all);
-    gemms(attn_side.b(), all);
-  });
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaEventDestroy(fork);
-  cudaEventDestroy(join);
-  attn_side.release();
-  gemm_side.release();
-}
-
 // Sampler row kinds: each line of the bench uses one kind for every row.
 enum class SampleKind { greedy, plain, unit, top_k_top_p, penalties };
 
@@ -612,20 +459,19 @@ int main(int argc, char** argv) {
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
-    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
-    // "prefill" (the prefill-attention cases), "overlap" (half a decode
-    // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
+    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/profile.sh
+    // ncu decode), "prefill" (the prefill-attention cases), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
     // run's row counts), "gemv" (the batch-1 GEMVs, attention and sampler row) or
     // "b1attn" (batch-1 decode attention from 160 to 4,096 keys) or "stream"
     // (HBM read rates: the ceiling for decode attention; cuda/bench/stream.cu).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
-        only != "overlap" && only != "sample" && only != "gemm" && only != "gemv" &&
-        only != "b1attn" && only != "stream") {
+        only != "sample" && only != "gemm" && only != "gemv" && only != "b1attn" &&
+        only != "stream") {
       std::fprintf(stderr,
-                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
-                   "sample, gemm, gemv, b1attn, stream\n",
+                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, sample, "
+                   "gemm, gemv, b1attn, stream\n",
                    only.c_str());
       return 2;
     }
@@ -661,14 +507,6 @@ int main(int argc, char** argv) {
       Bench bench(iters);
       for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
         bench_sample(bench, 256, kind);
-      return 0;
-    }
-    if (only == "overlap") {
-      for (const char* env : {"", "TROUPE_STREAM_PRIORITY=high",
-                              "TROUPE_STREAM_PRIORITY=high TROUPE_GEMM_SM_TARGET=96",
-                              "TROUPE_STREAM_PRIORITY=high TROUPE_GEMM_SM_TARGET=64"})
-        bench_overlap(iters, 248, 1500, env);
-      bench_overlap(iters, 128, 1500, "TROUPE_STREAM_PRIORITY=high");
       return 0;
     }
     Bench bench(iters);
