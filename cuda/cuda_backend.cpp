@@ -16,18 +16,13 @@
 #include "cuda/lt_gemm.hpp"
 #include "cuda/op_args.hpp"
 #include "cuda/op_profile.hpp"
-#include "runtime/backend/op_shapes.hpp"
+#include "runtime/backend/op_checks.hpp"
 
 namespace troupe {
 
+using cuda::check_compute_dtype;
 using cuda::check_cuda;
-using cuda::OpCheck;
-using cuda::check_act_mul;
-using cuda::check_attention;
-using cuda::check_linear;
-using cuda::check_norm;
-using cuda::check_norm_linear;
-using cuda::check_rope_qkv;
+using cuda::check_cuda_attention;
 
 int cuda_device_count() {
   int n = 0;
@@ -256,10 +251,7 @@ class CudaBackendImpl final : public CudaBackend {
   void copy(const Tensor& dst, const Tensor& src) override {
     const OpCheck check("copy", device_);
     const auto prof = profile("copy", 0);
-    check.tensor("src", src, src.ndim);
-    check.tensor("dst", dst, src.dtype, dst.ndim);
-    if (dst.numel() != src.numel())
-      check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
+    check_copy(check, dst, src);
     check.disjoint("dst", dst, "src", src);
     if (src.nbytes() == 0) return;
     check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_),
@@ -317,12 +309,8 @@ class CudaBackendImpl final : public CudaBackend {
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
     const OpCheck check("embedding", device_);
     const auto prof = profile("embedding", rows_of(ids));
-    check.tensor("ids", ids, DType::i32, 1);
-    check.tensor("table", table, 2);
-    check.float_dtype("table", table);
-    check.tensor("out", out, table.dtype, 2);
-    check.dim("out", out, 0, ids.dim(0), "one row per id");
-    check.dim("out", out, 1, table.dim(1), "hidden size of table");
+    check_compute_dtype(check, "table", table);
+    check_embedding(check, ids, table, out);
     check.disjoint("out", out, "table", table);
     cuda::launch_gather_rows(table.data, table.dim(0), ids.as<const int32_t>(), out.data,
                              out.dim(0), table.dim(1) * int64_t(dtype_size(table.dtype)),
@@ -333,7 +321,9 @@ class CudaBackendImpl final : public CudaBackend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     const OpCheck check("rms_norm", device_);
     const auto prof = profile("rms_norm", rows_of(x));
+    check_compute_dtype(check, "x", x);
     check_norm(check, x, weight, eps, out);
+    check.fits_int("rows of x", x.dim(0));
     check.disjoint("out", out, "x", x);
     cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0), x.dim(1),
                           stream_);
@@ -344,9 +334,9 @@ class CudaBackendImpl final : public CudaBackend {
                     const Tensor& out) override {
     const OpCheck check("add_rms_norm", device_);
     const auto prof = profile("add_rms_norm", rows_of(x));
-    check_norm(check, x, weight, eps, out);
-    check.tensor("residual", residual, x.ndim);
-    check.same_shape("residual", residual, "x", x);
+    check_compute_dtype(check, "x", x);
+    check_add_norm(check, residual, x, weight, eps, out);
+    check.fits_int("rows of x", x.dim(0));
     check.disjoint("residual", residual, "x", x);
     check.disjoint("out", out, "residual", residual);
     check.disjoint("out", out, "x", x);
@@ -358,6 +348,7 @@ class CudaBackendImpl final : public CudaBackend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("linear", device_);
     const auto prof = profile("linear", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_linear(check, x, w, bias, out);
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     if (t == 0 || n == 0) return;
@@ -395,11 +386,8 @@ class CudaBackendImpl final : public CudaBackend {
   void add(const Tensor& residual, const Tensor& x) override {
     const OpCheck check("add", device_);
     const auto prof = profile("add", rows_of(x));
-    check.tensor("x", x, 2);
-    check.float_dtype("x", x);
-    check.tensor("residual", residual, x.dtype, 2);
-    check.same_shape("residual", residual, "x", x);
-    check.disjoint("residual", residual, "x", x);
+    check_compute_dtype(check, "x", x);
+    check_add(check, residual, x);
     cuda::launch_add(x.dtype, residual.data, x.data, x.numel(), stream_);
     after_launch("add");
   }
@@ -411,6 +399,7 @@ class CudaBackendImpl final : public CudaBackend {
                   const Tensor& scratch) override {
     const OpCheck check("linear_add", device_);
     const auto prof = profile("linear_add", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_linear(check, x, w, bias, residual);
     if (residual.dtype != x.dtype)
       check.fail("residual {} must be {} like x", describe(residual), dtype_name(x.dtype));
@@ -430,7 +419,9 @@ class CudaBackendImpl final : public CudaBackend {
                        const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("rms_norm_linear", device_);
     const auto prof = profile("rms_norm_linear", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, out, "out");
+    check.fits_int("rows of x", x.dim(0));
     if (fused_gemv(x, w, bias, out, w.dim(0), norm_fusion(x, norm_weight, eps, h))) {
       after_launch("rms_norm_linear");
       return;
@@ -444,7 +435,9 @@ class CudaBackendImpl final : public CudaBackend {
                                const Tensor& out) override {
     const OpCheck check("rms_norm_linear_act_mul", device_);
     const auto prof = profile("rms_norm_linear_act_mul", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, gate_up, "gate_up");
+    check.fits_int("rows of x", x.dim(0));
     check_act_mul(check, gate_up, out);
     check.disjoint("out", out, "x", x);
     check.disjoint("out", out, "h", h);
@@ -462,25 +455,9 @@ class CudaBackendImpl final : public CudaBackend {
             int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
     const OpCheck check("rope", device_);
     const auto prof = profile("rope", rows_of(positions));
-    if (head_dim <= 0) check.fail("head_dim = {} must be > 0", head_dim);
-    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
-    if (style != RopeStyle::neox && style != RopeStyle::gptj)
-      check.fail("style = {} is neither neox nor gptj", int(style));
-    check.tensor("positions", positions, DType::i32, 1);
+    check_compute_dtype(check, "q", q);
+    check_rope(check, q, k, positions, cos_sin, head_dim, rotary_dim, style);
     const int64_t tokens = positions.dim(0);
-    check.tensor("q", q, 2);
-    check.float_dtype("q", q);
-    check.tensor("k", k, q.dtype, 2);
-    for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}}) {
-      check.dim(name, *t, 0, tokens, "one row per position");
-      if (t->dim(1) % head_dim != 0)
-        check.fail("{} {}: row of {} is not a whole number of heads of {}", name, describe(*t),
-                   t->dim(1), head_dim);
-    }
-    check.disjoint("q", q, "k", k);
-    check.tensor("cos_sin", cos_sin, DType::f32, 2);
-    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
     const int64_t q_heads = q.dim(1) / head_dim, k_heads = k.dim(1) / head_dim;
     check.fits_int("heads * rotary_dim / 2", (q_heads + k_heads) * rotary_dim / 2);
     cuda::launch_rope(q.dtype, q.data, k.data, positions.as<const int32_t>(),
@@ -493,19 +470,9 @@ class CudaBackendImpl final : public CudaBackend {
                 const Tensor& slot_mapping) override {
     const OpCheck check("write_kv", device_);
     const auto prof = profile("write_kv", rows_of(slot_mapping));
-    check.tensor("k_cache", k_cache, 4);
-    check.float_dtype("k_cache", k_cache);
-    check.tensor("v_cache", v_cache, k_cache.dtype, 4);
-    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-    check.tensor("k", k, k_cache.dtype, 2);
-    check.tensor("v", v, k_cache.dtype, 2);
-    check.same_shape("v", v, "k", k);
+    check_compute_dtype(check, "k_cache", k_cache);
+    check_write_kv(check, k, v, k_cache, v_cache, slot_mapping);
     const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
-    check.dim("k", k, 1, row,
-              fmt::format("num_kv_heads * head_dim of k_cache {}", describe(k_cache)));
-    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
-    check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
-    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
     cuda::launch_write_kv(
         k.data, v.data, k_cache.data, v_cache.data, slot_mapping.as<const int32_t>(), k.dim(0),
         k_cache.dim(0) * k_cache.dim(1), row * int64_t(dtype_size(k.dtype)), err(), stream_);
@@ -518,8 +485,10 @@ class CudaBackendImpl final : public CudaBackend {
                          const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rope_qkv_to_cache", device_);
     const auto prof = profile("rope_qkv_to_cache", rows_of(positions));
+    check_compute_dtype(check, "qkv", qkv);
     check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
                    num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", qkv.dim(1));
     cuda::launch_rope_qkv_to_cache(qkv.dtype, qkv.data, positions.as<const int32_t>(),
                                    cos_sin.as<const float>(), positions.dim(0), num_heads,
                                    num_kv_heads, head_dim, rotary_dim, cos_sin.dim(0),
@@ -537,9 +506,12 @@ class CudaBackendImpl final : public CudaBackend {
       const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rms_norm_linear_rope_qkv_to_cache", device_);
     const auto prof = profile("rms_norm_linear_rope_qkv_to_cache", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, qkv, "qkv");
+    check.fits_int("rows of x", x.dim(0));
     check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
                    num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", qkv.dim(1));
     for (const auto& [name, t] : {std::pair{"q_out", &q_out}, std::pair{"k_cache", &k_cache},
                                   std::pair{"v_cache", &v_cache}}) {
       check.disjoint(name, *t, "x", x);
@@ -577,7 +549,7 @@ class CudaBackendImpl final : public CudaBackend {
     const OpCheck check("attention", device_);
     const auto prof =
         profile(batch.max_query_len == 1 ? "attention (decode)" : "attention (prompt)", rows_of(q));
-    check_attention(check, q, k_cache, v_cache, batch, shape, out);
+    check_cuda_attention(check, q, k_cache, v_cache, batch, shape, out);
     const cuda::AttentionArgs a = attention_args(q, k_cache, v_cache, batch, shape, out);
     if (q.dtype == DType::f32)
       cuda::launch_attention_f32(a, stream_);
@@ -627,6 +599,7 @@ class CudaBackendImpl final : public CudaBackend {
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
     const auto prof = profile("act_mul", rows_of(gate_up));
+    check_compute_dtype(check, "gate_up", gate_up);
     check_act_mul(check, gate_up, out);
     cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), out.dim(1),
                          stream_);
@@ -636,12 +609,7 @@ class CudaBackendImpl final : public CudaBackend {
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
     const OpCheck check("gather_rows", device_);
     const auto prof = profile("gather_rows", rows_of(indices));
-    check.tensor("x", x, 2);
-    check.tensor("indices", indices, DType::i32, 1);
-    check.tensor("out", out, x.dtype, 2);
-    check.dim("out", out, 0, indices.dim(0), "one row per index");
-    check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
-    check.disjoint("out", out, "x", x);
+    check_gather_rows(check, x, indices, out);
     cuda::launch_gather_rows(x.data, x.dim(0), indices.as<const int32_t>(), out.data, out.dim(0),
                              x.dim(1) * int64_t(dtype_size(x.dtype)), cuda::kErrGatherIndex, err(),
                              stream_);
@@ -704,10 +672,7 @@ class CudaBackendImpl final : public CudaBackend {
                          std::span<const SamplingRow> rows) const {
     const OpCheck check(op, device_);
     not_capturing(op);
-    check.tensor("logits", logits, DType::f32, 2);
-    if (int64_t(rows.size()) != logits.dim(0))
-      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
-                 logits.dim(0));
+    check_sample(check, logits, rows.size());
     if (logits.dim(1) <= 0 || logits.dim(1) >= cuda::kMaxSampleVocab)
       check.fail("logits {}: vocabulary size must be in [1, {})", describe(logits),
                  cuda::kMaxSampleVocab);
@@ -782,13 +747,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void check_transfer(const char* op, const char* name, const Tensor& t, const void* host,
                       size_t bytes) const {
-    const OpCheck check(op, device_);
-    if (t.device != device_)
-      check.fail("{} {} must be on {}", name, describe(t), to_string(device_));
-    if (bytes > t.nbytes())
-      check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
-    if (bytes > 0 && (host == nullptr || t.data == nullptr))
-      check.fail("{} bytes with a null pointer ({} {})", bytes, name, describe(t));
+    troupe::check_transfer(OpCheck(op, device_), name, t, host, bytes);
   }
 
   // The rms_norm prologue of a fused GEMV that reproduces rms_norm(x, weight, eps, h): the
