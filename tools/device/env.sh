@@ -30,7 +30,7 @@ export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBR
 model_args=(--model configs/models/llama-3-8b --load-format dummy --dtype bfloat16
             --max-model-len 4096)
 b1_args=(latency "${model_args[@]}" --async-scheduling --batch-size 1 --input-len 128
-         --output-len 128 --num-iters-warmup 1 --num-iters 5)
+         --output-len 128 --num-iters-warmup 1 --num-iters 3)
 long_args=(throughput "${model_args[@]}" --async-scheduling --num-prompts 1000 --input-len 1000
            --output-len 1000)
 
