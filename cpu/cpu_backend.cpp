@@ -28,7 +28,6 @@ int64_t grain_for(int64_t row_elems) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(row_elems, 1));
 }
 
-
 // The CPU computes in float32 only: an op's leading tensor must be float32, and the shared
 // checks hold the others to its dtype.
 void check_f32(const OpCheck& check, std::string_view name, const Tensor& t) {

@@ -295,8 +295,8 @@ void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, f
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a,
-               splits, part_o, part_ml, counters);
+    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a, splits,
+               part_o, part_ml, counters);
   });
 }
 

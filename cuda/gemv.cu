@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                 bool bias_f32, OutT* __restrict__ out, int rows, int64_t n, int64_t k,
                 int64_t rows_per_warp, const T* __restrict__ norm_w, float eps, int norm_threads) {
-  gemv_body<T, OutT, R, Prologue::none, kEpi, 0>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads);
+  gemv_body<T, OutT, R, Prologue::none, kEpi, 0>(x, w, bias, bias_f32, out, rows, n, k,
+                                                 rows_per_warp, norm_w, eps, norm_threads);
 }
 
 template <class T, int R, Epilogue kEpi, int kAct>
@@ -335,8 +335,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                      const void* __restrict__ bias, bool bias_f32, T* __restrict__ out, int rows,
                      int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
                      float eps, int norm_threads) {
-  gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads);
+  gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(x, w, bias, bias_f32, out, rows, n, k,
+                                                     rows_per_warp, norm_w, eps, norm_threads);
 }
 
 // The copy prologue (the default): the plain and add variants with x staged in shared memory.
@@ -348,8 +348,8 @@ __global__ void __launch_bounds__(kThreads, 4)
                        const void* __restrict__ bias, bool bias_f32, OutT* __restrict__ out,
                        int rows, int64_t n, int64_t k, int64_t rows_per_warp,
                        const T* __restrict__ norm_w, float eps, int norm_threads) {
-  gemv_body<T, OutT, R, Prologue::copy, kEpi, 0>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads);
+  gemv_body<T, OutT, R, Prologue::copy, kEpi, 0>(x, w, bias, bias_f32, out, rows, n, k,
+                                                 rows_per_warp, norm_w, eps, norm_threads);
 }
 
 // The rope epilogue (GemvFusion::Rope) after the rms_norm prologue, for one row (the qkv

@@ -444,8 +444,7 @@ bool cluster_fits(int device, int cluster, bool cached, size_t smem) {
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg = sample_config(1, cluster, smem, nullptr, &attr);
   int count = 0;
-  const cudaError_t e =
-      cudaOccupancyMaxActiveClusters(&count, sample_kernel_of(cached), &cfg);
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&count, sample_kernel_of(cached), &cfg);
   if (e != cudaSuccess) cudaGetLastError();  // an unsupported size: not sticky, just "no"
   const bool fits = e == cudaSuccess && count > 0;
   g_fits.push_back(FitEntry{device, cluster, int(cached), smem, fits});
@@ -509,9 +508,9 @@ cudaError_t launch_sample(const SamplePlan& plan, const float* logits, int64_t v
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg =
       sample_config(num_rows, plan.cluster, size_t(plan.smem_bytes), stream, &attr);
-  return cudaLaunchKernelEx(&cfg, sample_kernel_of(plan.cached != 0), logits,
-                            int(vocab), plan.slice, rows, mods, biases,
-                            static_cast<const float*>(scratch), results);
+  return cudaLaunchKernelEx(&cfg, sample_kernel_of(plan.cached != 0), logits, int(vocab),
+                            plan.slice, rows, mods, biases, static_cast<const float*>(scratch),
+                            results);
 }
 
 }  // namespace troupe::cuda

@@ -555,8 +555,8 @@ int main(int argc, char** argv) {
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);
     if (only == "prefill") return 0;
-    bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
-                    1, 1536);
+    bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232, 1,
+                    1536);
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
     for (SampleKind kind : {SampleKind::greedy, SampleKind::plain, SampleKind::unit,
                             SampleKind::top_k_top_p, SampleKind::penalties})

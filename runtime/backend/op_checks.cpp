@@ -13,7 +13,8 @@ void OpCheck::tensor(std::string_view name, const Tensor& t, int ndim) const {
     fail("{} {} must have {} dimension(s), has {}", name, describe(t), ndim, t.ndim);
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[size_t(i)] < 0) fail("{} {} has a negative dimension", name, describe(t));
-  if (t.numel() > 0 && t.data == nullptr) fail("{} {} has no memory (null data)", name, describe(t));
+  if (t.numel() > 0 && t.data == nullptr)
+    fail("{} {} has no memory (null data)", name, describe(t));
 }
 
 void OpCheck::tensor(std::string_view name, const Tensor& t, DType dtype, int ndim) const {
@@ -59,8 +60,8 @@ void OpCheck::aligned(std::string_view name, const Tensor& t, size_t bytes) cons
          describe(t), bytes, bytes);
 }
 
-void check_transfer(const OpCheck& check, std::string_view name, const Tensor& t,
-                    const void* host, size_t bytes) {
+void check_transfer(const OpCheck& check, std::string_view name, const Tensor& t, const void* host,
+                    size_t bytes) {
   if (t.device != check.device())
     check.fail("{} {} must be on {}", name, describe(t), to_string(check.device()));
   if (bytes > t.nbytes())
@@ -139,9 +140,9 @@ void check_linear(const OpCheck& check, const Tensor& x, const Tensor& w, const 
   check.fits_int("K", k);
 }
 
-void check_norm_linear(const OpCheck& check, const Tensor& x, const Tensor& norm_weight,
-                       float eps, const Tensor& h, const Tensor& w, const Tensor* bias,
-                       const Tensor& out, const char* out_name) {
+void check_norm_linear(const OpCheck& check, const Tensor& x, const Tensor& norm_weight, float eps,
+                       const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& out,
+                       const char* out_name) {
   check_norm(check, x, norm_weight, eps, h);
   check.disjoint("h", h, "x", x);
   check_linear(check, h, w, bias, out);
@@ -192,8 +193,8 @@ void check_rope(const OpCheck& check, const Tensor& q, const Tensor& k, const Te
   check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
 }
 
-void check_write_kv(const OpCheck& check, const Tensor& k, const Tensor& v,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& slot_mapping) {
+void check_write_kv(const OpCheck& check, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                    const Tensor& v_cache, const Tensor& slot_mapping) {
   check.tensor("k_cache", k_cache, 4);
   check.tensor("v_cache", v_cache, k_cache.dtype, 4);
   check.same_shape("v_cache", v_cache, "k_cache", k_cache);

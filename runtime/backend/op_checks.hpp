@@ -60,8 +60,8 @@ class OpCheck {
 };
 
 /// upload / download: `t` on the backend's device, `bytes` fit in it, no null pointer.
-void check_transfer(const OpCheck& check, std::string_view name, const Tensor& t,
-                    const void* host, size_t bytes);
+void check_transfer(const OpCheck& check, std::string_view name, const Tensor& t, const void* host,
+                    size_t bytes);
 /// copy: the same dtype and element count (copy does not convert).
 void check_copy(const OpCheck& check, const Tensor& dst, const Tensor& src);
 /// embedding: ids [T] i32, table [V, H], out [T, H] like table.
@@ -81,9 +81,9 @@ void check_linear(const OpCheck& check, const Tensor& x, const Tensor& w, const 
                   const Tensor& out);
 /// The fused rms_norm then linear ops: rms_norm(x) into h, then linear(h) into out (named
 /// out_name in messages), h and out apart from x.
-void check_norm_linear(const OpCheck& check, const Tensor& x, const Tensor& norm_weight,
-                       float eps, const Tensor& h, const Tensor& w, const Tensor* bias,
-                       const Tensor& out, const char* out_name);
+void check_norm_linear(const OpCheck& check, const Tensor& x, const Tensor& norm_weight, float eps,
+                       const Tensor& h, const Tensor& w, const Tensor* bias, const Tensor& out,
+                       const char* out_name);
 /// act_mul: gate_up [T, 2 I] is [gate | up] per row, out [T, I] like it and apart from it.
 /// Returns I.
 int64_t check_act_mul(const OpCheck& check, const Tensor& gate_up, const Tensor& out);
@@ -93,8 +93,8 @@ void check_rope(const OpCheck& check, const Tensor& q, const Tensor& k, const Te
                 const Tensor& cos_sin, int32_t head_dim, int32_t rotary_dim, RopeStyle style);
 /// write_kv: k and v [T, num_kv_heads d] like the caches [num_blocks, block_size,
 /// num_kv_heads, d], slot_mapping [T] i32, the caches apart.
-void check_write_kv(const OpCheck& check, const Tensor& k, const Tensor& v,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& slot_mapping);
+void check_write_kv(const OpCheck& check, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                    const Tensor& v_cache, const Tensor& slot_mapping);
 /// rope_qkv_to_cache (and its fusion into the qkv GEMV): qkv [T, (nh + 2 nkv) d], q_out
 /// [T, nh d] and the caches like qkv and apart from it and each other.
 void check_rope_qkv(const OpCheck& check, const Tensor& qkv, const Tensor& positions,

@@ -414,8 +414,8 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
         backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);
       backend_.linear(h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
       backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
-                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li],
-                                 kv.v[li], in.slot_mapping, q);  // q [T, nh d]
+                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
+                                 in.slot_mapping, q);                        // q [T, nh d]
       backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     }
     if (fused) {

@@ -191,7 +191,7 @@ TEST_CASE("decode split counts fill one wave of CTAs without spilling into a sec
   CHECK(plan(200, 1, 4096).splits == 1);    // 200 <= 264: one split each, no partials
   CHECK(plan(1, 8, 0).splits == 1);
   // A batch that fills a wave by itself: one split per sequence.
-  CHECK(plan(64, 8, 4096).splits == 1);     // 512 CTAs already
+  CHECK(plan(64, 8, 4096).splits == 1);  // 512 CTAs already
   CHECK(plan(300, 1, 2000).splits == 1);
 }
 
