@@ -1,6 +1,5 @@
 #include "peer.hpp"
 #include "runtime/error.hpp"
 namespace troupe::peer {
-void scenario_stage_link(const Args&) { fail("todo"); }
 void scenario_kv(const Args&) { fail("todo"); }
 }
