@@ -69,6 +69,9 @@ std::string to_hex(const Blob& b) {
   return s;
 }
 
+
+}  // namespace
+
 Blob from_hex(const std::string& s) {
   Blob b;
   auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
@@ -76,7 +79,6 @@ Blob from_hex(const std::string& s) {
   return b;
 }
 
-}  // namespace
 
 std::vector<Blob> bootstrap(const Blob& mine) {
   say("BLOB " + to_hex(mine));
