@@ -8,6 +8,30 @@
 
 namespace troupe {
 
+std::string to_hex(std::span<const uint8_t> b) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(b.size() * 2);
+  for (uint8_t c : b) {
+    s += kDigits[c >> 4];
+    s += kDigits[c & 15];
+  }
+  return s;
+}
+
+Blob from_hex(std::string_view s) {
+  auto digit = [&](char c) -> uint8_t {
+    if (c >= '0' && c <= '9') return uint8_t(c - '0');
+    if (c >= 'a' && c <= 'f') return uint8_t(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return uint8_t(c - 'A' + 10);
+    fail("from_hex: '{}' is not a hex digit", c);
+  };
+  if (s.size() % 2 != 0) fail("from_hex: {} characters, an even number is needed", s.size());
+  Blob b(s.size() / 2);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(digit(s[2 * i]) << 4 | digit(s[2 * i + 1]));
+  return b;
+}
+
 PeerName PeerName::self() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");

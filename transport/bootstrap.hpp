@@ -19,6 +19,11 @@ namespace troupe {
 
 using Blob = std::vector<uint8_t>;
 
+/// Bytes as lower-case hex (for text channels: a test's pipes, a log line) and back; from_hex
+/// throws troupe::Error on anything that is not an even number of hex digits.
+[[nodiscard]] std::string to_hex(std::span<const uint8_t> b);
+[[nodiscard]] Blob from_hex(std::string_view s);
+
 /// Who a peer is, for error messages: "rank 2 (pid 4242 on host-a)".
 struct PeerName {
   std::string host;

@@ -1,4 +1,4 @@
-// Real rank processes for the transport tests: each is troupe_transport_peer running one
+// Real rank processes for the transport tests (and troupe_transport_bench): each is troupe_transport_peer running one
 // scenario, talking to the test over its stdin/stdout in lines:
 //   peer -> test   "BLOB <hex>"            its bootstrap blob (phase 1)
 //   test -> peer   "BLOBS <hex> <hex> ..." every rank's blob, in rank order (the head's job)
@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/bootstrap.hpp"
+
 namespace troupe::test {
 
 using Clock = std::chrono::steady_clock;
@@ -34,25 +36,10 @@ inline Clock::time_point after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-inline std::string to_hex(const std::vector<uint8_t>& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) {
-    s += d[c >> 4];
-    s += d[c & 15];
-  }
-  return s;
-}
-
-inline std::vector<uint8_t> from_hex(const std::string& s) {
-  std::vector<uint8_t> b;
-  auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (size_t i = 0; i + 1 < s.size(); i += 2) b.push_back(uint8_t(v(s[i]) << 4 | v(s[i + 1])));
-  return b;
-}
-
+#ifdef TROUPE_TRANSPORT_PEER
 /// The peer executable's path (built next to the tests).
 inline std::string peer_exe() { return std::string(TROUPE_TRANSPORT_PEER); }
+#endif
 
 /// A unique shared-memory name prefix for one test ("/troupe-t<pid>-<n>").
 inline std::string shm_prefix() {
@@ -76,7 +63,11 @@ inline int remove_shm(const std::string& prefix) {
 
 class PeerProcess {
  public:
-  explicit PeerProcess(const std::vector<std::string>& args) {
+#ifdef TROUPE_TRANSPORT_PEER
+  explicit PeerProcess(const std::vector<std::string>& args) : PeerProcess(peer_exe(), args) {}
+#endif
+  /// Runs `exe` with `args`, its stdin and stdout piped to this object.
+  PeerProcess(const std::string& exe, const std::vector<std::string>& args) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
       throw std::runtime_error("pipe failed");
@@ -85,7 +76,7 @@ class PeerProcess {
     if (pid_ == 0) {
       dup2(in[0], STDIN_FILENO);
       dup2(out[1], STDOUT_FILENO);
-      std::vector<std::string> a{peer_exe()};
+      std::vector<std::string> a{exe};
       a.insert(a.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (std::string& s : a) argv.push_back(s.data());
@@ -196,9 +187,15 @@ class PeerProcess {
 class ProcessGroup {
  public:
   template <class F>
-  ProcessGroup(int n, F&& args_for, std::string shm_prefix = "") : shm_prefix_(std::move(shm_prefix)) {
-    for (int r = 0; r < n; ++r) peers_.push_back(std::make_unique<PeerProcess>(args_for(r)));
+  ProcessGroup(const std::string& exe, int n, F&& args_for, std::string shm_prefix = "")
+      : shm_prefix_(std::move(shm_prefix)) {
+    for (int r = 0; r < n; ++r) peers_.push_back(std::make_unique<PeerProcess>(exe, args_for(r)));
   }
+#ifdef TROUPE_TRANSPORT_PEER
+  template <class F>
+  ProcessGroup(int n, F&& args_for, std::string shm_prefix = "")
+      : ProcessGroup(peer_exe(), n, std::forward<F>(args_for), std::move(shm_prefix)) {}
+#endif
   ~ProcessGroup() {
     peers_.clear();
     if (!shm_prefix_.empty()) remove_shm(shm_prefix_);

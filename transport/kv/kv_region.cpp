@@ -13,7 +13,7 @@
 namespace troupe {
 
 namespace {
-constexpr auto kIdleSleep = std::chrono::milliseconds(20);
+constexpr auto kIdleSleep = std::chrono::milliseconds(1);
 constexpr auto kInitBound = std::chrono::seconds(30);
 constexpr uint32_t kRefused = 1;  // reply aux: the region refused the block
 }  // namespace
@@ -229,7 +229,7 @@ KvRegion::KvRegion(void* base, KvLayout layout, ucx::Settings settings)
       bool busy = false;
       for (int i = 0; i < 64 && serve->worker.progress(); ++i) busy = true;
       busy = serve->pump() || busy;
-      if (!busy) serve->worker.sleep_until_event(ucx::Clock::now() + kIdleSleep);
+      if (!busy) serve->worker.rest(ucx::Clock::now() + kIdleSleep);
     }
     {
       std::lock_guard lk(mu_);

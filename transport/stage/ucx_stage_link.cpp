@@ -14,7 +14,7 @@ constexpr uint32_t kBlobMagic = 0x4b4e4c53;  // "SLNK"
 constexpr unsigned kAmId = 3;
 constexpr uint32_t kControl = 0x80000000u;  // source bit of handshake messages
 constexpr auto kInitBound = std::chrono::seconds(30);
-constexpr auto kIdleSleep = std::chrono::milliseconds(2);
+constexpr auto kIdleSleep = std::chrono::milliseconds(1);
 
 using Clock = std::chrono::steady_clock;
 
@@ -352,7 +352,7 @@ void UcxStageLink::run() {
       }
       if ((idle && io->in_flight.empty()) || Clock::now() >= stop_deadline) break;
     }
-    if (!busy) io->worker.sleep_until_event(Clock::now() + kIdleSleep);
+    if (!busy) io->worker.rest(Clock::now() + kIdleSleep);
   }
   {
     std::lock_guard lk(mu_);

@@ -10,11 +10,12 @@ namespace troupe::ucx {
 
 namespace {
 
-// After the last piece of work, keep polling this long before sleeping: replies to a message
-// just sent usually arrive within it, and a sleep costs a wakeup (several microseconds).
-constexpr auto kSpin = std::chrono::microseconds(50);
-// Longest single sleep: UCX's own timers (keepalive) run from progress calls.
-constexpr auto kMaxSleep = std::chrono::milliseconds(2);
+// After the last piece of work, keep polling this long before sleeping: the next fragment or
+// reply usually comes within it, and a sleep costs a wakeup (and, on a busy machine, the CPU).
+constexpr auto kSpin = std::chrono::microseconds(100);
+// Longest single sleep: not every UCX event reaches the event fd (shared-memory fragments of a
+// rendezvous, keepalive timers), so a sleeper looks again at least this often.
+constexpr auto kMaxSleep = std::chrono::milliseconds(1);
 constexpr auto kCloseBound = std::chrono::milliseconds(2000);
 constexpr auto kAbandonBound = std::chrono::milliseconds(1000);
 
@@ -44,6 +45,17 @@ Blob Worker::address() const {
   return out;
 }
 
+bool Worker::progress() {
+  if (ucp_worker_progress(w_) == 0) return false;
+  last_activity_ = Clock::now();
+  return true;
+}
+
+void Worker::rest(Clock::time_point limit) {
+  if (Clock::now() < last_activity_ + kSpin) return;
+  sleep_until_event(limit);
+}
+
 void Worker::sleep_until_event(Clock::time_point limit) {
   const auto now = Clock::now();
   if (now >= limit) return;
@@ -65,18 +77,12 @@ void Worker::sleep_until_event(Clock::time_point limit) {
 }
 
 bool Worker::progress_until(const std::function<bool()>& done, Clock::time_point deadline) {
-  auto spin_until = Clock::now() + kSpin;
+  last_activity_ = Clock::now();  // a wait starts hot: its answer is usually close
   for (;;) {
     if (done()) return true;
-    if (progress()) {
-      spin_until = Clock::now() + kSpin;
-      continue;
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) return done();
-    if (now < spin_until) continue;
-    sleep_until_event(deadline);
-    spin_until = Clock::now() + kSpin;
+    if (progress()) continue;
+    if (Clock::now() >= deadline) return done();
+    rest(deadline);
   }
 }
 

@@ -1,10 +1,11 @@
 // A UCP worker, endpoints to peers with peer failure handling, and the one way troupe waits for
 // UCX operations: progress until done or a deadline, never forever.
 //
-// Progress discipline: a waiting thread calls ucp_worker_progress while UCX has work, spins a
-// few tens of microseconds more (the next message usually follows), then arms the worker and
-// sleeps on its event fd in slices of at most 2 ms, so a rank waiting for a slow peer leaves
-// the CPU to it. Every wait has a deadline (Settings::timeout from now, unless the caller says
+// Progress discipline: a waiting thread calls ucp_worker_progress while UCX has work, spins
+// 100 us more (the next fragment or reply usually follows), then arms the worker and sleeps on
+// its event fd in slices of at most 1 ms (not every UCX event reaches the fd), so a rank waiting
+// for a slow peer leaves the CPU to it. Threads that serve a worker (KvRegion, UcxStageLink)
+// follow the same rule through progress() and rest(). Every wait has a deadline (Settings::timeout from now, unless the caller says
 // otherwise); at the deadline the operations in flight are cancelled (their endpoints are
 // force-closed, as UCX requires for a peer that stopped answering) and a troupe::Error names
 // the peer. An endpoint whose peer died (error callback) fails every wait that involves it.
@@ -42,7 +43,10 @@ class Worker {
   }
 
   /// One round of progress; true when UCX did something.
-  bool progress() { return ucp_worker_progress(w_) != 0; }
+  bool progress();
+  /// Nothing to do now: returns at once within 100 us of the last progress (keep polling),
+  /// else sleeps until an event, `limit` or 1 ms, whichever comes first.
+  void rest(Clock::time_point limit);
   /// Progresses until done() holds or `deadline` passes; returns done(). done() may throw.
   bool progress_until(const std::function<bool()>& done, Clock::time_point deadline);
   /// Sleeps on the event fd until UCX has something to do or `limit` passes (at most).
@@ -52,6 +56,7 @@ class Worker {
   Context& ctx_;
   ucp_worker_h w_ = nullptr;
   int efd_ = -1;
+  Clock::time_point last_activity_{};
 };
 
 /// An endpoint to one peer (by its worker address) with UCP_ERR_HANDLING_MODE_PEER: a peer that

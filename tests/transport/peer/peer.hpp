@@ -26,9 +26,6 @@ std::vector<Blob> bootstrap(const Blob& mine);
 /// Waits for a line "GO" from the test (within 30 s): lets a test act between two steps.
 void wait_go();
 
-/// Hex (lower case) to bytes.
-Blob from_hex(const std::string& s);
-
 /// Deterministic test data for (rank, n, salt): floats in [-1, 1).
 std::vector<float> data_for(int64_t rank, size_t n, uint64_t salt);
 /// FNV-1a of bytes, as hex.

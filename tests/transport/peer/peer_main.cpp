@@ -1,6 +1,3 @@
-#include <poll.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -8,6 +5,7 @@
 
 #include "peer.hpp"
 #include "runtime/error.hpp"
+#include "transport/stdio_bootstrap.hpp"
 
 namespace troupe::peer {
 
@@ -34,69 +32,14 @@ std::vector<int64_t> Args::nums(const std::string& k) const {
   return v;
 }
 
-void say(const std::string& line) {
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
-namespace {
-
-std::string read_stdin_line(int timeout_ms) {
-  static std::string buf;
-  for (;;) {
-    const auto nl = buf.find('\n');
-    if (nl != std::string::npos) {
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      return line;
-    }
-    pollfd p{STDIN_FILENO, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0) fail("peer: no line from the test within {} ms", timeout_ms);
-    char chunk[65536];
-    const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
-    if (n <= 0) fail("peer: the test closed stdin");
-    buf.append(chunk, size_t(n));
-  }
-}
-
-std::string to_hex(const Blob& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) {
-    s += d[c >> 4];
-    s += d[c & 15];
-  }
-  return s;
-}
-
-
-}  // namespace
-
-Blob from_hex(const std::string& s) {
-  Blob b;
-  auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (size_t i = 0; i + 1 < s.size(); i += 2) b.push_back(uint8_t(v(s[i]) << 4 | v(s[i + 1])));
-  return b;
-}
-
+void say(const std::string& line) { stdio_say(line); }
 
 std::vector<Blob> bootstrap(const Blob& mine) {
-  say("BLOB " + to_hex(mine));
-  const std::string line = read_stdin_line(30000);
-  if (line.rfind("BLOBS", 0) != 0) fail("peer: expected BLOBS, got '{}'", line.substr(0, 80));
-  std::vector<Blob> out;
-  size_t pos = 6;
-  while (pos < line.size()) {
-    const size_t sp = line.find(' ', pos);
-    out.push_back(from_hex(line.substr(pos, sp - pos)));
-    if (sp == std::string::npos) break;
-    pos = sp + 1;
-  }
-  return out;
+  return stdio_bootstrap(mine, std::chrono::seconds(30));
 }
 
 void wait_go() {
-  const std::string line = read_stdin_line(30000);
+  const std::string line = stdio_read_line(std::chrono::seconds(30));
   if (line != "GO") fail("peer: expected GO, got '{}'", line.substr(0, 80));
 }
 
