@@ -155,7 +155,7 @@ double perftest(const std::string& exe, const std::string& tls, const std::strin
   if (tls == "sm") env += "UCX_MM_ERROR_HANDLING=y ";
   const size_t iters = std::clamp<size_t>((size_t(512) << 20) / bytes, 200, 20000);
   const std::string common =
-      fmt::format("-p {} -t {} -s {} -n {} -w {} -e -f", port, test, bytes, iters, iters / 10 + 10);
+      fmt::format("-p {} -t {} -s {} -n {} -w {} -e", port, test, bytes, iters, iters / 10 + 10);
   const std::string server = fmt::format("{}{} {} >/dev/null 2>&1 &", env, exe, common);
   if (std::system(server.c_str()) != 0) return 0;
   usleep(300000);

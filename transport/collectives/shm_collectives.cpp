@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@ constexpr uint64_t kSegmentMagic = 0x73656c6f70757274ull;
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 4096;
 constexpr auto kSlice = std::chrono::milliseconds(10);
+constexpr auto kPureSpin = std::chrono::microseconds(10);
 
 enum State : uint32_t { kCreated = 0, kConnected = 1, kClosed = 2, kFailed = 3 };
 
@@ -212,10 +214,15 @@ template <class Ok, class Fail>
 void await_peer(const Header& const_h, const std::chrono::microseconds spin, Clock::time_point deadline,
                 int pidfd, Ok&& ok, Fail&& fail_with) {
   Header& h = const_cast<Header&>(const_h);
-  const auto spin_until = Clock::now() + spin;
-  while (Clock::now() < spin_until) {
+  // Spin: pure for a few microseconds, then yielding, so that on a machine with more runnable
+  // processes than cores the peer we wait for can get this core.
+  const auto start = Clock::now();
+  for (auto now = start; now < start + spin; now = Clock::now()) {
     if (ok(h)) return;
-    cpu_relax();
+    if (now < start + kPureSpin)
+      cpu_relax();
+    else
+      sched_yield();
   }
   for (;;) {
     if (ok(h)) return;

@@ -12,8 +12,9 @@
 // Each rank's segment holds a header (a phase counter, a state word, the phase's op and size)
 // and two data slots of slot_bytes. A phase: write into slot (phase % 2), publish the phase,
 // wait until every peer published it, read the peers' slots. Two slots suffice: a peer that
-// published phase k has finished reading phase k - 1. Waiting spins for `spin`, then sleeps on
-// a futex in the peer's header in slices of 10 ms; each slice checks that the peer's process
+// published phase k has finished reading phase k - 1. Waiting spins for `spin` (yielding the
+// core after 10 us, for machines with more ranks than cores), then sleeps on a futex in the
+// peer's header in slices of 10 ms; each slice checks that the peer's process
 // lives (a pidfd), that it did not fail or leave, and the deadline (`timeout`). So a rank that
 // dies is named within ~10 ms, one that stops (SIGSTOP) at the timeout, and a rank that fails
 // marks its header so its peers fail at once with its reason.
@@ -48,7 +49,7 @@ struct ShmCollectivesSettings {
   /// all_reduce_sum up to this many bytes takes one phase; above, two.
   size_t one_shot_max_bytes = size_t(256) << 10;
   /// Busy-wait this long before sleeping on a futex.
-  std::chrono::microseconds spin{50};
+  std::chrono::microseconds spin{200};
 
   void validate() const;
 };

@@ -37,7 +37,8 @@ struct UcxCollectives::Round {
   void send(int32_t to, const void* data, size_t bytes) {
     const ucx::MailHeader h{key, uint32_t(c.rank_), 0};
     ucx::Mailbox::send(sends, *c.eps_[size_t(to)], kAmId, h, data, bytes,
-                       fmt::format("{} step {} (rank {})", op, c.step_, c.rank_));
+                       fmt::format("{} step {} (rank {})", op, c.step_, c.rank_),
+                       bytes <= c.settings_.eager_max_bytes ? UCP_AM_SEND_FLAG_EAGER : 0);
   }
   [[nodiscard]] std::string where() const {
     return fmt::format("ucx collectives: {} step {} on rank {}", op, c.step_, c.rank_);

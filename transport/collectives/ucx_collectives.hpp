@@ -31,6 +31,9 @@ struct UcxCollectivesSettings {
   ucx::Settings ucx;
   /// all_reduce_sum up to this many bytes sends whole tensors (one round); above, two rounds.
   size_t one_shot_max_bytes = size_t(64) << 10;
+  /// Messages up to this many bytes go eagerly (UCP_AM_SEND_FLAG_EAGER: no rendezvous
+  /// handshake, one copy on arrival); larger ones by UCX's choice (rendezvous).
+  size_t eager_max_bytes = size_t(256) << 10;
 };
 
 class UcxCollectives final : public Collectives {

@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -13,6 +14,7 @@ namespace {
 // After the last piece of work, keep polling this long before sleeping: the next fragment or
 // reply usually comes within it, and a sleep costs a wakeup (and, on a busy machine, the CPU).
 constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr auto kPureSpin = std::chrono::microseconds(10);
 // Longest single sleep: not every UCX event reaches the event fd (shared-memory fragments of a
 // rendezvous, keepalive timers), so a sleeper looks again at least this often.
 constexpr auto kMaxSleep = std::chrono::milliseconds(1);
@@ -52,8 +54,12 @@ bool Worker::progress() {
 }
 
 void Worker::rest(Clock::time_point limit) {
-  if (Clock::now() < last_activity_ + kSpin) return;
-  sleep_until_event(limit);
+  const auto now = Clock::now();
+  if (now >= last_activity_ + kSpin) {
+    sleep_until_event(limit);
+  } else if (now >= last_activity_ + kPureSpin) {
+    sched_yield();  // more runnable processes than cores: let the peer we wait for run
+  }
 }
 
 void Worker::sleep_until_event(Clock::time_point limit) {
