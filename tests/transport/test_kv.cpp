@@ -1,7 +1,8 @@
 // KV-block moves between two real processes: a KvRegion in a per-layer layout (the model
 // runner's swap space: one plane per layer for K and for V) and a KvRemote over a contiguous
 // local region; reads and writes checked byte for byte (and the blocks not moved untouched),
-// by RMA and by active messages, on tcp and on shared memory; a block outside the region
+// by RMA and by active messages, on tcp and on shared memory, in the caller's memory and in
+// memory UCX allocated; a block outside the region
 // refused; a killed region failing the read that needs it.
 #include <catch2/catch.hpp>
 
@@ -11,10 +12,12 @@ using namespace troupe::test;
 
 namespace {
 
-void run_kv(const std::string& tls, const std::string& method) {
+void run_kv(const std::string& tls, const std::string& method,
+            const std::string& region = "user") {
   ProcessGroup g(2, [&](int r) {
     return std::vector<std::string>{"kv", fmt::format("rank={}", r), "size=2",
-                                    fmt::format("tls={}", tls), fmt::format("method={}", method)};
+                                    fmt::format("tls={}", tls), fmt::format("method={}", method),
+                                    fmt::format("region={}", region)};
   });
   REQUIRE(g.exchange_blobs(20).empty());
   std::map<std::string, std::map<std::string, std::string>> res;
@@ -50,6 +53,12 @@ TEST_CASE("kv: blocks read and written by active messages over tcp") { run_kv("t
 TEST_CASE("kv: blocks read and written by RMA over tcp") { run_kv("tcp", "rma"); }
 TEST_CASE("kv: blocks read and written by RMA over sm") { run_kv("sm", "rma"); }
 TEST_CASE("kv: blocks read and written by active messages over sm") { run_kv("sm", "am"); }
+TEST_CASE("kv: blocks read and written by RMA over sm into a region UCX allocated") {
+  run_kv("sm", "rma", "alloc");
+}
+TEST_CASE("kv: blocks read and written by active messages over tcp, region UCX allocated") {
+  run_kv("tcp", "am", "alloc");
+}
 TEST_CASE("kv: a killed region fails the read that needs it, naming its process") {
   ProcessGroup g(2, [](int r) {
     return std::vector<std::string>{"kv", fmt::format("rank={}", r), "size=2", "tls=tcp",

@@ -4,6 +4,8 @@
 //
 //   troupe_transport_bench [--out FILE] [--tls sm,tcp] [--reps N] [--no-perftest]
 //                          [--sections kv,latency,allreduce] [--perftest PATH]
+//                          [--region alloc|user]   (the KvRegion's memory: UCX's, the default,
+//                                                   or the helper's own vector)
 //
 // Sections:
 // - kv: KvRemote reading and writing blocks of a KvRegion in another process, by RMA and by
@@ -89,12 +91,15 @@ const std::vector<KvCase> kKvCases = {
     {"4 MiB block", 0, 8, 4 << 20},
 };
 
-// --role kv-region tls case: exposes a region until "QUIT".
-int role_kv_region(const std::string& tls, const KvCase& c) {
+// --role kv-region tls case region: exposes a region (UCX's memory or its own) until "QUIT".
+int role_kv_region(const std::string& tls, const KvCase& c, const std::string& memory) {
   const KvLayout layout = c.layout();
-  std::vector<uint8_t> mem(layout.span_bytes());
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = uint8_t(i * 7);
-  KvRegion region(mem.data(), layout, ucx_for(tls));
+  std::vector<uint8_t> mem(memory == "user" ? layout.span_bytes() : 0);
+  auto made = mem.empty() ? std::make_unique<KvRegion>(layout, ucx_for(tls))
+                          : std::make_unique<KvRegion>(mem.data(), layout, ucx_for(tls));
+  KvRegion& region = *made;
+  auto* bytes = static_cast<uint8_t*>(region.data());
+  for (size_t i = 0; i < layout.span_bytes(); ++i) bytes[i] = uint8_t(i * 7);
   (void)stdio_bootstrap(region.descriptor(), std::chrono::seconds(60));
   while (stdio_read_line(std::chrono::seconds(600)) != "QUIT") {
   }
@@ -176,8 +181,8 @@ double perftest(const std::string& exe, const std::string& tls, const std::strin
   return mib_s;
 }
 
-json run_kv(const std::string& tls, int reps, bool with_perftest, const std::string& perftest_exe,
-            json& latency, bool want_latency) {
+json run_kv(const std::string& tls, const std::string& memory, int reps, bool with_perftest,
+            const std::string& perftest_exe, json& latency, bool want_latency) {
   json out = json::array();
   int port = 13400 + (tls == "tcp" ? 0 : 50);
   std::map<std::pair<std::string, size_t>, double> limits;  // (test, size) -> MiB/s
@@ -189,7 +194,7 @@ json run_kv(const std::string& tls, int reps, bool with_perftest, const std::str
   };
   for (const KvCase& c : kKvCases) {
     test::ProcessGroup g(self_exe(), 1, [&](int) {
-      return std::vector<std::string>{"--role", "kv-region", tls, c.arg()};
+      return std::vector<std::string>{"--role", "kv-region", tls, c.arg(), memory};
     });
     std::vector<std::string> blobs;
     auto line = g[0].expect("BLOB ", test::after(60));
@@ -220,7 +225,7 @@ json run_kv(const std::string& tls, int reps, bool with_perftest, const std::str
         const size_t msg = method == "am" ? layout.block_bytes() : layout.segment_bytes;
         const std::string test = method == "am" ? "ucp_am_bw" : dir == "read" ? "ucp_get" : "ucp_put_bw";
         const double lim = limit(test, msg);
-        json row{{"tls", tls},           {"case", c.name},
+        json row{{"tls", tls},           {"case", c.name}, {"region", memory},
                  {"method", method},     {"direction", dir},
                  {"block_bytes", layout.block_bytes()},
                  {"blocks_per_call", layout.num_blocks},
@@ -239,7 +244,8 @@ json run_kv(const std::string& tls, int reps, bool with_perftest, const std::str
           if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
         const auto s = sorted(us);
-        json row{{"tls", tls}, {"case", c.name}, {"method", method}, {"op", "read of one block"},
+        json row{{"tls", tls}, {"case", c.name}, {"region", memory}, {"method", method},
+                 {"op", "read of one block"},
                  {"median_us", pct(s, 0.5)}, {"p90_us", pct(s, 0.9)}};
         std::cerr << row.dump() << "\n";
         latency.push_back(row);
@@ -293,11 +299,11 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.size() >= 3 && args[0] == "--role" && args[1] == "kv-region")
-      return role_kv_region(args[2], KvCase::parse(args.at(3)));
+    if (args.size() >= 5 && args[0] == "--role" && args[1] == "kv-region")
+      return role_kv_region(args[2], KvCase::parse(args.at(3)), args.at(4));
     if (args.size() >= 5 && args[0] == "--role" && args[1] == "allreduce")
       return role_allreduce(args[2], args[3], std::stoi(args[4]));
-    std::string out_path, perftest_exe = "ucx_perftest";
+    std::string out_path, perftest_exe = "ucx_perftest", memory = "alloc";
     std::vector<std::string> tls{"sm", "tcp"}, sections{"kv", "latency", "allreduce"};
     int reps = 5;
     bool with_perftest = true;
@@ -312,6 +318,7 @@ int main(int argc, char** argv) {
       else if (a == "--reps") reps = std::stoi(value());
       else if (a == "--sections") sections = split(value());
       else if (a == "--perftest") perftest_exe = value();
+      else if (a == "--region") memory = value();
       else if (a == "--no-perftest") with_perftest = false;
       else fail("bench: unknown option {} (see the header of transport_bench.cpp)", a);
     }
@@ -330,8 +337,8 @@ int main(int argc, char** argv) {
     json kv = json::array(), latency = json::array();
     if (has("kv") || has("latency"))
       for (const std::string& t : tls) {
-        json rows = run_kv(t, has("kv") ? reps : 1, with_perftest && has("kv"), perftest_exe,
-                           latency, has("latency"));
+        json rows = run_kv(t, memory, has("kv") ? reps : 1, with_perftest && has("kv"),
+                           perftest_exe, latency, has("latency"));
         if (has("kv"))
           for (auto& r : rows) kv.push_back(r);
       }

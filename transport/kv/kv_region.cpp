@@ -43,7 +43,12 @@ struct KvRegion::Serve {
 
   Serve(KvRegion& o, const ucx::Settings& s)
       : owner(o), ctx(s, "troupe-kv-region"), worker(ctx),
-        mr(ctx, o.base_, o.layout_.span_bytes()) {
+        mr(o.base_ != nullptr ? ucx::MemoryRegion(ctx, o.base_, o.layout_.span_bytes())
+                              : ucx::MemoryRegion(ctx, o.layout_.span_bytes())) {
+    if (o.base_ == nullptr) {
+      std::memset(mr.base(), 0, o.layout_.span_bytes());
+      o.base_ = mr.base();
+    }
     set_handler(kv::kReadRequest, &Serve::on_read);
     set_handler(kv::kWriteBlock, &Serve::on_write);
   }
@@ -197,9 +202,18 @@ struct KvRegion::Serve {
 
 KvRegion::KvRegion(void* base, KvLayout layout, ucx::Settings settings)
     : base_(base), layout_(layout), settings_(std::move(settings)) {
+  if (base == nullptr) fail("kv region: base is null");
+  start();
+}
+
+KvRegion::KvRegion(KvLayout layout, ucx::Settings settings)
+    : base_(nullptr), layout_(layout), settings_(std::move(settings)) {
+  start();
+}
+
+void KvRegion::start() {
   layout_.validate("kv region");
   settings_.validate();
-  if (base == nullptr) fail("kv region: base is null");
   // Shared with the thread, which may outlive this constructor if UCX's init never returns.
   struct Ready {
     std::mutex mu;

@@ -36,8 +36,12 @@ namespace troupe {
 
 class KvRegion {
  public:
-  /// Exposes [base, base + layout.span_bytes()) of host memory.
+  /// Exposes [base, base + layout.span_bytes()) of the caller's host memory.
   KvRegion(void* base, KvLayout layout, ucx::Settings settings = {});
+  /// Allocates the region through UCX (zeroed) and exposes it: on shared memory peers then get
+  /// and put with a memcpy into it (see ucx::MemoryRegion), so a host swap space meant for
+  /// same-host peers should be made this way. data() is its memory.
+  explicit KvRegion(KvLayout layout, ucx::Settings settings = {});
   /// Stops serving (in-flight replies are cut off) and unregisters the memory.
   ~KvRegion();
   KvRegion(const KvRegion&) = delete;
@@ -46,12 +50,15 @@ class KvRegion {
   /// What a KvRemote needs: this process, its worker address, the rkey, the base, the layout.
   [[nodiscard]] const Blob& descriptor() const { return descriptor_; }
   [[nodiscard]] const KvLayout& layout() const { return layout_; }
+  /// The region's memory (the caller's base, or what UCX allocated).
+  [[nodiscard]] void* data() const { return base_; }
   /// Blocks served by active messages so far (RMA does not pass through this side's code).
   [[nodiscard]] uint64_t blocks_read() const { return blocks_read_.load(); }
   [[nodiscard]] uint64_t blocks_written() const { return blocks_written_.load(); }
 
  private:
   struct Serve;
+  void start();
 
   void* base_;
   KvLayout layout_;

@@ -4,19 +4,38 @@
 
 namespace troupe::ucx {
 
-MemoryRegion::MemoryRegion(Context& ctx, void* base, size_t bytes)
-    : ctx_(ctx), base_(base), bytes_(bytes) {
+MemoryRegion::MemoryRegion(Context& ctx, void* base, size_t bytes) : ctx_(ctx) {
   if (base == nullptr || bytes == 0)
     fail("ucx: cannot register an empty memory region ({} bytes at {})", bytes, base);
+  map(base, bytes, 0);
+}
+
+MemoryRegion::MemoryRegion(Context& ctx, size_t bytes) : ctx_(ctx) {
+  if (bytes == 0) fail("ucx: cannot allocate an empty memory region");
+  map(nullptr, bytes, UCP_MEM_MAP_ALLOCATE);
+}
+
+void MemoryRegion::map(void* address, size_t bytes, unsigned flags) {
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                  UCP_MEM_MAP_PARAM_FIELD_PROT;
-  mp.address = base;
+                  UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = address;
   mp.length = bytes;
+  mp.flags = flags;
   mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
             UCP_MEM_MAP_PROT_REMOTE_READ | UCP_MEM_MAP_PROT_REMOTE_WRITE;
-  const ucs_status_t st = ucp_mem_map(ctx.get(), &mp, &memh_);
-  if (st != UCS_OK) fail("ucx: ucp_mem_map of {} bytes failed: {}", bytes, status_text(st));
+  ucs_status_t st = ucp_mem_map(ctx_.get(), &mp, &memh_);
+  if (st != UCS_OK)
+    fail("ucx: ucp_mem_map of {} bytes{} failed: {}", bytes,
+         (flags & UCP_MEM_MAP_ALLOCATE) != 0 ? " (allocating)" : "", status_text(st));
+  base_ = address;
+  bytes_ = bytes;
+  if (address != nullptr) return;
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  st = ucp_mem_query(memh_, &attr);
+  if (st != UCS_OK) fail("ucx: ucp_mem_query failed: {}", status_text(st));
+  base_ = attr.address;  // the allocation (its length may be rounded up)
 }
 
 MemoryRegion::~MemoryRegion() {

@@ -18,6 +18,11 @@ class MemoryRegion {
  public:
   /// Registers [base, base + bytes) of host memory for remote read and write.
   MemoryRegion(Context& ctx, void* base, size_t bytes);
+  /// Allocates `bytes` through UCX (UCP_MEM_MAP_ALLOCATE) and registers them. On shared memory
+  /// this is what makes RMA real: UCX places the memory in a segment its posix/sysv transports
+  /// can map, so a peer's get/put is a memcpy into it instead of active messages (user memory
+  /// registered with the constructor above is not reachable that way). Freed with the region.
+  MemoryRegion(Context& ctx, size_t bytes);
   ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
@@ -29,8 +34,9 @@ class MemoryRegion {
 
  private:
   Context& ctx_;
-  void* base_;
-  size_t bytes_;
+  void map(void* address, size_t bytes, unsigned flags);
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
   ucp_mem_h memh_ = nullptr;
 };
 

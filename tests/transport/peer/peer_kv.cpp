@@ -1,10 +1,11 @@
 // Scenario "kv": rank 0 exposes a KvRegion (per-layer layout: 4 layers x K/V planes of 16
 // blocks); rank 1 reads and writes blocks with a KvRemote over its own (contiguous) region.
-// method=rma|am, tls=tcp|sm. Rank 1 reports what it read; rank 0, after the test says GO,
+// method=rma|am, tls=tcp|sm, region=user|alloc (the caller's memory or UCX's). Rank 1 reports what it read; rank 0, after the test says GO,
 // reports whether the written blocks (and only they) changed. mode=dead: rank 0 is killed by
 // the test and rank 1's read must fail naming it.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "peer.hpp"
 #include "runtime/error.hpp"
@@ -50,18 +51,21 @@ void scenario_kv(const Args& a) {
   const std::string mode = a.str("mode", "ok");
   if (a.num("rank") == 0) {
     const KvLayout layout = KvLayout::per_layer(kLayers, kBlocks, kSlice);
-    std::vector<uint8_t> region(layout.span_bytes());
-    for (uint64_t b = 0; b < kBlocks; ++b) fill_block(region.data(), layout, b, b, 0);
-    KvRegion kv(region.data(), layout, s.ucx);
+    std::vector<uint8_t> user(a.str("region") == "alloc" ? 0 : layout.span_bytes());
+    std::unique_ptr<KvRegion> made = user.empty()
+                                         ? std::make_unique<KvRegion>(layout, s.ucx)
+                                         : std::make_unique<KvRegion>(user.data(), layout, s.ucx);
+    KvRegion& kv = *made;
+    auto* region = static_cast<uint8_t*>(kv.data());
+    for (uint64_t b = 0; b < kBlocks; ++b) fill_block(region, layout, b, b, 0);
     bootstrap(kv.descriptor());
     wait_go();
     bool others_untouched = true;
     for (uint64_t b = 0; b < kBlocks; ++b)
-      if (b != 7 && b != 0) others_untouched = others_untouched && block_is(region.data(), layout, b, b, 0);
+      if (b != 7 && b != 0) others_untouched = others_untouched && block_is(region, layout, b, b, 0);
     // Rank 1 wrote its local blocks 0 and 1 (its versions 1 of blocks 100, 101) to 7 and 0.
     say(fmt::format("RESULT what=written ok={} untouched={} served_reads={} served_writes={}",
-                    int(block_is(region.data(), layout, 7, 100, 1) &&
-                        block_is(region.data(), layout, 0, 101, 1)),
+                    int(block_is(region, layout, 7, 100, 1) && block_is(region, layout, 0, 101, 1)),
                     int(others_untouched), kv.blocks_read(), kv.blocks_written()));
     return;
   }
