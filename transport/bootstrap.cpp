@@ -42,7 +42,9 @@ std::string PeerName::describe(int32_t rank) const {
   return fmt::format("rank {} (pid {} on {})", rank, pid, host);
 }
 
-BlobWriter::BlobWriter(uint32_t magic) { u32(magic); }
+BlobWriter::BlobWriter(uint32_t magic) {
+  u32(magic);
+}
 
 BlobWriter& BlobWriter::u32(uint32_t v) {
   for (int i = 0; i < 4; ++i) out_.push_back(uint8_t(v >> (8 * i)));
@@ -64,7 +66,9 @@ BlobWriter& BlobWriter::str(std::string_view s) {
   return bytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
 }
 
-BlobWriter& BlobWriter::peer(const PeerName& p) { return str(p.host).i32(p.pid); }
+BlobWriter& BlobWriter::peer(const PeerName& p) {
+  return str(p.host).i32(p.pid);
+}
 
 BlobReader::BlobReader(std::span<const uint8_t> b, uint32_t magic, std::string what)
     : b_(b), what_(std::move(what)) {

@@ -24,7 +24,7 @@ inline std::map<std::string, std::string> parse_result(const std::string& line) 
 
 struct RankOutcome {
   std::vector<std::map<std::string, std::string>> results;
-  std::string end;  // "DONE" or "ERROR ..." or "" (nothing in time)
+  std::string end;   // "DONE" or "ERROR ..." or "" (nothing in time)
   double end_s = 0;  // when `end` came, seconds since the blobs went out
 };
 
@@ -76,7 +76,8 @@ inline void check_collectives(const std::vector<RankOutcome>& ranks, size_t expe
     const auto& first = ranks[0].results[i];
     for (size_t r = 0; r < ranks.size(); ++r) {
       const auto& res = ranks[r].results[i];
-      INFO("rank " << r << " " << res.at("op") << " n=" << res.at("n") << " pass=" << res.at("pass"));
+      INFO("rank " << r << " " << res.at("op") << " n=" << res.at("n")
+                   << " pass=" << res.at("pass"));
       CHECK(res.at("exact") == "1");
       CHECK(std::stod(res.at("err_ulps")) <= 1.0);
       CHECK(res.at("hash") == first.at("hash"));

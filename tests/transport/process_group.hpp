@@ -1,5 +1,5 @@
-// Real rank processes for the transport tests (and troupe_transport_bench): each is troupe_transport_peer running one
-// scenario, talking to the test over its stdin/stdout in lines:
+// Real rank processes for the transport tests (and troupe_transport_bench): each is
+// troupe_transport_peer running one scenario, talking to the test over its stdin/stdout in lines:
 //   peer -> test   "BLOB <hex>"            its bootstrap blob (phase 1)
 //   test -> peer   "BLOBS <hex> <hex> ..." every rank's blob, in rank order (the head's job)
 //   peer -> test   "RESULT ..." / "MARK <what>" lines, then "DONE", or "ERROR <message>"
@@ -8,8 +8,8 @@
 #pragma once
 
 #include <dirent.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -38,7 +38,9 @@ inline Clock::time_point after(double seconds) {
 
 #ifdef TROUPE_TRANSPORT_PEER
 /// The peer executable's path (built next to the tests).
-inline std::string peer_exe() { return std::string(TROUPE_TRANSPORT_PEER); }
+inline std::string peer_exe() {
+  return std::string(TROUPE_TRANSPORT_PEER);
+}
 #endif
 
 /// A unique shared-memory name prefix for one test ("/troupe-t<pid>-<n>").
@@ -100,7 +102,9 @@ class PeerProcess {
   PeerProcess(const PeerProcess&) = delete;
   PeerProcess& operator=(const PeerProcess&) = delete;
 
-  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] pid_t pid() const {
+    return pid_;
+  }
 
   /// The next line (without '\n'), or nullopt at EOF or the deadline.
   std::optional<std::string> read_line(Clock::time_point deadline) {
@@ -201,8 +205,12 @@ class ProcessGroup {
     if (!shm_prefix_.empty()) remove_shm(shm_prefix_);
   }
 
-  PeerProcess& operator[](int r) { return *peers_[size_t(r)]; }
-  [[nodiscard]] int size() const { return int(peers_.size()); }
+  PeerProcess& operator[](int r) {
+    return *peers_[size_t(r)];
+  }
+  [[nodiscard]] int size() const {
+    return int(peers_.size());
+  }
 
   /// Phase 1 and 2 of the bootstrap, as the head does it: gathers every BLOB line, sends BLOBS.
   /// Returns "" or what went wrong.

@@ -31,7 +31,15 @@ TEST_CASE("shm collectives: 2 ranks, every size, exact and identical on every ra
 TEST_CASE("shm collectives: 3 ranks, 1 MiB slots (tensors in pieces)") {
   run_ok("shm", 3, {"slot_bytes=1048576"});
 }
-TEST_CASE("shm collectives: 4 ranks") { run_ok("shm", 4); }
-TEST_CASE("ucx collectives over tcp: 2 ranks") { run_ok("ucx", 2, {"tls=tcp"}); }
-TEST_CASE("ucx collectives over tcp: 3 ranks") { run_ok("ucx", 3, {"tls=tcp"}); }
-TEST_CASE("ucx collectives over tcp: 4 ranks") { run_ok("ucx", 4, {"tls=tcp"}); }
+TEST_CASE("shm collectives: 4 ranks") {
+  run_ok("shm", 4);
+}
+TEST_CASE("ucx collectives over tcp: 2 ranks") {
+  run_ok("ucx", 2, {"tls=tcp"});
+}
+TEST_CASE("ucx collectives over tcp: 3 ranks") {
+  run_ok("ucx", 3, {"tls=tcp"});
+}
+TEST_CASE("ucx collectives over tcp: 4 ranks") {
+  run_ok("ucx", 4, {"tls=tcp"});
+}

@@ -12,11 +12,13 @@ using namespace troupe::test;
 
 namespace {
 
-void run_kv(const std::string& tls, const std::string& method,
-            const std::string& region = "user") {
+void run_kv(const std::string& tls, const std::string& method, const std::string& region = "user") {
   ProcessGroup g(2, [&](int r) {
-    return std::vector<std::string>{"kv", fmt::format("rank={}", r), "size=2",
-                                    fmt::format("tls={}", tls), fmt::format("method={}", method),
+    return std::vector<std::string>{"kv",
+                                    fmt::format("rank={}", r),
+                                    "size=2",
+                                    fmt::format("tls={}", tls),
+                                    fmt::format("method={}", method),
                                     fmt::format("region={}", region)};
   });
   REQUIRE(g.exchange_blobs(20).empty());
@@ -49,10 +51,18 @@ void run_kv(const std::string& tls, const std::string& method,
 
 }  // namespace
 
-TEST_CASE("kv: blocks read and written by active messages over tcp") { run_kv("tcp", "am"); }
-TEST_CASE("kv: blocks read and written by RMA over tcp") { run_kv("tcp", "rma"); }
-TEST_CASE("kv: blocks read and written by RMA over sm") { run_kv("sm", "rma"); }
-TEST_CASE("kv: blocks read and written by active messages over sm") { run_kv("sm", "am"); }
+TEST_CASE("kv: blocks read and written by active messages over tcp") {
+  run_kv("tcp", "am");
+}
+TEST_CASE("kv: blocks read and written by RMA over tcp") {
+  run_kv("tcp", "rma");
+}
+TEST_CASE("kv: blocks read and written by RMA over sm") {
+  run_kv("sm", "rma");
+}
+TEST_CASE("kv: blocks read and written by active messages over sm") {
+  run_kv("sm", "am");
+}
 TEST_CASE("kv: blocks read and written by RMA over sm into a region UCX allocated") {
   run_kv("sm", "rma", "alloc");
 }
@@ -61,8 +71,9 @@ TEST_CASE("kv: blocks read and written by active messages over tcp, region UCX a
 }
 TEST_CASE("kv: a killed region fails the read that needs it, naming its process") {
   ProcessGroup g(2, [](int r) {
-    return std::vector<std::string>{"kv", fmt::format("rank={}", r), "size=2", "tls=tcp",
-                                    "method=am", "mode=dead", "timeout_ms=30000"};
+    return std::vector<std::string>{
+        "kv",        fmt::format("rank={}", r), "size=2", "tls=tcp", "method=am",
+        "mode=dead", "timeout_ms=30000"};
   });
   REQUIRE(g.exchange_blobs(20).empty());
   REQUIRE(g[1].expect("MARK ready", after(20)));

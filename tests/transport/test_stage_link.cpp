@@ -27,9 +27,12 @@ void check_all_ok(const std::vector<RankOutcome>& stages, size_t expected) {
 void run_dead(const std::string& tls, int victim) {
   const int stages = 3;
   ProcessGroup g(stages, [&](int r) {
-    return std::vector<std::string>{"stage-link", fmt::format("rank={}", r),
-                                    fmt::format("size={}", stages), fmt::format("tls={}", tls),
-                                    "mode=dead", fmt::format("victim={}", victim),
+    return std::vector<std::string>{"stage-link",
+                                    fmt::format("rank={}", r),
+                                    fmt::format("size={}", stages),
+                                    fmt::format("tls={}", tls),
+                                    "mode=dead",
+                                    fmt::format("victim={}", victim),
                                     "timeout_ms=30000"};
   });
   const std::string err = g.exchange_blobs(20);

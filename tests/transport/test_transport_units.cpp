@@ -98,8 +98,9 @@ TEST_CASE("collectives refuse tensors they cannot take") {
   CHECK_THROWS_WITH(one.all_reduce_sum(Tensor(half.data(), DType::bf16, Device{}, {8})),
                     Contains("sums float32 host tensors") && Contains("bfloat16"));
   std::vector<float> f(8);
-  CHECK_THROWS_WITH(one.all_reduce_sum(Tensor(f.data(), DType::f32, Device{DeviceKind::cuda, 0}, {8})),
-                    Contains("needs a host tensor"));
+  CHECK_THROWS_WITH(
+      one.all_reduce_sum(Tensor(f.data(), DType::f32, Device{DeviceKind::cuda, 0}, {8})),
+      Contains("needs a host tensor"));
   CHECK_THROWS_WITH(one.all_gather(Tensor(f.data(), DType::f32, Device{}, {8}),
                                    Tensor(f.data(), DType::f32, Device{}, {4})),
                     Contains("out must hold 1 x 8 = 8 elements"));

@@ -35,8 +35,11 @@ void run_pair(const std::string& tls) {
 void run_stream_fault(const std::string& tls, int sender, int victim, int sig, int timeout_ms,
                       double bound_s) {
   ProcessGroup g(2, [&](int r) {
-    return std::vector<std::string>{"ucx-stream", fmt::format("rank={}", r), "size=2",
-                                    fmt::format("tls={}", tls), fmt::format("sender={}", sender),
+    return std::vector<std::string>{"ucx-stream",
+                                    fmt::format("rank={}", r),
+                                    "size=2",
+                                    fmt::format("tls={}", tls),
+                                    fmt::format("sender={}", sender),
                                     fmt::format("timeout_ms={}", timeout_ms)};
   });
   const std::string err = g.exchange_blobs(20);

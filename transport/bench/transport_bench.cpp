@@ -11,7 +11,9 @@
 // - kv: KvRemote reading and writing blocks of a KvRegion in another process, by RMA and by
 //   active messages, for a Llama-3-8B KV block (32 layers x K,V planes of 16 tokens x 8 KV heads
 //   x 128 dims x bf16 = 64 segments of 32 KiB, 2 MiB a block) and contiguous blocks of 64 KiB to
-//   4 MiB; bandwidth in MiB/s (best of --reps calls, 32-64 MiB each) and its ratio to
+//   4 MiB, each block once ("distinct") and one block over and over ("one block", ucx_perftest's
+//   own pattern: one cache-hot buffer); bandwidth in MiB/s (best of --reps calls, 32-64 MiB
+//   each) and its ratio to
 //   ucx_perftest's ucp_am_bw (am), ucp_get (rma read) or ucp_put_bw (rma write) at the size of one
 //   message (a block for am; a segment for rma).
 // - latency: one block read (median of 50), Llama block and 64 KiB.
@@ -73,9 +75,7 @@ struct KvCase {
     return layers > 0 ? KvLayout::per_layer(layers, blocks, bytes)
                       : KvLayout::contiguous(blocks, bytes);
   }
-  [[nodiscard]] std::string arg() const {
-    return fmt::format("{},{},{}", layers, blocks, bytes);
-  }
+  [[nodiscard]] std::string arg() const { return fmt::format("{},{},{}", layers, blocks, bytes); }
   static KvCase parse(const std::string& s) {
     KvCase c;
     std::sscanf(s.c_str(), "%u,%lu,%lu", &c.layers, &c.blocks, &c.bytes);
@@ -173,8 +173,8 @@ double perftest(const std::string& exe, const std::string& tls, const std::strin
     const std::string l = line;
     if (l.rfind("Final:", 0) != 0) continue;
     double v[7] = {};
-    if (std::sscanf(l.c_str() + 6, "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3],
-                    &v[4], &v[5], &v[6]) == 7)
+    if (std::sscanf(l.c_str() + 6, "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4],
+                    &v[5], &v[6]) == 7)
       mib_s = v[5];  // bandwidth (MB/s = MiB/s), overall
   }
   pclose(f);
@@ -204,49 +204,70 @@ json run_kv(const std::string& tls, const std::string& memory, int reps, bool wi
     const KvLayout layout = c.layout();
     std::vector<uint8_t> local(layout.span_bytes());
     std::memset(local.data(), 1, local.size());  // touch every page before timing
-    std::vector<KvBlockMove> moves(layout.num_blocks);
-    for (uint64_t b = 0; b < layout.num_blocks; ++b) moves[b] = KvBlockMove{b, b};
+    // "distinct": every block once (what a swap or a migration does: memory-bound); "one
+    // block": block 0 as many times (what ucx_perftest does: one buffer, cache-hot).
+    std::vector<KvBlockMove> distinct(layout.num_blocks), one_block(layout.num_blocks);
+    for (uint64_t b = 0; b < layout.num_blocks; ++b) {
+      distinct[b] = KvBlockMove{b, b};
+      one_block[b] = KvBlockMove{0, 0};
+    }
     for (const std::string method : {"rma", "am"}) {
       KvSettings ks;
       ks.ucx = ucx_for(tls);
       ks.method = method;
       KvRemote remote(descriptor, local.data(), layout, ks);
-      for (const std::string dir : {"read", "write"}) {
-        auto once = [&] {
-          const auto t0 = Clock::now();
-          dir == "read" ? remote.read(moves) : remote.write(moves);
-          return std::chrono::duration<double>(Clock::now() - t0).count();
-        };
-        once();  // wire-up and registration caches
-        std::vector<double> mib_s;
-        const double mib = double(layout.block_bytes() * layout.num_blocks) / double(1 << 20);
-        for (int r = 0; r < reps; ++r) mib_s.push_back(mib / once());
-        const auto s = sorted(mib_s);
-        const size_t msg = method == "am" ? layout.block_bytes() : layout.segment_bytes;
-        const std::string test = method == "am" ? "ucp_am_bw" : dir == "read" ? "ucp_get" : "ucp_put_bw";
-        const double lim = limit(test, msg);
-        json row{{"tls", tls},           {"case", c.name}, {"region", memory},
-                 {"method", method},     {"direction", dir},
-                 {"block_bytes", layout.block_bytes()},
-                 {"blocks_per_call", layout.num_blocks},
-                 {"mib_s_best", s.back()}, {"mib_s_median", pct(s, 0.5)},
-                 {"perftest", test},     {"perftest_bytes", msg},
-                 {"perftest_mib_s", lim}, {"ratio_best", lim > 0 ? s.back() / lim : 0.0}};
-        std::cerr << row.dump() << "\n";
-        out.push_back(row);
-      }
+      for (const std::string pattern : {"distinct", "one block"})
+        for (const std::string dir : {"read", "write"}) {
+          const std::vector<KvBlockMove>& moves = pattern == "distinct" ? distinct : one_block;
+          auto once = [&] {
+            const auto t0 = Clock::now();
+            dir == "read" ? remote.read(moves) : remote.write(moves);
+            return std::chrono::duration<double>(Clock::now() - t0).count();
+          };
+          once();  // wire-up and registration caches
+          std::vector<double> mib_s;
+          const double mib = double(layout.block_bytes() * layout.num_blocks) / double(1 << 20);
+          for (int r = 0; r < reps; ++r) mib_s.push_back(mib / once());
+          const auto s = sorted(mib_s);
+          const size_t msg = method == "am" ? layout.block_bytes() : layout.segment_bytes;
+          const std::string test = method == "am"  ? "ucp_am_bw"
+                                   : dir == "read" ? "ucp_get"
+                                                   : "ucp_put_bw";
+          const double lim = limit(test, msg);
+          json row{{"tls", tls},
+                   {"case", c.name},
+                   {"region", memory},
+                   {"pattern", pattern},
+                   {"method", method},
+                   {"direction", dir},
+                   {"block_bytes", layout.block_bytes()},
+                   {"blocks_per_call", layout.num_blocks},
+                   {"mib_s_best", s.back()},
+                   {"mib_s_median", pct(s, 0.5)},
+                   {"perftest", test},
+                   {"perftest_bytes", msg},
+                   {"perftest_mib_s", lim},
+                   {"ratio_best", lim > 0 ? s.back() / lim : 0.0}};
+          std::cerr << row.dump() << "\n";
+          out.push_back(row);
+        }
       if (want_latency && (c.layers > 0 || c.bytes == (64 << 10))) {
         std::vector<double> us;
         const std::vector<KvBlockMove> one{{3, 0}};
         for (int i = 0; i < 55; ++i) {
           const auto t0 = Clock::now();
           remote.read(one);
-          if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+          if (i >= 5)
+            us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
         const auto s = sorted(us);
-        json row{{"tls", tls}, {"case", c.name}, {"region", memory}, {"method", method},
+        json row{{"tls", tls},
+                 {"case", c.name},
+                 {"region", memory},
+                 {"method", method},
                  {"op", "read of one block"},
-                 {"median_us", pct(s, 0.5)}, {"p90_us", pct(s, 0.9)}};
+                 {"median_us", pct(s, 0.5)},
+                 {"p90_us", pct(s, 0.9)}};
         std::cerr << row.dump() << "\n";
         latency.push_back(row);
       }
@@ -271,7 +292,7 @@ json run_allreduce(const std::vector<std::pair<std::string, std::string>>& impls
       size_t bytes = 0, n = 0;
       double med = 0, p90 = 0, mean = 0;
       std::sscanf(line->c_str(), "RESULT %zu %zu %lf %lf %lf", &bytes, &n, &med, &p90, &mean);
-      json row{{"impl", impl}, {"tls", tls},  {"bytes", bytes}, {"calls", n},
+      json row{{"impl", impl},     {"tls", tls},    {"bytes", bytes}, {"calls", n},
                {"median_us", med}, {"p90_us", p90}, {"mean_us", mean}};
       std::cerr << row.dump() << "\n";
       out.push_back(row);
@@ -313,14 +334,22 @@ int main(int argc, char** argv) {
         if (i + 1 >= args.size()) fail("bench: {} needs a value", a);
         return args[++i];
       };
-      if (a == "--out") out_path = value();
-      else if (a == "--tls") tls = split(value());
-      else if (a == "--reps") reps = std::stoi(value());
-      else if (a == "--sections") sections = split(value());
-      else if (a == "--perftest") perftest_exe = value();
-      else if (a == "--region") memory = value();
-      else if (a == "--no-perftest") with_perftest = false;
-      else fail("bench: unknown option {} (see the header of transport_bench.cpp)", a);
+      if (a == "--out")
+        out_path = value();
+      else if (a == "--tls")
+        tls = split(value());
+      else if (a == "--reps")
+        reps = std::stoi(value());
+      else if (a == "--sections")
+        sections = split(value());
+      else if (a == "--perftest")
+        perftest_exe = value();
+      else if (a == "--region")
+        memory = value();
+      else if (a == "--no-perftest")
+        with_perftest = false;
+      else
+        fail("bench: unknown option {} (see the header of transport_bench.cpp)", a);
     }
     auto has = [&](const char* s) { return std::count(sections.begin(), sections.end(), s) > 0; };
     utsname u{};
@@ -330,9 +359,11 @@ int main(int argc, char** argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-    json result{{"machine", {{"host", u.nodename}, {"kernel", u.release},
-                             {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-                             {"load_average_at_start", {load[0], load[1], load[2]}}}},
+    json result{{"machine",
+                 {{"host", u.nodename},
+                  {"kernel", u.release},
+                  {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                  {"load_average_at_start", {load[0], load[1], load[2]}}}},
                 {"date", date}};
     json kv = json::array(), latency = json::array();
     if (has("kv") || has("latency"))

@@ -28,7 +28,6 @@ struct Chunk {
 /// Throws troupe::Error unless x is a non-empty f32 tensor in host memory ("<who>: ...").
 void check_all_reduce_arg(std::string_view who, const Tensor& x);
 /// Throws unless in and out are host tensors of one dtype with out.numel() == size * in.numel().
-void check_all_gather_args(std::string_view who, const Tensor& in, const Tensor& out,
-                           int32_t size);
+void check_all_gather_args(std::string_view who, const Tensor& in, const Tensor& out, int32_t size);
 
 }  // namespace troupe

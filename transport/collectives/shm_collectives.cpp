@@ -66,9 +66,13 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
 }
 
-void wake_all(Header& h) { futex(&h.arrived, FUTEX_WAKE, INT_MAX, nullptr); }
+void wake_all(Header& h) {
+  futex(&h.arrived, FUTEX_WAKE, INT_MAX, nullptr);
+}
 
-bool reached(uint32_t have, uint32_t want) { return int32_t(have - want) >= 0; }
+bool reached(uint32_t have, uint32_t want) {
+  return int32_t(have - want) >= 0;
+}
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -76,7 +80,9 @@ void cpu_relax() {
 #endif
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // Whether process `pid` is stopped (state T or t in /proc/<pid>/stat).
 bool is_stopped(int32_t pid) {
@@ -94,8 +100,10 @@ enum class ShmCollectives::Op : uint32_t { all_reduce_sum = 1, all_gather = 2 };
 namespace {
 const char* op_text(uint32_t op) {
   switch (op) {
-    case 1: return "all_reduce_sum";
-    case 2: return "all_gather";
+    case 1:
+      return "all_reduce_sum";
+    case 2:
+      return "all_gather";
   }
   return "an unknown collective";
 }
@@ -122,9 +130,10 @@ struct ShmCollectives::Peer {
 void ShmCollectivesSettings::validate() const {
   if (name_prefix.size() < 2 || name_prefix[0] != '/' ||
       name_prefix.find('/', 1) != std::string::npos || name_prefix.size() > 200)
-    fail("shm collectives settings: name_prefix \"{}\" must be '/' followed by 1-199 characters "
-         "without '/'",
-         name_prefix);
+    fail(
+        "shm collectives settings: name_prefix \"{}\" must be '/' followed by 1-199 characters "
+        "without '/'",
+        name_prefix);
   if (slot_bytes < 4096 || slot_bytes % 64 != 0 || slot_bytes > (size_t(1) << 32))
     fail("shm collectives settings: slot_bytes {} must be a multiple of 64 in [4096, 4 GiB]",
          slot_bytes);
@@ -142,23 +151,23 @@ ShmCollectives::ShmCollectives(int32_t rank, int32_t size, ShmCollectivesSetting
   static std::atomic<uint32_t> counter{0};
   std::random_device rd;
   nonce_ = (uint64_t(rd()) << 32) ^ rd();
-  name_ = fmt::format("{}-{}-{}-{:06x}", settings_.name_prefix, getpid(), counter++,
-                      nonce_ & 0xffffff);
+  name_ =
+      fmt::format("{}-{}-{}-{:06x}", settings_.name_prefix, getpid(), counter++, nonce_ & 0xffffff);
   const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail("shm collectives: cannot create segment {}: {}", name_, errno_text());
   own_ = std::make_unique<Mapping>();
   own_->bytes = kHeaderBytes + 2 * settings_.slot_bytes;
   // posix_fallocate reserves the pages now: a full /dev/shm is an error here, not a SIGBUS later.
   const int err = posix_fallocate(fd, 0, off_t(own_->bytes));
-  if (err == 0)
-    own_->base = mmap(nullptr, own_->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (err == 0) own_->base = mmap(nullptr, own_->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
   close(fd);
   if (err != 0 || own_->base == MAP_FAILED) {
     shm_unlink(name_.c_str());
-    fail("shm collectives: cannot size segment {} to {} bytes: {} (is /dev/shm large enough? "
-         "lower slot_bytes)",
-         name_, own_->bytes, std::strerror(err != 0 ? err : map_errno));
+    fail(
+        "shm collectives: cannot size segment {} to {} bytes: {} (is /dev/shm large enough? "
+        "lower slot_bytes)",
+        name_, own_->bytes, std::strerror(err != 0 ? err : map_errno));
   }
   Header& h = own_->header();
   std::memset(static_cast<void*>(&h), 0, sizeof h);
@@ -211,8 +220,8 @@ namespace {
 
 // Waits until ok(peer header) holds: spin, then futex sleeps in slices that check the peer.
 template <class Ok, class Fail>
-void await_peer(const Header& const_h, const std::chrono::microseconds spin, Clock::time_point deadline,
-                int pidfd, Ok&& ok, Fail&& fail_with) {
+void await_peer(const Header& const_h, const std::chrono::microseconds spin,
+                Clock::time_point deadline, int pidfd, Ok&& ok, Fail&& fail_with) {
   Header& h = const_cast<Header&>(const_h);
   // Spin: pure for a few microseconds, then yielding, so that on a machine with more runnable
   // processes than cores the peer we wait for can get this core.
@@ -244,8 +253,9 @@ void await_peer(const Header& const_h, const std::chrono::microseconds spin, Clo
     const auto now = Clock::now();
     if (now >= deadline) {
       if (ok(h)) return;
-      fail_with(is_stopped(h.pid) ? std::string("is stopped (SIGSTOP?) and did not answer within the timeout")
-                                  : std::string("did not answer within the timeout"));
+      fail_with(is_stopped(h.pid)
+                    ? std::string("is stopped (SIGSTOP?) and did not answer within the timeout")
+                    : std::string("did not answer within the timeout"));
     }
     const auto slice = std::min<Clock::duration>(kSlice, deadline - now);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count();
@@ -279,9 +289,10 @@ void ShmCollectives::connect(const std::vector<Blob>& blobs) {
         fail("shm collectives: blob {} belongs to rank {} of a group of {}, expected rank {} of {}",
              r, br, bs, r, size_);
       if (slot_bytes != settings_.slot_bytes)
-        fail("shm collectives: {} has slot_bytes {}, this rank {}: all ranks need the same "
-             "settings",
-             p.who.describe(r), slot_bytes, settings_.slot_bytes);
+        fail(
+            "shm collectives: {} has slot_bytes {}, this rank {}: all ranks need the same "
+            "settings",
+            p.who.describe(r), slot_bytes, settings_.slot_bytes);
       if (r == rank_) {
         p.map = own_.get();
         continue;
@@ -295,13 +306,13 @@ void ShmCollectives::connect(const std::vector<Blob>& blobs) {
                                  p.segment, errno_text()));
       p.owned = std::make_unique<Mapping>();
       p.owned->bytes = kHeaderBytes + 2 * settings_.slot_bytes;
-      struct stat sb{};
+      struct stat sb {};
       if (fstat(fd, &sb) == 0 && size_t(sb.st_size) == p.owned->bytes)
         p.owned->base = mmap(nullptr, p.owned->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       close(fd);
       if (p.owned->base == MAP_FAILED)
-        fail_peer(r, fmt::format("has a segment {} of {} bytes, expected {}", p.segment,
-                                 sb.st_size, p.owned->bytes));
+        fail_peer(r, fmt::format("has a segment {} of {} bytes, expected {}", p.segment, sb.st_size,
+                                 p.owned->bytes));
       p.map = p.owned.get();
       const Header& ph = p.map->header();
       if (ph.magic != kSegmentMagic || ph.version != kVersion || ph.nonce != nonce ||
@@ -347,7 +358,9 @@ void ShmCollectives::wait_for(int32_t r, uint32_t phase, Op op, uint64_t bytes) 
   const Header& h = peers_[size_t(r)].map->header();
   await_peer(
       h, settings_.spin, Clock::now() + settings_.timeout, peers_[size_t(r)].pidfd,
-      [phase](const Header& ph) { return reached(ph.arrived.load(std::memory_order_acquire), phase); },
+      [phase](const Header& ph) {
+        return reached(ph.arrived.load(std::memory_order_acquire), phase);
+      },
       [&](const std::string& why) { fail_peer(r, why); });
   const SlotMeta m = h.meta[phase % 2];
   if (m.op != uint32_t(op) || m.bytes != bytes)
@@ -388,8 +401,7 @@ void ShmCollectives::reduce_one_shot(float* x, size_t n) {
   std::memcpy(slot(rank_, p), x, n * sizeof(float));
   phase(Op::all_reduce_sum, n * sizeof(float));
   std::vector<const float*> srcs(static_cast<size_t>(size_));
-  for (int32_t r = 0; r < size_; ++r)
-    srcs[size_t(r)] = reinterpret_cast<const float*>(slot(r, p));
+  for (int32_t r = 0; r < size_; ++r) srcs[size_t(r)] = reinterpret_cast<const float*>(slot(r, p));
   sum_in_rank_order(x, srcs, n);
 }
 

@@ -100,7 +100,7 @@ class ShmCollectives final : public Collectives {
   std::vector<Peer> peers_;  // by rank (this rank's own entry maps own_)
   bool connected_ = false;
   std::string broken_;
-  uint32_t phase_ = 0;  // phases so far
+  uint32_t phase_ = 0;   // phases so far
   std::string op_name_;  // the collective in progress, for errors
   uint64_t step_ = 0;
 };

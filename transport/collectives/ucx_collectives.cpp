@@ -56,9 +56,10 @@ struct UcxCollectives::Round {
       if (st.state == ucx::Mailbox::State::done) continue;
       const std::string& peer = c.eps_[size_t(r.from)]->peer();
       if (st.size_mismatch())
-        fail("{}: {} sent {} bytes where this rank expects {} (do all ranks call the same "
-             "collective on tensors of one size?)",
-             where(), peer, st.arrived_bytes, r.bytes);
+        fail(
+            "{}: {} sent {} bytes where this rank expects {} (do all ranks call the same "
+            "collective on tensors of one size?)",
+            where(), peer, st.arrived_bytes, r.bytes);
       if (st.state == ucx::Mailbox::State::failed)
         fail("{}: receiving from {} failed: {}", where(), peer, ucx::status_text(st.ucs));
       c.eps_[size_t(r.from)]->throw_if_failed(where());
@@ -83,7 +84,8 @@ struct UcxCollectives::Round {
 UcxCollectives::UcxCollectives(int32_t rank, int32_t size, UcxCollectivesSettings settings)
     : rank_(rank), size_(size), settings_(std::move(settings)), self_(PeerName::self()) {
   if (size < 1) fail("ucx collectives: size {} must be at least 1", size);
-  if (rank < 0 || rank >= size) fail("ucx collectives: rank {} is outside [0, size {})", rank, size);
+  if (rank < 0 || rank >= size)
+    fail("ucx collectives: rank {} is outside [0, size {})", rank, size);
   ctx_ = std::make_unique<ucx::Context>(settings_.ucx, "troupe-collectives");
   worker_ = std::make_unique<ucx::Worker>(*ctx_);
   mailbox_ = std::make_unique<ucx::Mailbox>(*worker_, kAmId);
@@ -96,12 +98,12 @@ UcxCollectives::UcxCollectives(int32_t rank, int32_t size, UcxCollectivesSetting
   hp.cb = &UcxCollectives::on_abort;
   hp.arg = this;
   const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_->get(), &hp);
-  if (st != UCS_OK) fail("ucx collectives: cannot register the abort notice: {}", ucx::status_text(st));
+  if (st != UCS_OK)
+    fail("ucx collectives: cannot register the abort notice: {}", ucx::status_text(st));
 }
 
 ucs_status_t UcxCollectives::on_abort(void* arg, const void* header, size_t header_length,
-                                      void* data, size_t length,
-                                      const ucp_am_recv_param_t* param) {
+                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxCollectives*>(arg);
   int32_t from = -1;
   if (header_length == sizeof from) std::memcpy(&from, header, sizeof from);
@@ -124,8 +126,9 @@ void UcxCollectives::abort_peers(const std::string& why) {
       const void* hdr = notices.keep(&rank_, sizeof rank_);
       const void* body = notices.keep(text.data(), text.size());
       try {
-        notices.add(ucp_am_send_nbx(ep->get(), kAbortAmId, hdr, sizeof rank_, body, text.size(), &rp),
-                    ep.get(), "abort notice");
+        notices.add(
+            ucp_am_send_nbx(ep->get(), kAbortAmId, hdr, sizeof rank_, body, text.size(), &rp),
+            ep.get(), "abort notice");
         ucx::rma_flush(notices, *ep, "abort notice");
       } catch (const Error&) {
         // that peer is gone already

@@ -37,9 +37,10 @@ void KvLayout::validate(std::string_view who) const {
       plane_stride >= segment_bytes &&
       (num_blocks == 1 || block_stride >= plane_stride * (num_planes - 1) + segment_bytes);
   if (!blocks_inside_planes && !planes_inside_blocks)
-    fail("{}: kv layout segments overlap (num_blocks {}, num_planes {}, segment_bytes {}, "
-         "block_stride {}, plane_stride {})",
-         who, num_blocks, num_planes, segment_bytes, block_stride, plane_stride);
+    fail(
+        "{}: kv layout segments overlap (num_blocks {}, num_planes {}, segment_bytes {}, "
+        "block_stride {}, plane_stride {})",
+        who, num_blocks, num_planes, segment_bytes, block_stride, plane_stride);
 }
 
 }  // namespace troupe

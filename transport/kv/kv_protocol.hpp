@@ -9,10 +9,13 @@ namespace troupe::kv {
 constexpr uint32_t kDescriptorMagic = 0x4e474552;  // "REGN"
 // Active message ids. Requests go to the region (reply endpoint attached), replies come back.
 constexpr unsigned kReadRequest = 10;  // header: key = request << 32, aux = count; body: u64 blocks
-constexpr unsigned kWriteBlock = 11;   // header: key = request << 32 | index, aux = block; body: block
-constexpr unsigned kReply = 12;        // header: key as above; body: the block (read) or nothing (ack)
+constexpr unsigned kWriteBlock =
+    11;                          // header: key = request << 32 | index, aux = block; body: block
+constexpr unsigned kReply = 12;  // header: key as above; body: the block (read) or nothing (ack)
 
-inline uint64_t reply_key(uint64_t request, uint64_t index) { return request << 32 | index; }
+inline uint64_t reply_key(uint64_t request, uint64_t index) {
+  return request << 32 | index;
+}
 
 struct Descriptor {
   PeerName owner;

@@ -37,12 +37,14 @@ struct KvRegion::Serve {
   ucx::Context ctx;
   ucx::Worker worker;
   ucx::MemoryRegion mr;
-  std::deque<Reply> replies;                  // queued by the handlers, sent by the loop
-  std::list<Receive> receives;                // list: iov vectors stay put while UCX fills them
+  std::deque<Reply> replies;    // queued by the handlers, sent by the loop
+  std::list<Receive> receives;  // list: iov vectors stay put while UCX fills them
   std::deque<std::unique_ptr<ucx::Pending>> sends;
 
   Serve(KvRegion& o, const ucx::Settings& s)
-      : owner(o), ctx(s, "troupe-kv-region"), worker(ctx),
+      : owner(o),
+        ctx(s, "troupe-kv-region"),
+        worker(ctx),
         mr(o.base_ != nullptr ? ucx::MemoryRegion(ctx, o.base_, o.layout_.span_bytes())
                               : ucx::MemoryRegion(ctx, o.layout_.span_bytes())) {
     if (o.base_ == nullptr) {
@@ -69,7 +71,8 @@ struct KvRegion::Serve {
     hp.cb = cb;
     hp.arg = this;
     const ucs_status_t st = ucp_worker_set_am_recv_handler(worker.get(), &hp);
-    if (st != UCS_OK) fail("kv region: cannot register active message {}: {}", id, ucx::status_text(st));
+    if (st != UCS_OK)
+      fail("kv region: cannot register active message {}: {}", id, ucx::status_text(st));
   }
 
   static bool parse(const void* header, size_t header_length, const ucp_am_recv_param_t* param,
@@ -91,8 +94,8 @@ struct KvRegion::Serve {
     for (size_t i = 0; i < count; ++i) {
       uint64_t block;
       std::memcpy(&block, static_cast<const uint8_t*>(data) + i * sizeof block, sizeof block);
-      s->replies.push_back(Reply{param->reply_ep, h.key | i, block, false,
-                                 block >= s->owner.layout_.num_blocks});
+      s->replies.push_back(
+          Reply{param->reply_ep, h.key | i, block, false, block >= s->owner.layout_.num_blocks});
     }
     return UCS_OK;
   }
@@ -118,7 +121,8 @@ struct KvRegion::Serve {
       s->replies.push_back(Reply{param->reply_ep, h.key, block, true, false});
       return UCS_OK;
     }
-    Receive& r = s->receives.emplace_back(Receive{nullptr, param->reply_ep, h.key, std::move(segments)});
+    Receive& r =
+        s->receives.emplace_back(Receive{nullptr, param->reply_ep, h.key, std::move(segments)});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
     rp.datatype = r.segments.size() == 1 ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
@@ -152,7 +156,8 @@ struct KvRegion::Serve {
         // An ack is empty; a refusal carries one byte, which the requester's size check rejects.
         static const uint8_t refused_byte = 1;
         rp.datatype = ucp_dt_make_contig(1);
-        req = ucp_am_send_nbx(r.ep, kv::kReply, hdr, sizeof h, &refused_byte, r.refused ? 1 : 0, &rp);
+        req =
+            ucp_am_send_nbx(r.ep, kv::kReply, hdr, sizeof h, &refused_byte, r.refused ? 1 : 0, &rp);
       } else {
         const auto segments = owner.layout_.segments(owner.base_, r.block);
         rp.datatype = segments.size() == 1 ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
@@ -225,9 +230,9 @@ void KvRegion::start() {
     std::unique_ptr<Serve> serve;
     try {
       serve = std::make_unique<Serve>(*this, settings_);
-      descriptor_ = kv::write_descriptor(kv::Descriptor{
-          PeerName::self(), serve->worker.address(), serve->mr.packed_rkey(),
-          uint64_t(reinterpret_cast<uintptr_t>(base_)), layout_});
+      descriptor_ = kv::write_descriptor(
+          kv::Descriptor{PeerName::self(), serve->worker.address(), serve->mr.packed_rkey(),
+                         uint64_t(reinterpret_cast<uintptr_t>(base_)), layout_});
       std::lock_guard lk(mu_);
       worker_handle_ = serve->worker.get();
     } catch (const std::exception& e) {

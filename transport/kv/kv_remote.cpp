@@ -29,8 +29,7 @@ struct KvRemote::Io {
 void KvSettings::validate() const {
   ucx.validate();
   if (method != "auto" && method != "rma" && method != "am")
-    fail("kv settings: method \"{}\" is not supported; allowed: \"auto\", \"rma\", \"am\"",
-         method);
+    fail("kv settings: method \"{}\" is not supported; allowed: \"auto\", \"rma\", \"am\"", method);
 }
 
 KvRemote::KvRemote(const Blob& descriptor, void* local_base, KvLayout local_layout,
@@ -45,18 +44,20 @@ KvRemote::KvRemote(const Blob& descriptor, void* local_base, KvLayout local_layo
   remote_base_ = d.base;
   remote_layout_.validate("kv remote (the region's descriptor)");
   if (remote_layout_.block_bytes() != local_layout_.block_bytes())
-    fail("kv remote: blocks differ in size: the region's are {} bytes ({} segments of {}), the "
-         "local region's {} ({} of {})",
-         remote_layout_.block_bytes(), remote_layout_.num_planes, remote_layout_.segment_bytes,
-         local_layout_.block_bytes(), local_layout_.num_planes, local_layout_.segment_bytes);
+    fail(
+        "kv remote: blocks differ in size: the region's are {} bytes ({} segments of {}), the "
+        "local region's {} ({} of {})",
+        remote_layout_.block_bytes(), remote_layout_.num_planes, remote_layout_.segment_bytes,
+        local_layout_.block_bytes(), local_layout_.num_planes, local_layout_.segment_bytes);
   method_ = settings_.method;
   if (method_ == "auto") {
     const bool same_host = region_.host == PeerName::self().host;
-    const bool shared_memory = settings_.ucx.tls == "sm" || (settings_.ucx.tls == "auto" && same_host);
+    const bool shared_memory =
+        settings_.ucx.tls == "sm" || (settings_.ucx.tls == "auto" && same_host);
     method_ = shared_memory ? "rma" : "am";
   }
-  io_ = std::make_unique<Io>(settings_.ucx, d,
-                             fmt::format("the kv region of pid {} on {}", region_.pid, region_.host));
+  io_ = std::make_unique<Io>(
+      settings_.ucx, d, fmt::format("the kv region of pid {} on {}", region_.pid, region_.host));
 }
 
 KvRemote::~KvRemote() = default;
@@ -71,7 +72,8 @@ void KvRemote::check(std::span<const KvBlockMove> moves, std::string_view op) co
       fail("kv remote: {} of local block {}: the local region has {} blocks", op, m.local,
            local_layout_.num_blocks);
   }
-  if (moves.size() >= (size_t(1) << 32)) fail("kv remote: {} of {} blocks at once", op, moves.size());
+  if (moves.size() >= (size_t(1) << 32))
+    fail("kv remote: {} of {} blocks at once", op, moves.size());
 }
 
 template <class F>
@@ -91,7 +93,8 @@ namespace {
 // block `rb` of `remote` line up: a block is the concatenation of its segments in plane order,
 // and the two layouts may cut it differently.
 template <class F>
-void for_each_piece(const KvLayout& local, uint64_t lb, const KvLayout& remote, uint64_t rb, F&& f) {
+void for_each_piece(const KvLayout& local, uint64_t lb, const KvLayout& remote, uint64_t rb,
+                    F&& f) {
   uint32_t lp = 0, rp = 0;
   uint64_t lo = 0, ro = 0;  // bytes used of the current segment on each side
   while (lp < local.num_planes && rp < remote.num_planes) {

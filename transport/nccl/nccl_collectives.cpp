@@ -16,7 +16,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Before anything of NCCL runs in this process (it reads its parameters once).
-void force_nvls_off() { setenv("NCCL_NVLS_ENABLE", "0", 1); }
+void force_nvls_off() {
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+}
 
 std::string last_error(ncclComm_t comm) {
   const char* s = ncclGetLastError(comm);
@@ -50,9 +52,10 @@ struct NcclCollectives::Impl {
       if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
       if (r == ncclInProgress) {
         if (Clock::now() > deadline)
-          abort_and_fail(fmt::format("{} still in progress after the {} ms timeout (a rank "
-                                     "missing?)",
-                                     op, settings.timeout.count()));
+          abort_and_fail(
+              fmt::format("{} still in progress after the {} ms timeout (a rank "
+                          "missing?)",
+                          op, settings.timeout.count()));
         std::this_thread::yield();
       }
     }
@@ -124,16 +127,22 @@ void NcclCollectives::all_reduce_sum(const Tensor& x) {
     fail("{}: all_reduce_sum needs a CUDA tensor, got {}", impl_->who, describe(x));
   ncclDataType_t dt;
   switch (x.dtype) {
-    case DType::f32: dt = ncclFloat32; break;
-    case DType::f16: dt = ncclFloat16; break;
-    case DType::bf16: dt = ncclBfloat16; break;
+    case DType::f32:
+      dt = ncclFloat32;
+      break;
+    case DType::f16:
+      dt = ncclFloat16;
+      break;
+    case DType::bf16:
+      dt = ncclBfloat16;
+      break;
     default:
       fail("{}: all_reduce_sum takes float32, float16 or bfloat16, got {}", impl_->who,
            describe(x));
   }
-  impl_->settle(ncclAllReduce(x.data, x.data, size_t(x.numel()), dt, ncclSum, impl_->comm,
-                              impl_->stream),
-                "ncclAllReduce");
+  impl_->settle(
+      ncclAllReduce(x.data, x.data, size_t(x.numel()), dt, ncclSum, impl_->comm, impl_->stream),
+      "ncclAllReduce");
 }
 
 void NcclCollectives::all_gather(const Tensor& in, const Tensor& out) {
@@ -144,11 +153,11 @@ void NcclCollectives::all_gather(const Tensor& in, const Tensor& out) {
     fail("{}: all_gather needs CUDA tensors, got {} into {}", impl_->who, describe(in),
          describe(out));
   if (in.dtype != out.dtype || out.numel() != int64_t(size_) * in.numel())
-    fail("{}: all_gather of {} into {}: out must be {} x {} elements of the same dtype",
-         impl_->who, describe(in), describe(out), size_, in.numel());
-  impl_->settle(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, impl_->comm,
-                              impl_->stream),
-                "ncclAllGather");
+    fail("{}: all_gather of {} into {}: out must be {} x {} elements of the same dtype", impl_->who,
+         describe(in), describe(out), size_, in.numel());
+  impl_->settle(
+      ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, impl_->comm, impl_->stream),
+      "ncclAllGather");
 }
 
 void NcclCollectives::check() {
@@ -156,8 +165,8 @@ void NcclCollectives::check() {
   ncclResult_t r = ncclSuccess;
   if (ncclCommGetAsyncError(impl_->comm, &r) != ncclSuccess) r = ncclInternalError;
   if (r != ncclSuccess && r != ncclInProgress)
-    impl_->abort_and_fail(fmt::format("asynchronous error: {}{}", ncclGetErrorString(r),
-                                      last_error(impl_->comm)));
+    impl_->abort_and_fail(
+        fmt::format("asynchronous error: {}{}", ncclGetErrorString(r), last_error(impl_->comm)));
 }
 
 void NcclCollectives::synchronize() {
@@ -170,9 +179,10 @@ void NcclCollectives::synchronize() {
       impl_->abort_and_fail(fmt::format("the stream failed: {}", cudaGetErrorString(q)));
     check();
     if (Clock::now() > deadline)
-      impl_->abort_and_fail(fmt::format("the stream's collectives did not finish within the {} ms "
-                                        "timeout (a rank stopped?)",
-                                        impl_->settings.timeout.count()));
+      impl_->abort_and_fail(
+          fmt::format("the stream's collectives did not finish within the {} ms "
+                      "timeout (a rank stopped?)",
+                      impl_->settings.timeout.count()));
     std::this_thread::yield();
   }
 }

@@ -113,9 +113,10 @@ void UcxStageLink::send_next(uint64_t tag, const void* data, size_t bytes) {
   });
   usable();
   if (!room)
-    fail("stage link: send_next of step {} from stage {}: {} has not taken the {} bytes already "
-         "sent within the {} ms timeout",
-         tag, stage_, who(stage_ + 1), buffered_bytes_, settings_.ucx.timeout.count());
+    fail(
+        "stage link: send_next of step {} from stage {}: {} has not taken the {} bytes already "
+        "sent within the {} ms timeout",
+        tag, stage_, who(stage_ + 1), buffered_bytes_, settings_.ucx.timeout.count());
   buffered_bytes_ += bytes;
   outbox_.emplace_back(tag, std::move(copy));
   lk.unlock();
@@ -136,18 +137,21 @@ void UcxStageLink::recv_prev(uint64_t tag, void* data, size_t bytes) {
     if (!prev_error_.empty())
       fail("stage link: recv_prev of step {} on stage {}: {}", tag, stage_, prev_error_);
     if (!got)
-      fail("stage link: recv_prev of step {} on stage {}: nothing from {} within the {} ms "
-           "timeout",
-           tag, stage_, who(stage_ - 1), settings_.ucx.timeout.count());
+      fail(
+          "stage link: recv_prev of step {} on stage {}: nothing from {} within the {} ms "
+          "timeout",
+          tag, stage_, who(stage_ - 1), settings_.ucx.timeout.count());
   }
   Arrived a = std::move(it->second);
   arrived_.erase(it);
   lk.unlock();
-  if (!a.error.empty()) fail("stage link: recv_prev of step {} on stage {}: {}", tag, stage_, a.error);
+  if (!a.error.empty())
+    fail("stage link: recv_prev of step {} on stage {}: {}", tag, stage_, a.error);
   if (a.bytes.size() != bytes)
-    fail("stage link: step {} from {} carries {} bytes; recv_prev on stage {} expects {} (the "
-         "message is dropped)",
-         tag, who(stage_ - 1), a.bytes.size(), stage_, bytes);
+    fail(
+        "stage link: step {} from {} carries {} bytes; recv_prev on stage {} expects {} (the "
+        "message is dropped)",
+        tag, who(stage_ - 1), a.bytes.size(), stage_, bytes);
   if (bytes > 0) std::memcpy(data, a.bytes.data(), bytes);
 }
 
@@ -271,8 +275,8 @@ void UcxStageLink::run() {
       sends.swap(outbox_);
       if (stop_ && !stopping) {
         stopping = true;
-        stop_deadline = Clock::now() + std::min<Clock::duration>(settings_.ucx.timeout,
-                                                                  std::chrono::seconds(5));
+        stop_deadline = Clock::now() +
+                        std::min<Clock::duration>(settings_.ucx.timeout, std::chrono::seconds(5));
       }
     }
     if (do_connect) {
@@ -334,13 +338,13 @@ void UcxStageLink::run() {
     {
       std::lock_guard lk(mu_);
       if (io->prev && io->prev->failed() && prev_error_.empty()) {
-        prev_error_ = fmt::format("{} failed: {}", who(stage_ - 1),
-                                  ucx::status_text(io->prev->status()));
+        prev_error_ =
+            fmt::format("{} failed: {}", who(stage_ - 1), ucx::status_text(io->prev->status()));
         cv_.notify_all();
       }
       if (io->next && io->next->failed() && next_error_.empty()) {
-        next_error_ = fmt::format("{} failed: {}", who(stage_ + 1),
-                                  ucx::status_text(io->next->status()));
+        next_error_ =
+            fmt::format("{} failed: {}", who(stage_ + 1), ucx::status_text(io->next->status()));
         cv_.notify_all();
       }
     }

@@ -75,15 +75,15 @@ class UcxStageLink final : public StageLink {
   std::mutex mu_;
   std::condition_variable cv_;
   // Guarded by mu_: what the caller and the thread exchange.
-  bool ready_ = false;          // the thread made its worker (or failed: fatal_)
+  bool ready_ = false;  // the thread made its worker (or failed: fatal_)
   bool stop_ = false;
   std::vector<Blob> connect_blobs_;  // a connect() request
   bool connect_requested_ = false, connected_ = false;
-  std::string fatal_;           // the thread cannot go on (init or connect failed)
+  std::string fatal_;  // the thread cannot go on (init or connect failed)
   std::string prev_error_, next_error_;
-  std::map<uint64_t, Arrived> arrived_;                    // from the previous stage, by tag
+  std::map<uint64_t, Arrived> arrived_;                           // from the previous stage, by tag
   std::deque<std::pair<uint64_t, std::vector<uint8_t>>> outbox_;  // to the next stage
-  size_t buffered_bytes_ = 0;   // in outbox_ or in flight
+  size_t buffered_bytes_ = 0;                                     // in outbox_ or in flight
   void* worker_handle_ = nullptr;  // for ucp_worker_signal from the caller
 
   std::thread thread_;

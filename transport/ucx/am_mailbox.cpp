@@ -111,9 +111,8 @@ ucs_status_t Mailbox::on_message(void* arg, const void* header, size_t header_le
   }
   if (it != self->posted_.end() || self->kept_.count(key) != 0) {
     if (self->protocol_error_.empty())
-      self->protocol_error_ =
-          fmt::format("source {} sent key {} twice on active message {}", h.source, h.key,
-                      self->am_id_);
+      self->protocol_error_ = fmt::format("source {} sent key {} twice on active message {}",
+                                          h.source, h.key, self->am_id_);
     return UCS_OK;
   }
   Kept k;
@@ -169,7 +168,8 @@ void Mailbox::post(uint32_t source, uint64_t key, std::vector<ucp_dt_iov_t> dst)
 
 Mailbox::Status Mailbox::status(uint32_t source, uint64_t key) {
   auto it = posted_.find(Key{source, key});
-  if (it == posted_.end()) fail("ucx mailbox: no receive posted for (source {}, key {})", source, key);
+  if (it == posted_.end())
+    fail("ucx mailbox: no receive posted for (source {}, key {})", source, key);
   Posted& p = it->second;
   if (p.status.state == State::receiving) {
     const ucs_status_t st = ucp_request_check_status(p.req);

@@ -46,8 +46,8 @@ class Mailbox {
   enum class State { waiting, receiving, done, failed };
   struct Status {
     State state = State::waiting;
-    size_t arrived_bytes = 0;           // the message's size, once it arrived
-    ucs_status_t ucs = UCS_OK;          // a failed rendezvous receive's status
+    size_t arrived_bytes = 0;   // the message's size, once it arrived
+    ucs_status_t ucs = UCS_OK;  // a failed rendezvous receive's status
     [[nodiscard]] bool size_mismatch() const { return state == State::failed && ucs == UCS_OK; }
   };
 
@@ -100,13 +100,13 @@ class Mailbox {
   struct Kept {
     size_t length = 0;
     bool rndv = false;
-    void* desc = nullptr;        // UCX's descriptor (rendezvous or persistent eager data)
-    std::vector<uint8_t> copy;   // eager data UCX would not let us keep, or a pulled message
-    void* req = nullptr;         // pull_early: the pull in flight into `copy`
+    void* desc = nullptr;               // UCX's descriptor (rendezvous or persistent eager data)
+    std::vector<uint8_t> copy;          // eager data UCX would not let us keep, or a pulled message
+    void* req = nullptr;                // pull_early: the pull in flight into `copy`
     ucs_status_t pull_failed = UCS_OK;  // pull_early: the pull could not start
   };
-  static ucs_status_t on_message(void* arg, const void* header, size_t header_length,
-                                 void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_message(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param);
   void deliver(Posted& p, void* data, size_t length, bool rndv, bool release_desc);
   Worker& worker_;
   unsigned am_id_;

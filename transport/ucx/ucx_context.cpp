@@ -8,7 +8,9 @@ namespace troupe::ucx {
 
 namespace {
 
-bool env_set(const char* name) { return std::getenv(name) != nullptr; }
+bool env_set(const char* name) {
+  return std::getenv(name) != nullptr;
+}
 
 // Applies `value` to UCX key `key` unless the environment already says it (env wins).
 void modify(ucp_config_t* cfg, const char* key, const std::string& value,
@@ -33,13 +35,16 @@ bool may_use_shared_memory(const std::string& tls) {
 
 }  // namespace
 
-std::string status_text(ucs_status_t s) { return ucs_status_string(s); }
+std::string status_text(ucs_status_t s) {
+  return ucs_status_string(s);
+}
 
 void Settings::validate() const {
   if (tls != "auto" && tls != "tcp" && tls != "sm")
-    fail("ucx settings: tls \"{}\" is not supported; allowed: \"auto\", \"tcp\", \"sm\" (other "
-         "UCX transport lists go through the UCX_TLS environment variable with tls \"auto\")",
-         tls);
+    fail(
+        "ucx settings: tls \"{}\" is not supported; allowed: \"auto\", \"tcp\", \"sm\" (other "
+        "UCX transport lists go through the UCX_TLS environment variable with tls \"auto\")",
+        tls);
   if (timeout.count() <= 0)
     fail("ucx settings: timeout {} ms must be positive (every wait on a peer is bounded)",
          timeout.count());
@@ -83,8 +88,7 @@ Context::Context(const Settings& settings, std::string_view name) : settings_(se
   p.name = ctx_name.c_str();
   st = ucp_init(&p, cfg, &ctx_);
   ucp_config_release(cfg);
-  if (st != UCS_OK)
-    fail("ucx: ucp_init failed with tls {}: {}", tls_in_force_, status_text(st));
+  if (st != UCS_OK) fail("ucx: ucp_init failed with tls {}: {}", tls_in_force_, status_text(st));
 }
 
 Context::~Context() {

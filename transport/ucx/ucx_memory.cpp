@@ -64,8 +64,8 @@ RemoteKey::~RemoteKey() {
   if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
 }
 
-void rma_get(Pending& pending, Endpoint& ep, const RemoteKey& rkey, uint64_t remote_addr,
-             void* dst, size_t bytes, std::string_view what) {
+void rma_get(Pending& pending, Endpoint& ep, const RemoteKey& rkey, uint64_t remote_addr, void* dst,
+             size_t bytes, std::string_view what) {
   ep.throw_if_failed(what);
   ucp_request_param_t rp{};
   pending.add(ucp_get_nbx(ep.get(), dst, bytes, remote_addr, rkey.get(), &rp), &ep, what);

@@ -56,8 +56,8 @@ class RemoteKey {
 
 /// Starts a get of `bytes` at `remote_addr` into `dst` / a put of `src` there (local
 /// completion: `src` may be reused), adding it to `pending`.
-void rma_get(Pending& pending, Endpoint& ep, const RemoteKey& rkey, uint64_t remote_addr,
-             void* dst, size_t bytes, std::string_view what);
+void rma_get(Pending& pending, Endpoint& ep, const RemoteKey& rkey, uint64_t remote_addr, void* dst,
+             size_t bytes, std::string_view what);
 void rma_put(Pending& pending, Endpoint& ep, const RemoteKey& rkey, uint64_t remote_addr,
              const void* src, size_t bytes, std::string_view what);
 /// Starts a flush of `ep`: when it completes, every put before it is in the peer's memory.

@@ -152,8 +152,8 @@ Endpoint::~Endpoint() {
   }
   if (flush != nullptr) {
     auto done = [&] { return ucp_request_check_status(flush) != UCS_INPROGRESS; };
-    const bool flushed =
-        worker_.progress_until(done, Clock::now() + bound) && ucp_request_check_status(flush) == UCS_OK;
+    const bool flushed = worker_.progress_until(done, Clock::now() + bound) &&
+                         ucp_request_check_status(flush) == UCS_OK;
     if (!flushed) {
       force_close();
       worker_.progress_until(done, Clock::now() + kAbandonBound);

@@ -5,10 +5,11 @@
 // 100 us more (the next fragment or reply usually follows), then arms the worker and sleeps on
 // its event fd in slices of at most 1 ms (not every UCX event reaches the fd), so a rank waiting
 // for a slow peer leaves the CPU to it. Threads that serve a worker (KvRegion, UcxStageLink)
-// follow the same rule through progress() and rest(). Every wait has a deadline (Settings::timeout from now, unless the caller says
-// otherwise); at the deadline the operations in flight are cancelled (their endpoints are
-// force-closed, as UCX requires for a peer that stopped answering) and a troupe::Error names
-// the peer. An endpoint whose peer died (error callback) fails every wait that involves it.
+// follow the same rule through progress() and rest(). Every wait has a deadline (Settings::timeout
+// from now, unless the caller says otherwise); at the deadline the operations in flight are
+// cancelled (their endpoints are force-closed, as UCX requires for a peer that stopped answering)
+// and a troupe::Error names the peer. An endpoint whose peer died (error callback) fails every wait
+// that involves it.
 //
 // Threads: a Worker and everything made from it belong to one thread at a time (the worker is
 // created UCS_THREAD_MODE_SINGLE).

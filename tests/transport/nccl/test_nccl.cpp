@@ -2,8 +2,8 @@
 // join fails with a clear error in bounded time. With one GPU: one rank's all_reduce_sum is the
 // identity and all_gather a copy, in f32, f16 and bf16, eagerly and inside a CUDA graph. With
 // two GPUs: two processes against a float64 reference, the same bits on both.
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
+#include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +25,13 @@ int gpu_count() {
 }
 
 // NCCL's bootstrap on loopback unless the environment says otherwise.
-void loopback_bootstrap() { setenv("NCCL_SOCKET_IFNAME", "lo", 0); }
+void loopback_bootstrap() {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+}
 
-void cuda_ok(cudaError_t e) { REQUIRE(std::string(cudaGetErrorString(e)) == "no error"); }
+void cuda_ok(cudaError_t e) {
+  REQUIRE(std::string(cudaGetErrorString(e)) == "no error");
+}
 
 }  // namespace
 
@@ -56,7 +60,8 @@ TEST_CASE("nccl: without a GPU, joining fails with a clear error within the time
   CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 25.0);
 }
 
-TEST_CASE("nccl: one rank: all_reduce_sum is the identity, all_gather a copy, in a CUDA graph too") {
+TEST_CASE(
+    "nccl: one rank: all_reduce_sum is the identity, all_gather a copy, in a CUDA graph too") {
   if (gpu_count() < 1) {
     WARN("no CUDA device: the one-rank NCCL test is skipped");
     return;
@@ -119,8 +124,8 @@ TEST_CASE("nccl: two processes on two GPUs against a float64 reference, the same
   }
   loopback_bootstrap();
   const Blob id = NcclCollectives::make_unique_id();  // this process is the bootstrap root
-  const auto ranks = run_ranks("nccl", 2,
-                               {fmt::format("id={}", to_hex(id)), "sizes=1,1000,16384,1048576"}, 120);
+  const auto ranks =
+      run_ranks("nccl", 2, {fmt::format("id={}", to_hex(id)), "sizes=1,1000,16384,1048576"}, 120);
   for (size_t r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << ranks[r].end);
     REQUIRE(ranks[r].end == "DONE");

@@ -87,8 +87,9 @@ void scenario_collectives(const Args& a) {
         exact = exact && a32 == b32;
         worst = std::max(worst, std::fabs(double(x[i]) - ref) / (mag * 0x1p-24 * double(size)));
       }
-      say(fmt::format("RESULT op=all_reduce_sum n={} pass={} exact={} err_ulps={:.3f} hash={} ms={:.3f}",
-                      n, pass, int(exact), worst, hash_hex(x.data(), n * 4), ms_reduce));
+      say(fmt::format(
+          "RESULT op=all_reduce_sum n={} pass={} exact={} err_ulps={:.3f} hash={} ms={:.3f}", n,
+          pass, int(exact), worst, hash_hex(x.data(), n * 4), ms_reduce));
       // all_gather against every rank's input in rank order.
       std::vector<float> in = data_for(rank, n, salt + 2), out(n * size_t(size), NAN);
       t0 = std::chrono::steady_clock::now();
@@ -97,8 +98,8 @@ void scenario_collectives(const Args& a) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       bool same = true;
       for (int64_t r = 0; r < size; ++r)
-        same = same && std::memcmp(out.data() + size_t(r) * n, data_for(r, n, salt + 2).data(),
-                                   n * 4) == 0;
+        same = same &&
+               std::memcmp(out.data() + size_t(r) * n, data_for(r, n, salt + 2).data(), n * 4) == 0;
       say(fmt::format("RESULT op=all_gather n={} pass={} exact={} err_ulps=0 hash={} ms={:.3f}", n,
                       pass, int(same), hash_hex(out.data(), out.size() * 4), ms_gather));
     }

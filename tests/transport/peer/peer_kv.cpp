@@ -1,8 +1,8 @@
 // Scenario "kv": rank 0 exposes a KvRegion (per-layer layout: 4 layers x K/V planes of 16
 // blocks); rank 1 reads and writes blocks with a KvRemote over its own (contiguous) region.
-// method=rma|am, tls=tcp|sm, region=user|alloc (the caller's memory or UCX's). Rank 1 reports what it read; rank 0, after the test says GO,
-// reports whether the written blocks (and only they) changed. mode=dead: rank 0 is killed by
-// the test and rank 1's read must fail naming it.
+// method=rma|am, tls=tcp|sm, region=user|alloc (the caller's memory or UCX's). Rank 1 reports what
+// it read; rank 0, after the test says GO, reports whether the written blocks (and only they)
+// changed. mode=dead: rank 0 is killed by the test and rank 1's read must fail naming it.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -62,7 +62,8 @@ void scenario_kv(const Args& a) {
     wait_go();
     bool others_untouched = true;
     for (uint64_t b = 0; b < kBlocks; ++b)
-      if (b != 7 && b != 0) others_untouched = others_untouched && block_is(region, layout, b, b, 0);
+      if (b != 7 && b != 0)
+        others_untouched = others_untouched && block_is(region, layout, b, b, 0);
     // Rank 1 wrote its local blocks 0 and 1 (its versions 1 of blocks 100, 101) to 7 and 0.
     say(fmt::format("RESULT what=written ok={} untouched={} served_reads={} served_writes={}",
                     int(block_is(region, layout, 7, 100, 1) && block_is(region, layout, 0, 101, 1)),
@@ -95,8 +96,9 @@ void scenario_kv(const Args& a) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  say(fmt::format("RESULT what=refused ok={}",
-                  int(refused.find("remote block 16: the region has 16 blocks") != std::string::npos)));
+  say(fmt::format(
+      "RESULT what=refused ok={}",
+      int(refused.find("remote block 16: the region has 16 blocks") != std::string::npos)));
   fill_block(mem.data(), local, 0, 100, 1);
   fill_block(mem.data(), local, 1, 101, 1);
   const std::vector<KvBlockMove> writes{{7, 0}, {0, 1}};
@@ -104,8 +106,9 @@ void scenario_kv(const Args& a) {
   // Read back what was written (remote 7 and 0 into local 2 and 3).
   const std::vector<KvBlockMove> back{{7, 2}, {0, 3}};
   remote.read(back);
-  say(fmt::format("RESULT what=write_read_back ok={}",
-                  int(block_is(mem.data(), local, 2, 100, 1) && block_is(mem.data(), local, 3, 101, 1))));
+  say(fmt::format(
+      "RESULT what=write_read_back ok={}",
+      int(block_is(mem.data(), local, 2, 100, 1) && block_is(mem.data(), local, 3, 101, 1))));
 }
 
 }  // namespace troupe::peer

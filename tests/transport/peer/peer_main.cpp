@@ -32,7 +32,9 @@ std::vector<int64_t> Args::nums(const std::string& k) const {
   return v;
 }
 
-void say(const std::string& line) { stdio_say(line); }
+void say(const std::string& line) {
+  stdio_say(line);
+}
 
 std::vector<Blob> bootstrap(const Blob& mine) {
   return stdio_bootstrap(mine, std::chrono::seconds(30));
@@ -80,9 +82,12 @@ int main(int argc, char** argv) {
     a.kv[s.substr(0, eq)] = eq == std::string::npos ? "" : s.substr(eq + 1);
   }
   const std::map<std::string, Scenario> scenarios = {
-      {"collectives", scenario_collectives}, {"collectives-fault", scenario_collectives_fault},
-      {"ucx-pair", scenario_ucx_pair},       {"ucx-stream", scenario_ucx_stream},
-      {"stage-link", scenario_stage_link},   {"kv", scenario_kv},
+      {"collectives", scenario_collectives},
+      {"collectives-fault", scenario_collectives_fault},
+      {"ucx-pair", scenario_ucx_pair},
+      {"ucx-stream", scenario_ucx_stream},
+      {"stage-link", scenario_stage_link},
+      {"kv", scenario_kv},
 #ifdef TROUPE_PEER_NCCL
       {"nccl", scenario_nccl},
 #endif

@@ -42,7 +42,8 @@ void scenario_nccl(const Args& a) {
       cuda_ok(cudaMalloc(&dev, n * es), "cudaMalloc");
       cuda_ok(cudaMemcpyAsync(dev, host.data(), n * es, cudaMemcpyHostToDevice, stream), "upload");
       c.all_reduce_sum(Tensor(dev, dt, Device{DeviceKind::cuda, rank}, {int64_t(n)}));
-      cuda_ok(cudaMemcpyAsync(host.data(), dev, n * es, cudaMemcpyDeviceToHost, stream), "download");
+      cuda_ok(cudaMemcpyAsync(host.data(), dev, n * es, cudaMemcpyDeviceToHost, stream),
+              "download");
       c.synchronize();
       std::vector<float> got(n);
       convert_floats(host.data(), dt, got.data(), DType::f32, n);

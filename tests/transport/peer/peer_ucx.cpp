@@ -17,7 +17,9 @@ constexpr uint32_t kMagic = 0x52494150;  // "PAIR"
 constexpr unsigned kAm = 5;
 constexpr size_t kRegion = size_t(1) << 20;
 
-uint8_t pattern(size_t i, int k) { return uint8_t((i * 131 + size_t(k) * 17 + (i >> 9)) & 0xff); }
+uint8_t pattern(size_t i, int k) {
+  return uint8_t((i * 131 + size_t(k) * 17 + (i >> 9)) & 0xff);
+}
 
 void fill(std::vector<uint8_t>& v, int k) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = pattern(i, k);
