@@ -12,14 +12,16 @@ using namespace troupe::test;
 
 namespace {
 
-void run_kv(const std::string& tls, const std::string& method, const std::string& region = "user") {
+void run_kv(const std::string& tls, const std::string& method, const std::string& region = "user",
+            const std::string& local = "contiguous") {
   ProcessGroup g(2, [&](int r) {
     return std::vector<std::string>{"kv",
                                     fmt::format("rank={}", r),
                                     "size=2",
                                     fmt::format("tls={}", tls),
                                     fmt::format("method={}", method),
-                                    fmt::format("region={}", region)};
+                                    fmt::format("region={}", region),
+                                    fmt::format("local={}", local)};
   });
   REQUIRE(g.exchange_blobs(20).empty());
   std::map<std::string, std::map<std::string, std::string>> res;
@@ -68,6 +70,10 @@ TEST_CASE("kv: blocks read and written by RMA over sm into a region UCX allocate
 }
 TEST_CASE("kv: blocks read and written by active messages over tcp, region UCX allocated") {
   run_kv("tcp", "am", "alloc");
+}
+TEST_CASE("kv: per-layer layouts on both sides, active messages (staged) and RMA over tcp") {
+  run_kv("tcp", "am", "user", "per_layer");
+  run_kv("tcp", "rma", "user", "per_layer");
 }
 TEST_CASE("kv: a killed region fails the read that needs it, naming its process") {
   ProcessGroup g(2, [](int r) {

@@ -1,5 +1,7 @@
 #include "transport/kv/kv_layout.hpp"
 
+#include <cstring>
+
 #include "runtime/error.hpp"
 
 namespace troupe {
@@ -22,6 +24,18 @@ std::vector<ucp_dt_iov_t> KvLayout::segments(void* base, uint64_t block) const {
   for (uint32_t p = 0; p < num_planes; ++p)
     v[p] = ucp_dt_iov_t{static_cast<uint8_t*>(base) + offset(block, p), segment_bytes};
   return v;
+}
+
+void KvLayout::gather(const void* base, uint64_t block, uint8_t* out) const {
+  for (uint32_t p = 0; p < num_planes; ++p)
+    std::memcpy(out + uint64_t(p) * segment_bytes,
+                static_cast<const uint8_t*>(base) + offset(block, p), segment_bytes);
+}
+
+void KvLayout::scatter(void* base, uint64_t block, const uint8_t* in) const {
+  for (uint32_t p = 0; p < num_planes; ++p)
+    std::memcpy(static_cast<uint8_t*>(base) + offset(block, p), in + uint64_t(p) * segment_bytes,
+                segment_bytes);
 }
 
 void KvLayout::validate(std::string_view who) const {

@@ -39,6 +39,9 @@ struct KvLayout {
   }
   /// The segments of block b in memory at `base`, in plane order.
   [[nodiscard]] std::vector<ucp_dt_iov_t> segments(void* base, uint64_t block) const;
+  /// Copies block b's segments (in memory at `base`) to `out` / from `in`, block_bytes() bytes.
+  void gather(const void* base, uint64_t block, uint8_t* out) const;
+  void scatter(void* base, uint64_t block, const uint8_t* in) const;
   /// Throws troupe::Error naming `who` and the field when the layout is empty or its segments
   /// overlap.
   void validate(std::string_view who) const;

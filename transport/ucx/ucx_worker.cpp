@@ -179,43 +179,48 @@ void Pending::add(ucs_status_ptr_t req, Endpoint* ep, std::string_view what) {
     fail("{}{}{} failed: {}", what, ep != nullptr ? " to " : "", ep != nullptr ? ep->peer() : "",
          status_text(UCS_PTR_STATUS(req)));
   }
-  ops_.push_back(Op{req, ep, std::string(what)});
+  if (names_.empty() || names_.back() != what) names_.emplace_back(what);
+  if (ep != nullptr && std::find(eps_.begin(), eps_.end(), ep) == eps_.end()) eps_.push_back(ep);
+  ops_.push_back(Op{req, ep, uint32_t(names_.size() - 1)});
 }
 
 void Pending::fail_op(const Op& op, ucs_status_t st) {
-  if (op.ep != nullptr) op.ep->throw_if_failed(op.what);
-  fail("{}{}{} failed: {}", op.what, op.ep != nullptr ? " to " : "",
+  const std::string& what = names_[op.what];
+  if (op.ep != nullptr) op.ep->throw_if_failed(what);
+  fail("{}{}{} failed: {}", what, op.ep != nullptr ? " to " : "",
        op.ep != nullptr ? op.ep->peer() : "", status_text(st));
 }
 
 bool Pending::poll() {
-  for (size_t i = 0; i < ops_.size();) {
-    const ucs_status_t st = ucp_request_check_status(ops_[i].req);
-    if (st == UCS_INPROGRESS) {
-      if (ops_[i].ep != nullptr && ops_[i].ep->failed()) fail_op(ops_[i], st);
-      ++i;
-      continue;
-    }
-    Op op = std::move(ops_[i]);
-    ops_[i] = std::move(ops_.back());
-    ops_.pop_back();
+  while (!ops_.empty()) {
+    const ucs_status_t st = ucp_request_check_status(ops_.front().req);
+    if (st == UCS_INPROGRESS) break;
+    const Op op = ops_.front();
+    ops_.pop_front();
     ucp_request_free(op.req);
     if (st != UCS_OK) fail_op(op, st);
   }
-  return ops_.empty();
+  if (ops_.empty()) return true;
+  for (Endpoint* ep : eps_)
+    if (ep->failed()) ep->throw_if_failed(names_.empty() ? "an operation" : names_.back());
+  return false;
 }
 
 void Pending::wait(Clock::time_point deadline) {
   if (worker_.progress_until([&] { return poll(); }, deadline)) return;
   const Op& op = ops_.front();
   const auto ms = worker_.context().settings().timeout.count();
-  fail("{}{}{}: no completion within the {} ms timeout", op.what, op.ep != nullptr ? " to " : "",
-       op.ep != nullptr ? op.ep->peer() : "", ms);
+  fail("{}{}{}: no completion within the {} ms timeout", names_[op.what],
+       op.ep != nullptr ? " to " : "", op.ep != nullptr ? op.ep->peer() : "", ms);
 }
 
 const void* Pending::keep(const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
   return kept_.emplace_back(b, b + n).data();
+}
+
+const void* Pending::keep(std::vector<uint8_t>&& bytes) {
+  return kept_.emplace_back(std::move(bytes)).data();
 }
 
 void Pending::abandon() {

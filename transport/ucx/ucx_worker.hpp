@@ -111,17 +111,23 @@ class Pending {
   /// A copy of `n` bytes at `p` that lives as long as this object: AM headers and iov lists
   /// must stay valid until their send completes.
   const void* keep(const void* p, size_t n);
+  /// Takes `bytes` (no copy) for as long as this object lives.
+  const void* keep(std::vector<uint8_t>&& bytes);
 
  private:
   struct Op {
     void* req;
     Endpoint* ep;
-    std::string what;
+    uint32_t what;  // index into names_ (thousands of RMA ops share one name)
   };
   [[noreturn]] void fail_op(const Op& op, ucs_status_t st);
   void abandon();
   Worker& worker_;
-  std::vector<Op> ops_;
+  // Checked from the front only: every op must complete anyway, so polling the later ones
+  // before the first is done would make a call with n operations cost n^2 checks.
+  std::deque<Op> ops_;
+  std::vector<std::string> names_;
+  std::vector<Endpoint*> eps_;  // the distinct endpoints of ops_, checked for failure each poll
   std::deque<std::vector<uint8_t>> kept_;  // deque: pointers stay valid as it grows
 };
 

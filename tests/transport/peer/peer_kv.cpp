@@ -1,6 +1,7 @@
 // Scenario "kv": rank 0 exposes a KvRegion (per-layer layout: 4 layers x K/V planes of 16
 // blocks); rank 1 reads and writes blocks with a KvRemote over its own (contiguous) region.
-// method=rma|am, tls=tcp|sm, region=user|alloc (the caller's memory or UCX's). Rank 1 reports what
+// method=rma|am, tls=tcp|sm, region=user|alloc (the caller's memory or UCX's),
+// local=contiguous|per_layer (rank 1's own layout). Rank 1 reports what
 // it read; rank 0, after the test says GO, reports whether the written blocks (and only they)
 // changed. mode=dead: rank 0 is killed by the test and rank 1's read must fail naming it.
 #include <algorithm>
@@ -71,7 +72,9 @@ void scenario_kv(const Args& a) {
     return;
   }
   const auto blobs = bootstrap(Blob{});
-  const KvLayout local = KvLayout::contiguous(4, uint64_t(kLayers) * 2 * kSlice);
+  const KvLayout local = a.str("local") == "per_layer"
+                             ? KvLayout::per_layer(kLayers, 4, kSlice)
+                             : KvLayout::contiguous(4, uint64_t(kLayers) * 2 * kSlice);
   std::vector<uint8_t> mem(local.span_bytes(), 0);
   KvRemote remote(blobs.at(0), mem.data(), local, s);
   say(fmt::format("RESULT what=method used={}", remote.method()));
@@ -86,9 +89,12 @@ void scenario_kv(const Args& a) {
   remote.read(reads);
   bool ok = true;
   for (const KvBlockMove& m : reads) ok = ok && block_is(mem.data(), local, m.local, m.remote, 0);
-  say(fmt::format("RESULT what=read ok={} untouched={}", int(ok),
-                  int(std::all_of(mem.begin() + ptrdiff_t(local.offset(3, 0)), mem.end(),
-                                  [](uint8_t v) { return v == 0; }))));
+  bool untouched = true;  // local block 3 was not a destination
+  for (const ucp_dt_iov_t& seg : local.segments(mem.data(), 3))
+    untouched = untouched && std::all_of(static_cast<uint8_t*>(seg.buffer),
+                                         static_cast<uint8_t*>(seg.buffer) + seg.length,
+                                         [](uint8_t v) { return v == 0; });
+  say(fmt::format("RESULT what=read ok={} untouched={}", int(ok), int(untouched)));
   std::string refused;
   try {
     const std::vector<KvBlockMove> bad{{16, 0}};
