@@ -71,8 +71,11 @@ TEST_CASE("kv: blocks read and written by RMA over sm into a region UCX allocate
 TEST_CASE("kv: blocks read and written by active messages over tcp, region UCX allocated") {
   run_kv("tcp", "am", "alloc");
 }
-TEST_CASE("kv: per-layer layouts on both sides, active messages (staged) and RMA over tcp") {
+TEST_CASE("kv: per-layer layouts on both sides, by active messages (iov on sm, staged on tcp)") {
   run_kv("tcp", "am", "user", "per_layer");
+  run_kv("sm", "am", "user", "per_layer");
+}
+TEST_CASE("kv: per-layer layouts on both sides, by RMA over tcp") {
   run_kv("tcp", "rma", "user", "per_layer");
 }
 TEST_CASE("kv: a killed region fails the read that needs it, naming its process") {

@@ -13,6 +13,10 @@ constexpr unsigned kWriteBlock =
     11;                          // header: key = request << 32 | index, aux = block; body: block
 constexpr unsigned kReply = 12;  // header: key as above; body: the block (read) or nothing (ack)
 
+// MailHeader::source of a read request or a written block: how a multi-segment block travels.
+constexpr uint32_t kSegments = 0;    // as its segments (an iov): best on shared memory
+constexpr uint32_t kContiguous = 1;  // as one contiguous staging copy: best on tcp
+
 inline uint64_t reply_key(uint64_t request, uint64_t index) {
   return request << 32 | index;
 }

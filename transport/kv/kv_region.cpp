@@ -26,13 +26,15 @@ struct KvRegion::Serve {
     uint64_t block;  // read: the block to send; ack: unused
     bool ack;
     bool refused;
+    bool contiguous;  // read: send a multi-segment block as one contiguous copy
   };
   struct Receive {  // a block being written by rendezvous
     void* req;
     ucp_ep_h ep;
     uint64_t key;
     uint64_t block;
-    std::vector<uint8_t> staging;  // a block of several segments lands here first
+    std::vector<uint8_t> staging;        // a contiguous copy of a multi-segment block
+    std::vector<ucp_dt_iov_t> segments;  // or the block's segments, received into directly
   };
   KvRegion& owner;
   ucx::Context ctx;
@@ -40,7 +42,24 @@ struct KvRegion::Serve {
   ucx::MemoryRegion mr;
   std::deque<Reply> replies;    // queued by the handlers, sent by the loop
   std::list<Receive> receives;  // list: staging buffers stay put while UCX fills them
-  std::deque<std::unique_ptr<ucx::Pending>> sends;
+  struct Send {
+    std::unique_ptr<ucx::Pending> pending;
+    std::vector<uint8_t> staging;  // back to the pool when the send completes
+  };
+  std::deque<Send> sends;
+  // Staging buffers of one block each, reused: fresh ones every time cost page faults and UCX
+  // registrations (a 2 MiB block moved at a tenth of the rate with them).
+  std::vector<std::vector<uint8_t>> pool;
+
+  std::vector<uint8_t> take_buffer() {
+    if (pool.empty()) return std::vector<uint8_t>(owner.layout_.block_bytes());
+    std::vector<uint8_t> b = std::move(pool.back());
+    pool.pop_back();
+    return b;
+  }
+  void give_back(std::vector<uint8_t>&& b) {
+    if (!b.empty() && pool.size() * b.size() < (size_t(64) << 20)) pool.push_back(std::move(b));
+  }
 
   Serve(KvRegion& o, const ucx::Settings& s)
       : owner(o),
@@ -95,8 +114,9 @@ struct KvRegion::Serve {
     for (size_t i = 0; i < count; ++i) {
       uint64_t block;
       std::memcpy(&block, static_cast<const uint8_t*>(data) + i * sizeof block, sizeof block);
-      s->replies.push_back(
-          Reply{param->reply_ep, h.key | i, block, false, block >= s->owner.layout_.num_blocks});
+      s->replies.push_back(Reply{param->reply_ep, h.key | i, block, false,
+                                 block >= s->owner.layout_.num_blocks,
+                                 h.source == kv::kContiguous});
     }
     return UCS_OK;
   }
@@ -109,28 +129,34 @@ struct KvRegion::Serve {
     const KvLayout& layout = s->owner.layout_;
     const uint64_t block = h.aux;
     if (block >= layout.num_blocks || length != layout.block_bytes()) {
-      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, true});
+      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, true, false});
       return UCS_OK;  // a rendezvous one is dropped: its sender completes without sending
     }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
       layout.scatter(s->owner.base_, block, static_cast<const uint8_t*>(data));
-      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, false});
+      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, false, false});
       return UCS_OK;
     }
-    // A block of several segments is received contiguously and scattered when complete (an
-    // iov rendezvous over tcp ran at a third of a contiguous one's rate).
-    Receive& r = s->receives.emplace_back(Receive{nullptr, param->reply_ep, h.key, block, {}});
-    void* buffer = static_cast<uint8_t*>(s->owner.base_) + layout.offset(block, 0);
-    if (layout.num_planes > 1) {
-      r.staging.resize(layout.block_bytes());
-      buffer = r.staging.data();
-    }
+    // A block of several segments: straight into them (an iov), or, as the writer asks (tcp),
+    // contiguously into a staging buffer scattered when complete.
+    Receive& r = s->receives.emplace_back(Receive{nullptr, param->reply_ep, h.key, block, {}, {}});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
     rp.datatype = ucp_dt_make_contig(1);
-    void* req = ucp_am_recv_data_nbx(s->worker.get(), data, buffer, layout.block_bytes(), &rp);
+    void* buffer = static_cast<uint8_t*>(s->owner.base_) + layout.offset(block, 0);
+    size_t count = layout.block_bytes();
+    if (layout.num_planes > 1 && h.source == kv::kContiguous) {
+      r.staging = s->take_buffer();
+      buffer = r.staging.data();
+    } else if (layout.num_planes > 1) {
+      r.segments = layout.segments(s->owner.base_, block);
+      rp.datatype = ucp_dt_make_iov();
+      buffer = r.segments.data();
+      count = r.segments.size();
+    }
+    void* req = ucp_am_recv_data_nbx(s->worker.get(), data, buffer, count, &rp);
     if (req == nullptr || UCS_PTR_IS_ERR(req)) {
-      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, UCS_PTR_IS_ERR(req)});
+      s->replies.push_back(Reply{param->reply_ep, h.key, block, true, UCS_PTR_IS_ERR(req), false});
       s->receives.pop_back();
     } else {
       r.req = req;
@@ -146,6 +172,7 @@ struct KvRegion::Serve {
       replies.pop_front();
       busy = true;
       auto pending = std::make_unique<ucx::Pending>(worker);
+      std::vector<uint8_t> staging;
       const uint32_t aux = r.refused ? kRefused : 0;
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
@@ -159,24 +186,31 @@ struct KvRegion::Serve {
         req =
             ucp_am_send_nbx(r.ep, kv::kReply, hdr, sizeof h, &refused_byte, r.refused ? 1 : 0, &rp);
       } else {
-        // A block of several segments goes out as one contiguous message (a staging copy).
+        // A block of several segments goes out gathered by UCX (an iov) or, as the reader asks
+        // (tcp, where an iov rendezvous ran at a third of the rate), as one contiguous copy.
         const KvLayout& layout = owner.layout_;
         rp.datatype = ucp_dt_make_contig(1);
         const void* data = static_cast<uint8_t*>(owner.base_) + layout.offset(r.block, 0);
-        if (layout.num_planes > 1) {
-          std::vector<uint8_t> block(layout.block_bytes());
-          layout.gather(owner.base_, r.block, block.data());
-          data = pending->keep(std::move(block));
+        size_t count = layout.block_bytes();
+        if (layout.num_planes > 1 && r.contiguous) {
+          staging = take_buffer();
+          layout.gather(owner.base_, r.block, staging.data());
+          data = staging.data();
+        } else if (layout.num_planes > 1) {
+          const auto segments = layout.segments(owner.base_, r.block);
+          rp.datatype = ucp_dt_make_iov();
+          data = pending->keep(segments.data(), segments.size() * sizeof(ucp_dt_iov_t));
+          count = segments.size();
         }
-        req = ucp_am_send_nbx(r.ep, kv::kReply, hdr, sizeof h, data, layout.block_bytes(), &rp);
+        req = ucp_am_send_nbx(r.ep, kv::kReply, hdr, sizeof h, data, count, &rp);
         ++owner.blocks_read_;
       }
-      if (UCS_PTR_IS_ERR(req)) continue;  // the requester is gone
-      try {
-        pending->add(req, nullptr, "kv region reply");
-        sends.push_back(std::move(pending));
-      } catch (const Error&) {
+      if (UCS_PTR_IS_ERR(req)) {  // the requester is gone
+        give_back(std::move(staging));
+        continue;
       }
+      pending->add(req, nullptr, "kv region reply");
+      sends.push_back(Send{std::move(pending), std::move(staging)});
     }
     for (auto it = receives.begin(); it != receives.end();) {
       const ucs_status_t st = ucp_request_check_status(it->req);
@@ -187,19 +221,21 @@ struct KvRegion::Serve {
       ucp_request_free(it->req);
       if (st == UCS_OK && !it->staging.empty())
         owner.layout_.scatter(owner.base_, it->block, it->staging.data());
+      give_back(std::move(it->staging));
       if (st == UCS_OK) ++owner.blocks_written_;
-      replies.push_back(Reply{it->ep, it->key, 0, true, st != UCS_OK});
+      replies.push_back(Reply{it->ep, it->key, 0, true, st != UCS_OK, false});
       it = receives.erase(it);
       busy = true;
     }
     for (auto it = sends.begin(); it != sends.end();) {
       bool done = true;
       try {
-        done = (*it)->poll();
+        done = it->pending->poll();
       } catch (const Error&) {
         // the requester is gone: nothing to tell
       }
       if (done) {
+        give_back(std::move(it->staging));
         it = sends.erase(it);
         busy = true;
       } else {

@@ -49,13 +49,15 @@ KvRemote::KvRemote(const Blob& descriptor, void* local_base, KvLayout local_layo
         "local region's {} ({} of {})",
         remote_layout_.block_bytes(), remote_layout_.num_planes, remote_layout_.segment_bytes,
         local_layout_.block_bytes(), local_layout_.num_planes, local_layout_.segment_bytes);
-  method_ = settings_.method;
-  if (method_ == "auto") {
-    const bool same_host = region_.host == PeerName::self().host;
-    const bool shared_memory =
-        settings_.ucx.tls == "sm" || (settings_.ucx.tls == "auto" && same_host);
-    method_ = shared_memory ? "rma" : "am";
-  }
+  // Shared memory is what the transports in force will use: tls "sm", or "auto" to a region
+  // on this host. It decides "auto" (RMA there, active messages on tcp) and how multi-segment
+  // blocks travel by active messages (iovs there, contiguous copies on tcp).
+  const bool same_host = region_.host == PeerName::self().host;
+  const bool shared_memory =
+      settings_.ucx.tls == "sm" || (settings_.ucx.tls == "auto" && same_host);
+  method_ = settings_.method == "auto" ? (shared_memory ? "rma" : "am") : settings_.method;
+  contiguous_wire_ = !shared_memory;
+  wire_ = contiguous_wire_ ? kv::kContiguous : kv::kSegments;
   io_ = std::make_unique<Io>(
       settings_.ucx, d, fmt::format("the kv region of pid {} on {}", region_.pid, region_.host));
 }
@@ -162,19 +164,21 @@ void KvRemote::read(std::span<const KvBlockMove> moves) {
       pending.wait(io.worker.deadline());
       return;
     }
-    // Active messages, in batches of at most kBatchBytes: a block of several segments travels
-    // as one contiguous message through a staging copy (UCX 1.13's rendezvous of an iov over
-    // tcp ran at a third of a contiguous one's rate), and the batches bound that copy's size.
-    const bool staged = local_layout_.num_planes > 1;
+    // Active messages, in batches of at most kBatchBytes. A block of several segments travels
+    // as an iov on shared memory and, on tcp, as one contiguous message through staging copies
+    // on both sides (UCX 1.13's rendezvous of an iov over tcp ran at a third of a contiguous
+    // one's rate; on shared memory the copies cost more than they save); the batches bound the
+    // staging.
+    const bool staged = contiguous_wire_ && local_layout_.num_planes > 1;
     for (size_t first = 0; first < moves.size();) {
       const size_t n = batch_size(moves.size() - first, local_layout_.block_bytes());
       const auto batch = moves.subspan(first, n);
       const uint64_t request = next_request_++;
-      std::vector<std::vector<uint8_t>> staging(staged ? n : 0);
+      const uint64_t bb = local_layout_.block_bytes();
+      if (staged && staging_.size() < n * bb) staging_.resize(n * bb);
       for (size_t i = 0; i < n; ++i) {
         if (staged) {
-          staging[i].resize(local_layout_.block_bytes());
-          io.mailbox.post(0, kv::reply_key(request, i), staging[i].data(), staging[i].size());
+          io.mailbox.post(0, kv::reply_key(request, i), staging_.data() + i * bb, bb);
         } else {
           io.mailbox.post(0, kv::reply_key(request, i),
                           local_layout_.segments(local_base_, batch[i].local));
@@ -185,12 +189,12 @@ void KvRemote::read(std::span<const KvBlockMove> moves) {
       ucx::Pending pending(io.worker);
       const void* body = pending.keep(blocks.data(), blocks.size() * sizeof(uint64_t));
       ucx::Mailbox::send(pending, *io.ep, kv::kReadRequest,
-                         ucx::MailHeader{kv::reply_key(request, 0), 0, uint32_t(n)}, body,
+                         ucx::MailHeader{kv::reply_key(request, 0), wire_, uint32_t(n)}, body,
                          blocks.size() * sizeof(uint64_t), what,
                          UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
       wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what);
-      for (size_t i = 0; i < staging.size(); ++i)
-        local_layout_.scatter(local_base_, batch[i].local, staging[i].data());
+      for (size_t i = 0; staged && i < n; ++i)
+        local_layout_.scatter(local_base_, batch[i].local, staging_.data() + i * bb);
       first += n;
     }
   });
@@ -214,24 +218,24 @@ void KvRemote::write(std::span<const KvBlockMove> moves) {
       pending.wait(io.worker.deadline());
       return;
     }
-    const bool staged = local_layout_.num_planes > 1;
+    const bool staged = contiguous_wire_ && local_layout_.num_planes > 1;
     for (size_t first = 0; first < moves.size();) {
       const size_t n = batch_size(moves.size() - first, local_layout_.block_bytes());
       const auto batch = moves.subspan(first, n);
       const uint64_t request = next_request_++;
+      const uint64_t bb = local_layout_.block_bytes();
+      if (staged && staging_.size() < n * bb) staging_.resize(n * bb);  // before any send
       ucx::Pending pending(io.worker);
       for (size_t i = 0; i < n; ++i) {
         if (batch[i].remote >= (uint64_t(1) << 32))
           fail("kv remote: block {} is beyond what the active-message protocol addresses (2^32)",
                batch[i].remote);
         io.mailbox.post(0, kv::reply_key(request, i), nullptr, 0);  // the region's ack
-        const ucx::MailHeader h{kv::reply_key(request, i), 0, uint32_t(batch[i].remote)};
+        const ucx::MailHeader h{kv::reply_key(request, i), wire_, uint32_t(batch[i].remote)};
         if (staged) {
-          std::vector<uint8_t> block(local_layout_.block_bytes());
-          local_layout_.gather(local_base_, batch[i].local, block.data());
-          const size_t bytes = block.size();
-          ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h, pending.keep(std::move(block)),
-                             bytes, what, UCP_AM_SEND_FLAG_REPLY);
+          local_layout_.gather(local_base_, batch[i].local, staging_.data() + i * bb);
+          ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h, staging_.data() + i * bb, bb,
+                             what, UCP_AM_SEND_FLAG_REPLY);
         } else {
           ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h,
                              local_layout_.segments(local_base_, batch[i].local), what,

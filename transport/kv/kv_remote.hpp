@@ -56,6 +56,11 @@ class KvRemote {
   std::string method_;
   std::unique_ptr<Io> io_;
   uint64_t next_request_ = 1;
+  // Active messages of multi-segment blocks: one contiguous staging copy per block of a batch,
+  // kept between calls (fresh buffers cost page faults and UCX registrations each time).
+  std::vector<uint8_t> staging_;
+  bool contiguous_wire_ = false;  // multi-segment blocks travel contiguously (tcp) or as iovs
+  uint32_t wire_ = 0;             // the same, as the protocol's header value
   std::string broken_;
 };
 
