@@ -193,6 +193,7 @@ struct KvRegion::Serve {
         const void* data = static_cast<uint8_t*>(owner.base_) + layout.offset(r.block, 0);
         size_t count = layout.block_bytes();
         if (layout.num_planes > 1 && r.contiguous) {
+          worker.progress();  // earlier replies start moving while this one is copied
           staging = take_buffer();
           layout.gather(owner.base_, r.block, staging.data());
           data = staging.data();

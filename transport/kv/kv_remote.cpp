@@ -117,9 +117,11 @@ size_t batch_size(size_t left, uint64_t block_bytes) {
 }
 
 // Waits for posted replies (keys request << 32 | i, i < n) and the sends in `pending`.
+// on_done(i) runs as reply i completes (in order), while later ones are still on the wire.
+template <class OnDone>
 void wait_replies(ucx::Worker& worker, ucx::Mailbox& mailbox, ucx::Endpoint& ep,
                   ucx::Pending& pending, uint64_t request, size_t n,
-                  std::span<const KvBlockMove> moves, std::string_view op) {
+                  std::span<const KvBlockMove> moves, std::string_view op, OnDone&& on_done) {
   size_t next = 0;  // replies before it are done
   const bool ok = worker.progress_until(
       [&] {
@@ -127,6 +129,7 @@ void wait_replies(ucx::Worker& worker, ucx::Mailbox& mailbox, ucx::Endpoint& ep,
           const auto st = mailbox.status(0, kv::reply_key(request, next));
           if (st.state == ucx::Mailbox::State::done) {
             mailbox.forget(0, kv::reply_key(request, next));
+            on_done(next);
             continue;
           }
           if (st.state != ucx::Mailbox::State::failed) break;
@@ -192,9 +195,9 @@ void KvRemote::read(std::span<const KvBlockMove> moves) {
                          ucx::MailHeader{kv::reply_key(request, 0), wire_, uint32_t(n)}, body,
                          blocks.size() * sizeof(uint64_t), what,
                          UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
-      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what);
-      for (size_t i = 0; staged && i < n; ++i)
-        local_layout_.scatter(local_base_, batch[i].local, staging_.data() + i * bb);
+      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what, [&](size_t i) {
+        if (staged) local_layout_.scatter(local_base_, batch[i].local, staging_.data() + i * bb);
+      });
       first += n;
     }
   });
@@ -233,6 +236,7 @@ void KvRemote::write(std::span<const KvBlockMove> moves) {
         io.mailbox.post(0, kv::reply_key(request, i), nullptr, 0);  // the region's ack
         const ucx::MailHeader h{kv::reply_key(request, i), wire_, uint32_t(batch[i].remote)};
         if (staged) {
+          io.worker.progress();  // earlier blocks start moving while this one is copied
           local_layout_.gather(local_base_, batch[i].local, staging_.data() + i * bb);
           ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h, staging_.data() + i * bb, bb,
                              what, UCP_AM_SEND_FLAG_REPLY);
@@ -242,7 +246,7 @@ void KvRemote::write(std::span<const KvBlockMove> moves) {
                              UCP_AM_SEND_FLAG_REPLY);
         }
       }
-      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what);
+      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what, [](size_t) {});
       first += n;
     }
   });
