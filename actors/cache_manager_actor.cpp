@@ -13,9 +13,9 @@ struct cache_manager_state {
 
 cache_manager_actor::behavior_type cache_manager_behavior(
     cache_manager_actor::stateful_pointer<cache_manager_state> self, int32_t num_blocks,
-    int32_t block_size, bool prefix_caching, PreemptionMode mode, int32_t num_cpu_blocks) {
-  self->state.kv = std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching, mode,
-                                                    num_cpu_blocks);
+    int32_t block_size, bool prefix_caching, int32_t num_cpu_blocks) {
+  self->state.kv =
+      std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching, num_cpu_blocks);
   return {
       [=](grant_atom, const KVAsk& ask) -> caf::result<KVGrant> {
         try {
@@ -28,7 +28,7 @@ cache_manager_actor::behavior_type cache_manager_behavior(
       [=](reset_atom) {
         // After the executors are lost every sequence is gone: start from an empty pool.
         self->state.kv = std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching,
-                                                          mode, num_cpu_blocks);
+                                                          num_cpu_blocks);
       },
   };
 }
@@ -37,8 +37,8 @@ cache_manager_actor::behavior_type cache_manager_behavior(
 
 cache_manager_actor spawn_cache_manager(caf::actor_system& sys, int32_t num_blocks,
                                         int32_t block_size, bool enable_prefix_caching,
-                                        PreemptionMode mode, int32_t num_cpu_blocks) {
-  return sys.spawn(cache_manager_behavior, num_blocks, block_size, enable_prefix_caching, mode,
+                                        int32_t num_cpu_blocks) {
+  return sys.spawn(cache_manager_behavior, num_blocks, block_size, enable_prefix_caching,
                    num_cpu_blocks);
 }
 

@@ -1,6 +1,7 @@
 // The cache manager actor: owns the KV block accounting (runtime/kv/KVCacheManager) for one
 // engine. Each step the scheduler sends one ask and gets one grant back, so a step costs one
-// round trip however many sequences it holds.
+// round trip however many sequences it holds; the ask carries the scheduler's choice of whom
+// to preempt (runtime/sched/preemption_policy.hpp), so no decision is made here.
 #pragma once
 
 #include "actors/messages.hpp"
@@ -15,7 +16,6 @@ using cache_manager_actor = caf::typed_actor<
 
 cache_manager_actor spawn_cache_manager(caf::actor_system& sys, int32_t num_blocks,
                                         int32_t block_size, bool enable_prefix_caching,
-                                        PreemptionMode mode = PreemptionMode::recompute,
                                         int32_t num_cpu_blocks = 0);
 
 }  // namespace troupe

@@ -208,31 +208,32 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   m.info.block_size = int32_t(args.block_size);
 
   EngineContext ctx;
-  ctx.max_model_len = max_len;
-  ctx.vocab_size = int32_t(m.model.vocab_size);
-  ctx.max_logprobs = int32_t(args.max_logprobs);
-  ctx.seed = uint64_t(args.seed);
+  OutputProcessorConfig& rq = ctx.requests;
+  rq.max_model_len = max_len;
+  rq.vocab_size = int32_t(m.model.vocab_size);
+  rq.max_logprobs = int32_t(args.max_logprobs);
+  rq.seed = uint64_t(args.seed);
   for (auto e : (gen.eos_token_ids.empty() ? m.model.eos_token_ids : gen.eos_token_ids))
-    ctx.eos_token_ids.push_back(int32_t(e));
-  if (ctx.eos_token_ids.empty() && m.tokenizer && m.tokenizer->eos_token_id())
-    ctx.eos_token_ids.push_back(*m.tokenizer->eos_token_id());
-  ctx.log_requests = args.enable_log_requests;
-  ctx.max_log_len = int32_t(args.max_log_len.value_or(0));
+    rq.eos_token_ids.push_back(int32_t(e));
+  if (rq.eos_token_ids.empty() && m.tokenizer && m.tokenizer->eos_token_id())
+    rq.eos_token_ids.push_back(*m.tokenizer->eos_token_id());
+  rq.log_requests = args.enable_log_requests;
+  rq.max_log_len = int32_t(args.max_log_len.value_or(0));
   ctx.tokenizer = m.tokenizer;
   if (m.tokenizer)
     ctx.tokenizers = TokenizerPool(sys, m.tokenizer,
                                    int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u)));
   else
     ctx.tokenizers = TokenizerPool();
-  ctx.cache_manager = spawn_cache_manager(
-      sys, num_blocks, int32_t(args.block_size), args.enable_prefix_caching,
-      swap ? PreemptionMode::swap : PreemptionMode::recompute, m.info.num_cpu_blocks);
+  ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
+                                          args.enable_prefix_caching, m.info.num_cpu_blocks);
   ctx.executors = m.executors;
   ctx.scheduler.policy.max_num_batched_tokens = batched;
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
   ctx.scheduler.policy.max_model_len = max_len;
   ctx.scheduler.policy.enable_chunked_prefill = chunked;
   ctx.scheduler.policy.async_scheduling = args.async_scheduling;
+  ctx.scheduler.policy.preemption_mode = swap ? PreemptionMode::swap : PreemptionMode::recompute;
   ctx.scheduler.log_stats = !args.disable_log_stats;
   m.engine = spawn_engine_actor(sys, std::move(ctx));
   m.info.load_seconds =

@@ -1,6 +1,9 @@
-// The engine actor (internal): request ids, parameter checks that need the model, fan-out of
-// n > 1 into sequences, incremental detokenization through the tokenizer pool, stop strings,
-// and the assembly of RequestOutputs for each request's sink.
+// The engine actor (internal): the messaging around the output processor
+// (runtime/api/output_processor.hpp, which holds the request logic: checks that need the model,
+// fan-out of n > 1 into sequences, stop strings, finish reasons, the assembly of
+// RequestOutputs). It encodes prompts and detokenizes outputs through the tokenizer pool, hands
+// sequences to the scheduler and aborts them there, and sends each request's outputs to its
+// sink.
 #pragma once
 
 #include <memory>
@@ -25,13 +28,7 @@ using engine_actor = caf::typed_actor<
 
 /// Everything the engine actor needs, resolved by troupe::Engine before it is spawned.
 struct EngineContext {
-  int32_t max_model_len = 0;
-  int32_t vocab_size = 0;
-  int32_t max_logprobs = 20;
-  uint64_t seed = 0;
-  std::vector<int32_t> eos_token_ids;
-  bool log_requests = false;
-  int32_t max_log_len = 0;  // 0: whole prompts
+  OutputProcessorConfig requests;              // what requests are checked and built against
   std::shared_ptr<const Tokenizer> tokenizer;  // null with skip_tokenizer_init
   TokenizerPool tokenizers;
   cache_manager_actor cache_manager;

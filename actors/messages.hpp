@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/api/output_processor.hpp"
 #include "runtime/api/outputs.hpp"
 #include "runtime/config/sampling_params.hpp"
-#include "runtime/protocol/step.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/protocol/step.hpp"
 #include "runtime/sched/scheduler.hpp"
 
 namespace troupe {
@@ -60,24 +61,15 @@ struct SeqUpdates {
   std::vector<SeqUpdate> items;
 };
 
-/// One sequence's new tokens for the incremental detokenizer.
-struct DetokPush {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> new_token_ids;
-  bool finish = false;  // flush and forget this sequence after these tokens
-};
-struct DetokOpen {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> prompt_token_ids;
-  bool skip_special_tokens = true;
-  bool spaces_between_special_tokens = true;
-};
+/// Work for one tokenizer member's incremental detokenizers (DetokOpen, DetokPush:
+/// runtime/api/output_processor.hpp).
 struct DetokBatch {
   std::vector<DetokOpen> open;
   std::vector<DetokPush> push;
 };
 struct DetokDeltas {
-  std::vector<std::pair<uint64_t, std::string>> items;  // (seq, text delta), in push order
+  std::vector<std::pair<uint64_t, std::string>> items;   // (seq, text delta), in push order
+  std::vector<std::pair<uint64_t, std::string>> errors;  // (seq, why) for those that failed
 };
 
 struct EngineStats {
@@ -91,9 +83,12 @@ struct EngineStats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SeqSampling& x) {
-  return f(caf::meta::type_name("seq_sampling"), x.temperature, x.top_k, x.top_p, x.min_p,
-           x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.seed, x.num_logprobs,
-           x.num_prompt_logprobs, x.min_tokens, x.stop_ids, x.logit_bias);
+  // The knobs come from their one list (runtime/sampling/sampling_knobs.hpp), so a new knob
+  // crosses to remote executors without a change here.
+  return with_knobs(static_cast<SamplingKnobs&>(x), [&](auto&... knobs) {
+    return f(caf::meta::type_name("seq_sampling"), knobs..., x.num_logprobs, x.num_prompt_logprobs,
+             x.min_tokens, x.stop_ids, x.logit_bias);
+  });
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NewSeq& x) {

@@ -33,27 +33,36 @@ tokenizer_actor::behavior_type tokenizer_behavior(
           return make_troupe_error(e.what());
         }
       },
-      [=](detok_atom, DetokBatch& batch) -> caf::result<DetokDeltas> {
+      // One sequence's bad token id fails that sequence alone (reported in `errors`, its
+      // detokenizer dropped); the rest of the batch is detokenized as usual.
+      [=](detok_atom, DetokBatch& batch) -> DetokDeltas {
         auto& st = self->state;
         DetokDeltas out;
-        try {
-          for (auto& o : batch.open)
+        for (auto& o : batch.open) {
+          try {
             st.detok.insert_or_assign(
                 o.seq_id, IncrementalDetokenizer(st.tok, o.prompt_token_ids,
                                                  o.skip_special_tokens,
                                                  o.spaces_between_special_tokens));
-          for (auto& p : batch.push) {
-            auto it = st.detok.find(p.seq_id);
-            if (it == st.detok.end()) continue;  // detokenize = false, or already closed
+          } catch (const std::exception& e) {
+            st.detok.erase(o.seq_id);
+            out.errors.emplace_back(o.seq_id, e.what());
+          }
+        }
+        for (auto& p : batch.push) {
+          auto it = st.detok.find(p.seq_id);
+          if (it == st.detok.end()) continue;  // detokenize = false, failed, or already closed
+          try {
             std::string text = it->second.push(p.new_token_ids);
             if (p.finish) {
               text += it->second.flush();
               st.detok.erase(it);
             }
             out.items.emplace_back(p.seq_id, std::move(text));
+          } catch (const std::exception& e) {
+            st.detok.erase(it);
+            out.errors.emplace_back(p.seq_id, e.what());
           }
-        } catch (const std::exception& e) {
-          return make_troupe_error(e.what());
         }
         return out;
       },

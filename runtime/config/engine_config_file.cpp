@@ -3,23 +3,22 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
-#include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "runtime/config/engine_args.hpp"
 #include "runtime/config/field_codec.hpp"
+#include "runtime/config/toml_source.hpp"
 #include "runtime/error.hpp"
 
 namespace troupe {
 
 namespace {
 
+using config_detail::in_file_order;
 using config_detail::json;
-
-std::string where(std::string_view source, const toml::source_region& r) {
-  return fmt::format("{}:{}:{}", source, r.begin.line, r.begin.column);
-}
+using config_detail::parse_toml;
+using config_detail::read_text_file;
+using config_detail::where;
 
 json to_json(const toml::node& node) {
   switch (node.type()) {
@@ -49,19 +48,6 @@ json to_json(const toml::node& node) {
   }
 }
 
-/// The entries of `t` in the order they are written (toml::table is sorted by key), so the
-/// first error reported is the first in the file and notices come in file order.
-std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const toml::table& t) {
-  std::vector<std::pair<const toml::key*, const toml::node*>> out;
-  for (const auto& [k, v] : t) out.emplace_back(&k, &v);
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    const auto& x = a.first->source().begin;
-    const auto& y = b.first->source().begin;
-    return x.line != y.line ? x.line < y.line : x.column < y.column;
-  });
-  return out;
-}
-
 /// Runs `apply`, putting "<source>:<line>:<column>: " in front of its error.
 template <class F>
 void at(std::string_view source, const toml::source_region& r, F&& apply) {
@@ -77,12 +63,7 @@ void at(std::string_view source, const toml::source_region& r, F&& apply) {
 EngineConfigFile parse_engine_toml(std::string_view text, std::string_view source_name,
                                    const EngineArgs& base, const SamplingParams& sbase,
                                    bool validate_result) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    fail("{}: TOML parse error: {}", where(source_name, e.source()), e.description());
-  }
+  toml::table doc = parse_toml(text, source_name);
 
   EngineConfigFile out{base, sbase, {}};
   const auto& engine_fields = engine_arg_fields();
@@ -134,11 +115,7 @@ EngineConfigFile parse_engine_toml(std::string_view text, std::string_view sourc
 
 EngineConfigFile load_engine_toml(const std::filesystem::path& path, const EngineArgs& base,
                                   const SamplingParams& sbase) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the engine config file", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_engine_toml(text.str(), path.string(), base, sbase);
+  return parse_engine_toml(read_text_file(path, "engine config file"), path.string(), base, sbase);
 }
 
 }  // namespace troupe

@@ -420,15 +420,23 @@ const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_vie
   return nullptr;
 }
 
-std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
+std::string_view closest_name(std::span<const std::string_view> names, std::string_view key) {
   std::string k = normalise_key(key);
-  const FieldInfo* best = nullptr;
+  std::string_view best;
   size_t best_d = std::max<size_t>(3, k.size() / 4) + 1;
-  for (const auto& f : table) {
-    size_t d = edit_distance(k, f.name);
-    if (d < best_d) best_d = d, best = &f;
+  for (std::string_view name : names) {
+    size_t d = edit_distance(k, name);
+    if (d < best_d) best_d = d, best = name;
   }
-  return best ? fmt::format(" (did you mean '{}'?)", best->name) : std::string();
+  return best;
+}
+
+std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
+  std::vector<std::string_view> names;
+  names.reserve(table.size());
+  for (const auto& f : table) names.push_back(f.name);
+  std::string_view best = closest_name(names, key);
+  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
 }
 
 void check_value(const FieldInfo& f, const json& value, const json& default_value,

@@ -277,6 +277,10 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
 /// The row named `key`: snake or kebab name, with or without a leading "--". Null if none.
 [[nodiscard]] const FieldInfo* find_field(const std::vector<FieldInfo>& table,
                                           std::string_view key);
+/// The name in `names` closest to `key` (leading dashes dropped, '-' read as '_') within a
+/// small edit distance, or "" when none is that close.
+[[nodiscard]] std::string_view closest_name(std::span<const std::string_view> names,
+                                            std::string_view key);
 /// " (did you mean 'top_p'?)" for the closest name within a small edit distance, else "".
 [[nodiscard]] std::string suggest(const std::vector<FieldInfo>& table, std::string_view key);
 

@@ -301,6 +301,19 @@ void apply_sampling_value(SamplingParams& p, const FieldInfo& f, const json& val
 
 }  // namespace config_detail
 
+SamplingKnobs sampling_knobs(const SamplingParams& p, uint64_t seed) {
+  SamplingKnobs k;
+  k.temperature = float(p.temperature);
+  k.top_k = p.top_k < 0 ? 0 : int32_t(p.top_k);
+  k.top_p = float(p.top_p);
+  k.min_p = float(p.min_p);
+  k.presence_penalty = float(p.presence_penalty);
+  k.frequency_penalty = float(p.frequency_penalty);
+  k.repetition_penalty = float(p.repetition_penalty);
+  k.seed = seed;
+  return k;
+}
+
 nlohmann::json to_json(const SamplingParams& p) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : table().fields) j[std::string(f.name)] = f.get(&p);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/config/field_info.hpp"
+#include "runtime/sampling/sampling_knobs.hpp"
 
 namespace troupe {
 
@@ -83,6 +84,11 @@ void set_sampling_param(SamplingParams& p, std::string_view name, std::string_vi
 /// A JSON object (one --input line, or a server request): known keys applied over `base`,
 /// then validated. Unknown keys -> troupe::Error naming the key.
 SamplingParams sampling_params_from_json(const nlohmann::json& j, const SamplingParams& base);
+
+/// The per-token knobs of `p` as every sequence of the request samples with them (float, top_k
+/// -1 as 0), with `seed` (a request's n > 1 sequences each get their own): the one place
+/// SamplingParams' knobs are carried over to SamplingKnobs.
+[[nodiscard]] SamplingKnobs sampling_knobs(const SamplingParams& p, uint64_t seed);
 
 /// Every field, with vLLM's names; None is null.
 nlohmann::json to_json(const SamplingParams& p);

@@ -9,11 +9,10 @@
 namespace troupe {
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
-                               PreemptionMode mode, int32_t num_cpu_blocks)
+                               int32_t num_cpu_blocks)
     : block_size_(block_size),
       prefix_caching_(enable_prefix_caching),
       pool_(num_blocks, block_size),
-      mode_(mode),
       num_cpu_blocks_(std::max(num_cpu_blocks, 0)) {
   if (num_cpu_blocks < 0) fail("KVCacheManager: num_cpu_blocks = {}: must be >= 0", num_cpu_blocks);
   // Highest id on top, so blocks are handed out 0, 1, 2, ... (easier to read in tests).
@@ -72,7 +71,7 @@ void KVCacheManager::free_seq(uint64_t seq_id) {
   seqs_.erase(it);
 }
 
-void KVCacheManager::preempt(const KVRunningAsk& victim, KVGrant& out) {
+void KVCacheManager::preempt(const KVRunningAsk& victim, PreemptionMode mode, KVGrant& out) {
   auto it = seqs_.find(victim.seq_id);
   if (it == seqs_.end())
     fail("KVCacheManager: preempting sequence {}: holds no blocks", victim.seq_id);
@@ -81,7 +80,7 @@ void KVCacheManager::preempt(const KVRunningAsk& victim, KVGrant& out) {
   const auto n =
       size_t(std::min<int32_t>(blocks_for(victim.num_computed_tokens), int32_t(blocks.size())));
   bool swapped = false;
-  if (mode_ == PreemptionMode::swap && n > 0) {
+  if (mode == PreemptionMode::swap && n > 0) {
     if (cpu_free_.size() >= n) {
       SwappedState sw;
       sw.salt = it->second.salt;
@@ -128,10 +127,29 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
   KVGrant out;
   for (const auto& r : ask.released) release(r.seq_id, r.appended_token_ids, r.num_computed_tokens);
 
-  // Running sequences, highest priority first; when one cannot grow, the lowest-priority
-  // running sequence still holding blocks is preempted (possibly the one asking).
-  size_t end = ask.running.size();
-  for (size_t i = 0; i < end; ++i) {
+  // Where each running ask stands this step (by its index in ask.running), and where each of
+  // the policy's victims is.
+  enum class Fate : uint8_t { pending, granted, preempted };
+  std::vector<Fate> fate(ask.running.size(), Fate::pending);
+  std::vector<size_t> victim_index;
+  victim_index.reserve(ask.preemption_order.size());
+  if (!ask.preemption_order.empty()) {
+    std::unordered_map<uint64_t, size_t> index;
+    for (size_t i = 0; i < ask.running.size(); ++i) index.emplace(ask.running[i].seq_id, i);
+    for (const KVPreemption& v : ask.preemption_order) {
+      auto it = index.find(v.seq_id);
+      if (it == index.end())
+        fail("KVCacheManager: preemption_order names sequence {}, not running in this ask",
+             v.seq_id);
+      victim_index.push_back(it->second);
+    }
+  }
+  size_t next_victim = 0;
+
+  // Running sequences, highest priority first; one that cannot grow preempts the policy's next
+  // victim until it fits (the victim may be itself).
+  for (size_t i = 0; i < ask.running.size(); ++i) {
+    if (fate[i] == Fate::preempted) continue;
     const KVRunningAsk& r = ask.running[i];
     auto it = seqs_.find(r.seq_id);
     if (it == seqs_.end()) fail("KVCacheManager: running sequence {} holds no blocks", r.seq_id);
@@ -144,23 +162,26 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
       fail("KVCacheManager: sequence {} asks for {} tokens but {} are known ({} unknown)",
            r.seq_id, total, known, r.num_unknown_tokens);
     KVRunningGrant g{r.seq_id, {}};
-    bool self_preempted = false;
     // grow() takes all the blocks it needs or none, so a victim's table is what it held.
     bool grown = grow(s, total, &g.new_block_ids);
-    if (!grown && !ask.allow_preemption) {
-      out.short_of_blocks = true;  // sits this step out; nobody is preempted
+    while (!grown) {
+      while (next_victim < victim_index.size() && fate[victim_index[next_victim]] != Fate::pending)
+        ++next_victim;
+      if (next_victim == victim_index.size()) break;
+      const size_t v = victim_index[next_victim];
+      preempt(ask.running[v], ask.preemption_order[next_victim].mode, out);
+      fate[v] = Fate::preempted;
+      if (v == i) break;
+      grown = grow(s, total, &g.new_block_ids);
+    }
+    if (fate[i] == Fate::preempted) continue;
+    if (!grown) {
+      out.short_of_blocks = true;  // sits this step out
       continue;
     }
-    for (; !grown; grown = grow(s, total, &g.new_block_ids)) {
-      const KVRunningAsk& victim = ask.running[end - 1];
-      --end;
-      self_preempted = victim.seq_id == r.seq_id;
-      preempt(victim, out);
-      if (self_preempted) break;
-    }
-    if (self_preempted) break;
     register_full_blocks(s, std::min(total, known));
     out.running.push_back(std::move(g));
+    fate[i] = Fate::granted;
   }
   // No swap-ins or admissions while memory is short (this also keeps a step from both
   // swapping out and swapping in, so their CPU blocks never overlap).

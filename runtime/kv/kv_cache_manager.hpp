@@ -2,24 +2,27 @@
 // and registration, and the capacity half of each step's schedule.
 //
 // Division of labour with the scheduler (runtime/sched/): the scheduler proposes, in priority
-// order, which sequences get how many tokens this step under the token budget; the cache
-// manager grants or trims that proposal to what fits in the cache (KVCacheManager::grant):
-// running sequences that cannot grow preempt the lowest-priority running ones; waiting
-// sequences are admitted in order until one does not fit, after their prefix-cache hits are
-// counted. Everything here is plain data, unit-tested with no actors.
+// order, which sequences get how many tokens this step under the token budget, and its policy
+// (runtime/sched/preemption_policy.hpp) says who may be preempted to make room, in which order
+// and how (KVAsk::preemption_order). The cache manager grants or trims that proposal to what
+// fits in the cache (KVCacheManager::grant): a running sequence that cannot grow gets blocks
+// freed by preempting the policy's victims in order; waiting sequences are admitted in order
+// until one does not fit, after their prefix-cache hits are counted. It decides no priorities
+// itself: it allocates, frees and swaps blocks and says what fits. Everything here is plain
+// data, unit-tested with no actors.
 //
-// Swap space (vLLM V0's preemption by swapping). With PreemptionMode::swap and a CPU pool of
-// num_cpu_blocks blocks, a preempted running sequence has the blocks holding its computed
-// tokens copied to free CPU blocks (the grant lists the (gpu, cpu) pairs in swap_out) and
-// then drops its GPU references exactly as a recompute victim does, so blocks it shares
-// through the prefix cache are only read, never changed. When the CPU pool cannot take the
-// whole sequence it is preempted by recompute instead (logged once). Swapped-out sequences
-// come back in the order the scheduler asks (FIFO), before any waiting sequence is admitted,
-// when the GPU pool has room for all their blocks plus this step's growth: fresh private
-// blocks, filled from the CPU blocks (swap_in pairs), never registered in the prefix index
-// (nor are that sequence's later blocks: their parents would not be in the index). A step
-// that swaps out swaps nothing in and admits nothing, so a CPU block freed by a swap-in is
-// never overwritten by a swap-out of the same step.
+// Swap space (vLLM V0's preemption by swapping). A victim the policy preempts by swap, with a
+// CPU pool of num_cpu_blocks blocks, has the blocks holding its computed tokens copied to free
+// CPU blocks (the grant lists the (gpu, cpu) pairs in swap_out) and then drops its GPU
+// references exactly as a recompute victim does, so blocks it shares through the prefix cache
+// are only read, never changed. When the CPU pool cannot take the whole sequence (the cache
+// manager's "no") it is preempted by recompute instead, the only other way to free its blocks
+// (logged once). Swapped-out sequences come back in the order the scheduler asks (FIFO), before
+// any waiting sequence is admitted, when the GPU pool has room for all their blocks plus this
+// step's growth: fresh private blocks, filled from the CPU blocks (swap_in pairs), never
+// registered in the prefix index (nor are that sequence's later blocks: their parents would not
+// be in the index). A step that swaps out swaps nothing in and admits nothing, so a CPU block
+// freed by a swap-in is never overwritten by a swap-out of the same step.
 #pragma once
 
 #include <cstdint>
@@ -70,17 +73,31 @@ struct KVRelease {
   int32_t num_computed_tokens = 0;
 };
 
+enum class PreemptionMode : uint8_t { recompute, swap };
+
+/// A running sequence the scheduler's policy lets the cache manager preempt, and how. `swap`
+/// falls back to recompute when the CPU pool cannot take the sequence's computed blocks (or it
+/// has none: nothing to keep).
+struct KVPreemption {
+  uint64_t seq_id = 0;
+  PreemptionMode mode = PreemptionMode::recompute;
+};
+
 struct KVAsk {
   std::vector<KVRelease> released;
   std::vector<KVRunningAsk> running;  // highest priority first
   std::vector<KVSwappedAsk> swapped;  // swapped-out sequences, oldest first
   std::vector<KVWaitingAsk> waiting;  // in admission order (only when every swapped one asks)
   int32_t max_running_seqs = 0;       // cap on running.size() after admission
-  // false while a step is in flight (asynchronous scheduling plans the next one meanwhile): a
-  // running sequence that cannot grow sits this step out instead of preempting anyone, and the
-  // grant says so (KVGrant::short_of_blocks) so that the scheduler preempts in a later step
-  // made with nothing in flight.
-  bool allow_preemption = true;
+  // The scheduler's choice of victims (runtime/sched/preemption_policy.hpp), each one of
+  // `running`. When a running sequence cannot grow, the cache manager preempts the next victim
+  // of this list that is neither preempted nor granted already this step (a grant is never
+  // withdrawn: the blocks it registered for prefix reuse are written by this step), until the
+  // sequence fits or is itself preempted. When the list runs out the sequence sits this step out
+  // (KVGrant::short_of_blocks). Empty while a step is in flight (asynchronous scheduling plans
+  // the next one meanwhile): nobody is preempted then, and the scheduler preempts in a later
+  // step made with nothing in flight.
+  std::vector<KVPreemption> preemption_order;
 };
 
 struct KVRunningGrant {
@@ -109,12 +126,10 @@ struct KVGrant {
   std::vector<KVAdmission> admitted;    // a prefix of the waiting asks
   std::vector<BlockSwap> swap_out;      // copies for swapped_out, made before this step
   std::vector<BlockSwap> swap_in;       // copies for swapped_in, made after swap_out
-  // Only when !allow_preemption: some running sequences were left out for lack of blocks (and
-  // nothing was swapped in or admitted).
+  // Some running sequences were left out for lack of blocks, with no victim left in the ask's
+  // preemption_order (and nothing was swapped in or admitted).
   bool short_of_blocks = false;
 };
-
-enum class PreemptionMode : uint8_t { recompute, swap };
 
 struct KVStats {
   int32_t num_blocks = 0;
@@ -131,12 +146,14 @@ struct KVStats {
 
 class KVCacheManager {
  public:
+  /// `num_cpu_blocks`: the swap space (0: every preemption recomputes).
   KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
-                 PreemptionMode mode = PreemptionMode::recompute, int32_t num_cpu_blocks = 0);
+                 int32_t num_cpu_blocks = 0);
 
-  /// Applies one step's ask: releases, then running growth (preempting from the back of
-  /// `running` when blocks run out, by swap or recompute), then swap-ins and then admissions
-  /// (both only when nothing was preempted; admissions only when nothing is left swapped out).
+  /// Applies one step's ask: releases, then running growth (preempting the ask's
+  /// preemption_order when blocks run out), then swap-ins and then admissions (both only when
+  /// nothing was preempted and nobody sat out; admissions only when nothing is left swapped
+  /// out). Throws troupe::Error for an ask that contradicts what it holds.
   [[nodiscard]] KVGrant grant(const KVAsk& ask);
 
   /// Number of blocks a sequence of `num_tokens` tokens needs.
@@ -172,8 +189,9 @@ class KVCacheManager {
   };
 
   void release(uint64_t seq_id, std::vector<int32_t> appended, int32_t num_computed);
-  /// Preempts running sequence `victim` (swap when possible) and releases its GPU blocks.
-  void preempt(const KVRunningAsk& victim, KVGrant& out);
+  /// Preempts running sequence `victim` (by swap when `mode` says so and the CPU pool has room)
+  /// and releases its GPU blocks.
+  void preempt(const KVRunningAsk& victim, PreemptionMode mode, KVGrant& out);
   void free_seq(uint64_t seq_id);
   /// Registers the full blocks among the first `num_tokens` tokens.
   void register_full_blocks(SeqState& s, int32_t num_tokens);
@@ -185,7 +203,6 @@ class KVCacheManager {
   std::unordered_map<uint64_t, SeqState> seqs_;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 
-  PreemptionMode mode_;
   int32_t num_cpu_blocks_;
   std::vector<int32_t> cpu_free_;  // free CPU blocks (a stack: which one is reused is moot)
   std::unordered_map<uint64_t, SwappedState> swapped_;

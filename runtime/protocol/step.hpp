@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/sampling/sampling_knobs.hpp"
+
 namespace troupe {
 
 /// Prompt positions whose logprobs one step may compute (all sequences together). Logits rows
@@ -38,17 +40,10 @@ inline std::vector<int32_t> capture_size_pattern(int64_t largest, int32_t step_p
   return sizes;
 }
 
-/// Per-sequence sampling settings, fixed for the sequence's life (see SamplingRow for their
-/// meaning). Derived by the engine from SamplingParams.
-struct SeqSampling {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  uint64_t seed = 0;
+/// Per-sequence sampling settings, fixed for the sequence's life: the knobs (sampling_knobs.hpp)
+/// and what the executor needs around them (see SamplingRow for their meaning). Derived by the
+/// engine from SamplingParams.
+struct SeqSampling : SamplingKnobs {
   int32_t num_logprobs = -1;         // -1: none (not even the sampled token's); N: it + top N
   int32_t num_prompt_logprobs = -1;  // -1: none; N: logprob of each prompt token + top N
   int32_t min_tokens = 0;            // before this many outputs, `stop_ids` are banned

@@ -19,20 +19,16 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/sampling/sampling_knobs.hpp"
+
 namespace troupe {
 
 /// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
 inline constexpr float kGreedyTemperature = 1e-5f;
 
-struct SamplingRow {
-  float temperature = 1.0f;
-  int32_t top_k = 0;  // 0 or -1: no limit
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  uint64_t seed = 0;
+/// One row's knobs (sampling_knobs.hpp) and what the step adds: where the sequence stands, its
+/// tokens for the penalties and its bias.
+struct SamplingRow : SamplingKnobs {
   uint64_t offset = 0;        // index of the token being sampled within this sequence's output
   // -1: no logprobs at all (vLLM's logprobs=None: the sampled token's logprob and rank are not
   // computed and stay 0); N >= 0: the sampled token's and the top N.

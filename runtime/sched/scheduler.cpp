@@ -17,7 +17,8 @@ const char* to_string(FinishReason r) {
   return "";
 }
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(config) {
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config), preemption_(config.preemption_mode) {
   if (config_.max_num_batched_tokens <= 0)
     fail("max_num_batched_tokens = {}: must be > 0", config_.max_num_batched_tokens);
   if (config_.max_num_seqs <= 0) fail("max_num_seqs = {}: must be > 0", config_.max_num_seqs);
@@ -71,7 +72,6 @@ KVAsk Scheduler::propose() {
   ask.released = std::move(releases_);
   releases_.clear();
   ask.max_running_seqs = config_.max_num_seqs;
-  ask.allow_preemption = !ahead;
   int32_t budget = config_.max_num_batched_tokens;
   int32_t logprob_rows = prompt_logprob_rows_per_step(config_.max_num_batched_tokens);
   // A chunk of a sequence that wants prompt logprobs costs one logits row per prompt position.
@@ -106,6 +106,9 @@ KVAsk Scheduler::propose() {
     ask.running.push_back(KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown});
     s.pending_kv.clear();
   }
+  // A plan made ahead preempts nobody (see the header); the next one, made with nothing in
+  // flight, does.
+  if (!ahead) ask.preemption_order = preemption_.order(ask.running);
   int32_t count = int32_t(running_.size());
   // Swapped-out sequences, oldest first, continue from where they were.
   bool every_swapped_asks = true;

@@ -21,9 +21,13 @@
 // appended_token_ids confirm them later. What cannot be known ahead costs at most one wasted
 // step per sequence: one that stops on a token (eos, stop_token_ids) or is aborted also ran in
 // the step planned ahead, whose output for it is dropped. Stops by length are known ahead and
-// never scheduled. A plan made ahead preempts nobody (KVAsk::allow_preemption = false): a
+// never scheduled. A plan made ahead preempts nobody (its ask has no preemption_order): a
 // sequence that cannot grow sits it out, and the next plan is made with nothing in flight,
 // where vLLM's preemption rules apply as in synchronous scheduling.
+//
+// Preemption: the choice of victims and of recompute or swap is the policy's
+// (preemption_policy.hpp); the ask carries it to the cache manager, which frees blocks in that
+// order until the sequence that cannot grow fits.
 //
 // Swapped-out sequences ask to come back after the running ones and before any waiting one
 // (waiting sequences are only proposed when every swapped one is). The executors forget a
@@ -38,8 +42,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/protocol/step.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/protocol/step.hpp"
+#include "runtime/sched/preemption_policy.hpp"
 
 namespace troupe {
 
@@ -49,6 +54,8 @@ struct SchedulerConfig {
   int32_t max_model_len = 0;
   bool enable_chunked_prefill = true;
   bool async_scheduling = false;  // plan a step while the one before runs (see above)
+  // How PreemptionPolicy preempts (--preemption-mode); swap needs the cache manager's CPU pool.
+  PreemptionMode preemption_mode = PreemptionMode::recompute;
 };
 
 /// The scheduler actor's settings: the policy, and its periodic stats line.
@@ -175,6 +182,7 @@ class Scheduler {
   void retire(uint64_t seq_id);  // removes from queues, queues release + forget
 
   SchedulerConfig config_;
+  PreemptionPolicy preemption_;
   std::unordered_map<uint64_t, Seq> seqs_;
   std::vector<uint64_t> running_;  // priority order: admission order
   std::deque<uint64_t> waiting_;

@@ -6,17 +6,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
+#include <map>
 #include <set>
 #include <thread>
 
+#include "actors/engine.hpp"
 #include "actors/llm.hpp"
 #include "runtime/error.hpp"
 #include "tests/actors/worker_process.hpp"
+#include "tests/runtime/test_tokenizer_util.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -523,6 +526,84 @@ TEST_CASE("the pipelined executor gives the tokens and logprobs of whole steps",
   ::unsetenv("TROUPE_EXECUTOR_PIPELINE");
   CHECK(what.find("TROUPE_EXECUTOR_PIPELINE") != std::string::npos);
   CHECK(what.find("'yes'") != std::string::npos);
+}
+
+TEST_CASE("a detokenizer error fails exactly its requests, with the reason", "[engine][detok]") {
+  // A model's vocabulary may be larger than its tokenizer's (padded embeddings): here the
+  // llama_gqa fixture (256 ids) runs with the tiny fixture tokenizer cut to ids 0..248. Its
+  // greedy continuation of reference prompt 3 reaches id 251 at the seventh token, prompt 2
+  // holds id 250 itself, and prompt 0 stays within the tokenizer for all its 24 tokens.
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  const Reference ref = load_reference("llama_gqa");
+  tokenizer_test::TempDir dir;
+  nlohmann::json tok = tokenizer_test::tiny_json();
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [piece, id] : tok["model"]["vocab"].items())
+    if (id.get<int32_t>() < 249) vocab[piece] = id;
+  tok["model"]["vocab"] = vocab;
+  tok["model"]["merges"] = nlohmann::json::array();
+  tok["added_tokens"] = nlohmann::json::array();
+  dir.write_json("tokenizer.json", tok);
+  EngineArgs args = fixture_args("llama_gqa");
+  args.skip_tokenizer_init = false;
+  args.tokenizer = dir.path().string();
+  SamplingParams params = greedy_params(24);
+  params.detokenize = true;
+
+  caf::actor_system_config cfg;
+  register_message_types(cfg);
+  caf::actor_system sys{cfg};
+  {
+    Engine engine(sys, args);
+    REQUIRE(engine.tokenizer()->vocab_size() == 249);
+    caf::scoped_actor self{sys};
+    std::map<std::string, size_t> prompt_of;  // request id -> reference prompt
+    for (size_t i : {size_t(0), size_t(3), size_t(2)}) {
+      EngineRequest req;
+      req.prompt_token_ids = ref.prompts[i];
+      req.params = params;
+      self->request(engine.handle(), std::chrono::seconds(10), submit_atom::value, req,
+                    caf::actor_cast<caf::actor>(self))
+          .receive([&](const std::string& id) { prompt_of[id] = i; },
+                   [&](caf::error& e) { FAIL(error_text(e)); });
+    }
+    std::map<size_t, RequestOutput> outs;
+    bool timed_out = false;
+    for (int n = 0; n < 100 && outs.size() < 3 && !timed_out; ++n)
+      self->receive(
+          [&](output_atom, RequestOutput& o) {
+            if (o.finished) outs[prompt_of.at(o.request_id)] = std::move(o);
+          },
+          caf::after(std::chrono::seconds(30)) >> [&] { timed_out = true; });
+    REQUIRE_FALSE(timed_out);
+    REQUIRE(outs.size() == 3);
+    // Untouched: all its tokens and their text.
+    const RequestOutput& ok = outs[0];
+    CHECK(ok.error.empty());
+    CHECK(ok.outputs[0].finish_reason == "length");
+    CHECK(ok.outputs[0].token_ids == ref.greedy[0]);
+    CHECK(ok.outputs[0].text == engine.tokenizer()->decode(ref.greedy[0]));
+    // Failed when its seventh token reached the detokenizer, with the reason (a step or two
+    // more may have come in while the detokenizer answered).
+    const RequestOutput& late = outs[3];
+    CHECK(late.outputs[0].finish_reason == "error");
+    CHECK_THAT(late.error, Catch::Contains("token id 251 is out of range"));
+    const std::vector<int32_t>& got = late.outputs[0].token_ids;
+    CHECK(got.size() >= 7);
+    CHECK(got.size() <= ref.greedy[3].size());
+    CHECK(std::equal(got.begin(), got.end(), ref.greedy[3].begin()));
+    // Failed when its detokenizer was opened (its prompt holds id 250).
+    const RequestOutput& early = outs[2];
+    CHECK(early.outputs[0].finish_reason == "error");
+    CHECK_THAT(early.error,
+               Catch::Contains("(prompt)") && Catch::Contains("token id 250 is out of range"));
+  }
+  // LLM::generate returns (throws the reason) instead of waiting forever.
+  LLM llm(args);
+  CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[3])}, params, {.use_tqdm = false}),
+                    Catch::Contains("token id 251 is out of range"));
+  const auto ok = llm.generate({Prompt(ref.prompts[0])}, params, {.use_tqdm = false});
+  CHECK(ok[0].outputs[0].token_ids == ref.greedy[0]);
 }
 
 TEST_CASE("a worker that dies while loading its model fails the engine's start with the reason",

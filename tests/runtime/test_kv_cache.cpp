@@ -6,6 +6,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
+#include "runtime/sched/preemption_policy.hpp"
 
 using namespace troupe;
 
@@ -14,6 +15,12 @@ std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
   std::vector<int32_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), start);
   return v;
+}
+/// The scheduler's victims for `ask` (its policy, lowest priority first), as a synchronous
+/// step's ask carries them.
+KVAsk& with_victims(KVAsk& ask, PreemptionMode mode = PreemptionMode::recompute) {
+  ask.preemption_order = PreemptionPolicy(mode).order(ask.running);
+  return ask;
 }
 }  // namespace
 
@@ -98,7 +105,7 @@ TEST_CASE("running sequences grow, and when blocks run out the lowest priority i
   KVAsk grow;
   grow.running.push_back(KVRunningAsk{1, {7}, 8, 1});
   grow.running.push_back(KVRunningAsk{2, {9}, 8, 1});
-  g = kv.grant(grow);
+  g = kv.grant(with_victims(grow));
   REQUIRE(g.running.size() == 1);
   CHECK(g.running[0].seq_id == 1);
   CHECK(g.running[0].new_block_ids.size() == 1);
@@ -115,8 +122,7 @@ TEST_CASE("a step planned ahead preempts nobody: who cannot grow sits it out", "
   REQUIRE(kv.grant(admit).admitted.size() == 2);
   CHECK(kv.stats().num_free_blocks == 0);
   // Both sample a token in the step in flight; the next step computes it (known + 1).
-  KVAsk ahead;
-  ahead.allow_preemption = false;
+  KVAsk ahead;                                            // no preemption_order: planned ahead
   ahead.running.push_back(KVRunningAsk{1, {}, 8, 1, 1});  // needs a third block: none left
   ahead.running.push_back(KVRunningAsk{2, {}, 7, 1, 1});  // fits its second block
   ahead.waiting.push_back(KVWaitingAsk{3, iota_tokens(2, 900), 2, true, true, 0});
@@ -141,7 +147,6 @@ TEST_CASE("a block completed by a token not yet known is registered once it is",
   admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(7), 7, true, true, 0});
   REQUIRE(kv.grant(admit).admitted.size() == 1);
   KVAsk ahead;  // position 7 (the token the first step samples) completes block 1
-  ahead.allow_preemption = false;
   ahead.running.push_back(KVRunningAsk{1, {}, 7, 1, 1});
   REQUIRE(kv.grant(ahead).running.size() == 1);
   // The token turns out to be 555: a prompt 100..106, 555 hits both blocks once it is known.
@@ -165,10 +170,68 @@ TEST_CASE("a sequence that cannot grow even alone preempts itself", "[kv]") {
   REQUIRE(kv.grant(admit).admitted.size() == 1);
   KVAsk grow;
   grow.running.push_back(KVRunningAsk{1, {1}, 4, 1});
-  KVGrant g = kv.grant(grow);
+  KVGrant g = kv.grant(with_victims(grow));
   CHECK(g.running.empty());
   CHECK(g.preempted == std::vector<uint64_t>{1});
   CHECK(kv.stats().num_free_blocks == 2);
+}
+
+namespace {
+/// Sequences 1, 2 and 3 of 8 tokens each fill a pool of 6 blocks of 4; then each asks for 5
+/// more tokens (two more blocks), with the victims `order` gives.
+KVGrant three_grow(KVCacheManager& kv, std::vector<KVPreemption> order) {
+  KVAsk admit;
+  for (uint64_t id = 1; id <= 3; ++id)
+    admit.waiting.push_back(KVWaitingAsk{id, iota_tokens(8, int32_t(id) * 100), 8, true, true, 0});
+  REQUIRE(kv.grant(admit).admitted.size() == 3);
+  REQUIRE(kv.stats().num_free_blocks == 0);
+  KVAsk grow;
+  for (uint64_t id = 1; id <= 3; ++id)
+    grow.running.push_back(KVRunningAsk{id, iota_tokens(5, 900), 8, 5});
+  grow.preemption_order = std::move(order);
+  return kv.grant(grow);
+}
+constexpr PreemptionMode kRecompute = PreemptionMode::recompute;
+constexpr PreemptionMode kSwap = PreemptionMode::swap;
+}  // namespace
+
+TEST_CASE("the cache manager preempts whom the ask names, in its order and mode", "[kv][preempt]") {
+  SECTION("the policy's order: the lowest priority goes first") {
+    KVCacheManager kv(6, 4, false);
+    KVGrant g = three_grow(kv, {{3, kRecompute}, {2, kRecompute}, {1, kRecompute}});
+    // 1 takes 3's two blocks; 2 preempts itself (nothing else ranks below it).
+    CHECK(g.preempted == std::vector<uint64_t>{3, 2});
+    REQUIRE(g.running.size() == 1);
+    CHECK(g.running[0].seq_id == 1);
+  }
+  SECTION("another order is followed as given: nothing is decided here") {
+    KVCacheManager kv(6, 4, false, 8);
+    KVGrant g = three_grow(kv, {{2, kSwap}, {1, kRecompute}, {3, kRecompute}});
+    // 1 cannot grow and takes 2's blocks (2 is swapped out, as asked); 3 cannot grow, and its
+    // next victim, 1, was granted already and is passed over: 3 preempts itself.
+    CHECK(g.swapped_out == std::vector<uint64_t>{2});
+    CHECK(g.preempted == std::vector<uint64_t>{3});
+    REQUIRE(g.running.size() == 1);
+    CHECK(g.running[0].seq_id == 1);
+    CHECK(kv.is_swapped(2));
+    CHECK(kv.block_table(1).size() == 4);
+  }
+  SECTION("a sequence whose victims run out sits the step out and keeps its blocks") {
+    KVCacheManager kv(6, 4, false);
+    KVGrant g = three_grow(kv, {{3, kRecompute}});
+    CHECK(g.preempted == std::vector<uint64_t>{3});
+    REQUIRE(g.running.size() == 1);
+    CHECK(g.running[0].seq_id == 1);
+    CHECK(g.short_of_blocks);  // 2 could not grow and nobody was left to preempt
+    CHECK(kv.holds(2));
+    CHECK(kv.block_table(2).size() == 2);
+  }
+  SECTION("a victim that is not running in the ask is refused") {
+    KVCacheManager kv(6, 4, false);
+    CHECK_THROWS_WITH(three_grow(kv, {{3, kRecompute}, {7, kRecompute}}),
+                      Catch::Contains("preemption_order names sequence 7") &&
+                          Catch::Contains("not running in this ask"));
+  }
 }
 
 TEST_CASE("admission stops at the first waiting sequence that does not fit", "[kv]") {
@@ -257,7 +320,8 @@ TEST_CASE("finished sequences leave their computed blocks cached for later reque
 namespace {
 /// Two sequences of 8 tokens filling a pool of 4 blocks of 4; sequence 1 then needs a third
 /// block, so sequence 2 (lower priority) is preempted.
-KVGrant fill_then_grow(KVCacheManager& kv, std::vector<int32_t>* blocks_of_2 = nullptr) {
+KVGrant fill_then_grow(KVCacheManager& kv, PreemptionMode mode,
+                       std::vector<int32_t>* blocks_of_2 = nullptr) {
   KVAsk admit;
   admit.waiting.push_back(KVWaitingAsk{1, iota_tokens(8), 8, true, true, 0});
   admit.waiting.push_back(KVWaitingAsk{2, iota_tokens(8, 500), 8, true, true, 0});
@@ -267,15 +331,15 @@ KVGrant fill_then_grow(KVCacheManager& kv, std::vector<int32_t>* blocks_of_2 = n
   KVAsk grow;
   grow.running.push_back(KVRunningAsk{1, {7}, 8, 1});
   grow.running.push_back(KVRunningAsk{2, {9}, 8, 1});
-  return kv.grant(grow);
+  return kv.grant(with_victims(grow, mode));
 }
 }  // namespace
 
 TEST_CASE("swap mode: a preempted sequence's computed blocks are copied to CPU blocks",
           "[kv][swap]") {
-  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  KVCacheManager kv(4, 4, false, 8);
   std::vector<int32_t> blocks2;
-  KVGrant g = fill_then_grow(kv, &blocks2);
+  KVGrant g = fill_then_grow(kv, PreemptionMode::swap, &blocks2);
   REQUIRE(g.running.size() == 1);
   CHECK(g.running[0].seq_id == 1);
   CHECK(g.preempted.empty());
@@ -295,16 +359,16 @@ TEST_CASE("swap mode: a preempted sequence's computed blocks are copied to CPU b
 
 TEST_CASE("recompute mode and a full CPU pool both preempt by recompute", "[kv][swap]") {
   SECTION("recompute mode") {
-    KVCacheManager kv(4, 4, false, PreemptionMode::recompute, 8);
-    KVGrant g = fill_then_grow(kv);
+    KVCacheManager kv(4, 4, false, 8);
+    KVGrant g = fill_then_grow(kv, PreemptionMode::recompute);
     CHECK(g.preempted == std::vector<uint64_t>{2});
     CHECK(g.swapped_out.empty());
     CHECK(g.swap_out.empty());
     CHECK(kv.stats().swap_fallbacks == 0);
   }
   SECTION("swap mode, one CPU block for a two-block sequence") {
-    KVCacheManager kv(4, 4, false, PreemptionMode::swap, 1);
-    KVGrant g = fill_then_grow(kv);
+    KVCacheManager kv(4, 4, false, 1);
+    KVGrant g = fill_then_grow(kv, PreemptionMode::swap);
     CHECK(g.preempted == std::vector<uint64_t>{2});
     CHECK(g.swapped_out.empty());
     CHECK(g.swap_out.empty());
@@ -313,16 +377,16 @@ TEST_CASE("recompute mode and a full CPU pool both preempt by recompute", "[kv][
     CHECK(kv.stats().swap_fallbacks == 1);
   }
   SECTION("swap mode, no CPU blocks at all") {
-    KVCacheManager kv(4, 4, false, PreemptionMode::swap, 0);
-    KVGrant g = fill_then_grow(kv);
+    KVCacheManager kv(4, 4, false, 0);
+    KVGrant g = fill_then_grow(kv, PreemptionMode::swap);
     CHECK(g.preempted == std::vector<uint64_t>{2});
     CHECK(kv.stats().swap_fallbacks == 1);
   }
 }
 
 TEST_CASE("swapped sequences come back before any waiting one is admitted", "[kv][swap]") {
-  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
-  REQUIRE(fill_then_grow(kv).swapped_out == std::vector<uint64_t>{2});
+  KVCacheManager kv(4, 4, false, 8);
+  REQUIRE(fill_then_grow(kv, PreemptionMode::swap).swapped_out == std::vector<uint64_t>{2});
   std::vector<int32_t> tokens2 = iota_tokens(8, 500);
   tokens2.push_back(9);
 
@@ -371,8 +435,8 @@ TEST_CASE("swapped sequences come back before any waiting one is admitted", "[kv
 }
 
 TEST_CASE("a sequence aborted while swapped out gives its CPU blocks back", "[kv][swap]") {
-  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
-  REQUIRE(fill_then_grow(kv).swapped_out.size() == 1);
+  KVCacheManager kv(4, 4, false, 8);
+  REQUIRE(fill_then_grow(kv, PreemptionMode::swap).swapped_out.size() == 1);
   KVAsk abort;
   abort.released.push_back(KVRelease{2, {}, 0});
   abort.released.push_back(KVRelease{1, {}, 9});
@@ -384,7 +448,7 @@ TEST_CASE("a sequence aborted while swapped out gives its CPU blocks back", "[kv
 
 TEST_CASE("swapping out a sequence leaves the prefix blocks it shared intact", "[kv][swap]") {
   // Two sequences with the same first block (prefix hit); the second is swapped out.
-  KVCacheManager kv(4, 4, true, PreemptionMode::swap, 8);
+  KVCacheManager kv(4, 4, true, 8);
   std::vector<int32_t> a = iota_tokens(8), b = iota_tokens(4);
   for (int32_t t : iota_tokens(4, 700)) b.push_back(t);
   KVAsk first;
@@ -403,7 +467,7 @@ TEST_CASE("swapping out a sequence leaves the prefix blocks it shared intact", "
   KVAsk grow;
   grow.running.push_back(KVRunningAsk{1, {1}, 8, 1});
   grow.running.push_back(KVRunningAsk{2, {2}, 8, 1});
-  g = kv.grant(grow);
+  g = kv.grant(with_victims(grow, PreemptionMode::swap));
   CHECK(g.swapped_out == std::vector<uint64_t>{2});
   REQUIRE(g.swap_out.size() == 2);
   CHECK(g.swap_out[0].gpu_block == shared);  // read, not freed: sequence 1 still holds it

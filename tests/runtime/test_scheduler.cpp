@@ -198,10 +198,10 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
                                     bool prefix, std::vector<SeqSpec> specs,
                                     uint64_t* preemptions = nullptr, int* steps = nullptr,
                                     SwapRun* swap = nullptr, int* planned_ahead = nullptr) {
+  cfg.preemption_mode = swap ? swap->mode : PreemptionMode::recompute;
   Scheduler sched(cfg);
-  const PreemptionMode mode = swap ? swap->mode : PreemptionMode::recompute;
   const int32_t cpu_blocks = swap ? swap->cpu_blocks : 0;
-  KVCacheManager kv(num_blocks, block_size, prefix, mode, cpu_blocks);
+  KVCacheManager kv(num_blocks, block_size, prefix, cpu_blocks);
   FakeExecutor exec(block_size, num_blocks, cpu_blocks);
   for (auto& s : specs) sched.add(s);
   std::map<uint64_t, Outcome> out;
@@ -461,8 +461,8 @@ TEST_CASE("swap: preempted sequences are swapped out and back, nothing is recomp
 TEST_CASE("swap: the scheduler keeps num_computed_tokens across a swap", "[sched][swap]") {
   // Two sequences in a cache of 4 blocks of 4: both prompts take 2 blocks; the first to grow
   // past 8 tokens swaps the other out.
-  Scheduler sched({64, 8, 1024, true});
-  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  Scheduler sched({64, 8, 1024, true, false, PreemptionMode::swap});
+  KVCacheManager kv(4, 4, false, 8);
   FakeExecutor exec(4, 4, 8);
   sched.add(make_spec(1, 7, 9));  // 16 tokens: the whole cache, alone
   sched.add(make_spec(2, 7, 3, 50));
@@ -501,8 +501,8 @@ TEST_CASE("swap: the scheduler keeps num_computed_tokens across a swap", "[sched
 }
 
 TEST_CASE("swap: aborting a swapped-out sequence frees its CPU blocks", "[sched][swap]") {
-  Scheduler sched({64, 8, 1024, true});
-  KVCacheManager kv(4, 4, false, PreemptionMode::swap, 8);
+  Scheduler sched({64, 8, 1024, true, false, PreemptionMode::swap});
+  KVCacheManager kv(4, 4, false, 8);
   FakeExecutor exec(4, 4, 8);
   sched.add(make_spec(1, 7, 20));
   sched.add(make_spec(2, 7, 20, 50));
@@ -517,6 +517,50 @@ TEST_CASE("swap: aborting a swapped-out sequence frees its CPU blocks", "[sched]
   CHECK(kv.num_free_cpu_blocks() == 8);
   CHECK(kv.stats().num_free_blocks == 4);
   CHECK_FALSE(sched.has_work());
+}
+
+// ---- preemption: the policy's choice ----
+
+TEST_CASE("the preemption policy names the lowest priority first, in the configured mode",
+          "[sched][preempt]") {
+  const std::vector<KVRunningAsk> running{{4, {}, 8, 1}, {9, {}, 8, 1}, {2, {}, 8, 1}};
+  const auto ids = [](const std::vector<KVPreemption>& v) {
+    std::vector<uint64_t> out;
+    for (const auto& p : v) out.push_back(p.seq_id);
+    return out;
+  };
+  for (PreemptionMode mode : {PreemptionMode::recompute, PreemptionMode::swap}) {
+    const auto order = PreemptionPolicy(mode).order(running);
+    CHECK(ids(order) == std::vector<uint64_t>{2, 9, 4});  // the reverse of priority order
+    for (const auto& p : order) CHECK(p.mode == mode);
+  }
+  CHECK(PreemptionPolicy().order({}).empty());
+  CHECK(PreemptionPolicy::name() == "lowest_priority_first");
+}
+
+TEST_CASE("the scheduler preempts the sequence admitted last, by recompute or by swap",
+          "[sched][preempt]") {
+  // Three prompts of 8 tokens fill 6 blocks of 4; each then needs a third block for its
+  // second output: the ask names 3, 2, 1 as victims, and 1 and 2 grow into 3's blocks.
+  const PreemptionMode mode = GENERATE(PreemptionMode::recompute, PreemptionMode::swap);
+  Scheduler sched({64, 8, 1024, true, false, mode});
+  KVCacheManager kv(6, 4, false, 8);
+  FakeExecutor exec(4, 6, 8);
+  for (uint64_t id = 1; id <= 3; ++id) sched.add(make_spec(id, 8, 4, int32_t(id) * 100));
+  (void)sched.on_result(exec.execute(sched.apply(kv.grant(sched.propose()))));
+  const KVAsk ask = sched.propose();
+  REQUIRE(ask.preemption_order.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(ask.preemption_order[i].seq_id == 3 - i);
+    CHECK(ask.preemption_order[i].mode == mode);
+  }
+  const StepPlan plan = sched.apply(kv.grant(ask));
+  CHECK(plan.finished_seq_ids == std::vector<uint64_t>{3});  // the executors forget it
+  CHECK(plan.cached_seqs.size() == 2);
+  CHECK(sched.stats().num_preemptions == 1);
+  CHECK(sched.stats().num_swapped == (mode == PreemptionMode::swap ? 1 : 0));
+  CHECK(sched.stats().num_waiting == (mode == PreemptionMode::swap ? 0 : 1));
+  CHECK(plan.swap_out.size() == (mode == PreemptionMode::swap ? 2u : 0u));
 }
 
 // ---- asynchronous scheduling ----
@@ -560,7 +604,9 @@ TEST_CASE("async: a sequence is not scheduled past its last token", "[sched][asy
   StepPlan p1 = sched.apply(kv.grant(sched.propose()));
   StepResult r1 = exec.execute(p1);
   REQUIRE(sched.can_plan_ahead());
-  StepPlan p2 = sched.apply(kv.grant(sched.propose()));  // computes output 1, samples output 2
+  const KVAsk ahead = sched.propose();
+  CHECK(ahead.preemption_order.empty());       // a plan made ahead preempts nobody
+  StepPlan p2 = sched.apply(kv.grant(ahead));  // computes output 1, samples output 2
   REQUIRE(p2.cached_seqs.size() == 1);
   CHECK(p2.cached_seqs[0].num_computed_tokens == 5);
   CHECK(p2.cached_seqs[0].appended_token_ids.empty());  // output 1 is not known yet

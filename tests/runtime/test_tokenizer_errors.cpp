@@ -1,5 +1,6 @@
 // Every error path of Tokenizer / IncrementalDetokenizer: a troupe::Error with one line that
 // names the file or the field, the value and what is allowed; never a crash.
+#include "tests/runtime/test_error_of.hpp"
 #include "tests/runtime/test_tokenizer_util.hpp"
 
 #include "runtime/error.hpp"
@@ -10,19 +11,9 @@ using troupe::IncrementalDetokenizer;
 using troupe::Tokenizer;
 using namespace troupe::tokenizer_test;
 using nlohmann::json;
+using troupe::test::error_of;
 
 namespace {
-
-// The message of the troupe::Error that `f` throws ("" if it throws nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const troupe::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Loads the tiny tokenizer with an edited tokenizer.json; returns the error message.
 template <class Edit>

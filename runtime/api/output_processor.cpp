@@ -1,0 +1,310 @@
+#include "runtime/api/output_processor.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+std::string clip(const std::string& s, int32_t max_len) {
+  if (max_len <= 0 || int32_t(s.size()) <= max_len) return s;
+  return s.substr(0, size_t(max_len)) + "...";
+}
+
+}  // namespace
+
+OutputProcessor::OutputProcessor(OutputProcessorConfig config,
+                                 std::shared_ptr<const Tokenizer> tokenizer)
+    : config_(std::move(config)), tokenizer_(std::move(tokenizer)), rng_(config_.seed) {}
+
+void OutputProcessor::check(const SamplingParams& p) const {
+  validate(p);
+  // max_logprobs = -1: no limit (vLLM), and logprobs = -1 asks for the whole vocabulary.
+  const auto over = [&](int64_t n) {
+    return config_.max_logprobs >= 0 && (n < 0 || n > config_.max_logprobs);
+  };
+  if (p.logprobs && over(*p.logprobs))
+    fail("logprobs = {}: must be <= max_logprobs = {}", *p.logprobs, config_.max_logprobs);
+  if (p.prompt_logprobs && over(*p.prompt_logprobs))
+    fail("prompt_logprobs = {}: must be <= max_logprobs = {}", *p.prompt_logprobs,
+         config_.max_logprobs);
+  for (auto t : p.stop_token_ids)
+    if (t < 0 || t >= config_.vocab_size)
+      fail("stop_token_ids: {} is not a token id (vocabulary size {})", t, config_.vocab_size);
+  for (const auto& [t, b] : p.logit_bias) {
+    (void)b;
+    if (t < 0 || t >= config_.vocab_size)
+      fail("logit_bias: {} is not a token id (vocabulary size {})", t, config_.vocab_size);
+  }
+}
+
+void OutputProcessor::check_prompt(const std::vector<int32_t>& ids) const {
+  if (ids.empty()) fail("prompt: empty (at least one token is needed)");
+  if (int32_t(ids.size()) > config_.max_model_len)
+    fail("prompt: {} tokens, more than max_model_len = {}", ids.size(), config_.max_model_len);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
+      fail("prompt_token_ids[{}] = {}: not a token id (vocabulary size {})", i, ids[i],
+           config_.vocab_size);
+}
+
+OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::string prompt,
+                                                std::vector<int32_t> ids, const SamplingParams& p,
+                                                bool stream) {
+  check(p);
+  if (p.truncate_prompt_tokens && int32_t(ids.size()) > *p.truncate_prompt_tokens)
+    ids.erase(ids.begin(), ids.end() - *p.truncate_prompt_tokens);
+  check_prompt(ids);
+  std::string id = request_id.empty() ? std::to_string(next_request_++) : std::move(request_id);
+  if (requests_.contains(id)) fail("request_id = '{}': already in use", id);
+
+  Request r;
+  r.id = id;
+  r.stream = stream;
+  r.detokenize = p.detokenize && tokenizer_ != nullptr;
+  r.prompt = std::move(prompt);
+  r.prompt_ids = ids;
+  r.params = p;
+  for (const auto& s : p.stop) r.max_stop_len = std::max(r.max_stop_len, s.size());
+  if (p.prompt_logprobs) r.prompt_logprobs.emplace(1);  // the first token has none
+
+  const int32_t n = std::max<int32_t>(1, int32_t(p.n));
+  const int32_t max_tokens =
+      p.max_tokens ? int32_t(*p.max_tokens) : config_.max_model_len - int32_t(ids.size());
+  const std::vector<int32_t> eos = p.ignore_eos ? std::vector<int32_t>{} : config_.eos_token_ids;
+  const std::vector<int32_t> stop_ids(p.stop_token_ids.begin(), p.stop_token_ids.end());
+  // vLLM's -1 (allowed when max_logprobs = -1) is the whole vocabulary; the executor's -1 means
+  // none.
+  const auto count = [&](int64_t k) { return k < 0 ? config_.vocab_size : int32_t(k); };
+
+  Admission a;
+  a.request_id = id;
+  for (int32_t i = 0; i < n; ++i) {
+    SeqSpec s;
+    s.seq_id = next_seq_++;
+    s.prompt_token_ids = ids;
+    SeqSampling& sp = s.sampling;
+    static_cast<SamplingKnobs&>(sp) =
+        sampling_knobs(p, p.seed ? uint64_t(*p.seed) + uint64_t(i) : rng_());
+    sp.num_logprobs = p.logprobs ? count(*p.logprobs) : -1;
+    // Prompt logprobs are the same for every sample: only the first computes them.
+    sp.num_prompt_logprobs = (p.prompt_logprobs && i == 0) ? count(*p.prompt_logprobs) : -1;
+    sp.min_tokens = int32_t(p.min_tokens);
+    sp.stop_ids = eos;
+    sp.stop_ids.insert(sp.stop_ids.end(), stop_ids.begin(), stop_ids.end());
+    for (const auto& [t, b] : p.logit_bias) sp.logit_bias.emplace_back(int32_t(t), float(b));
+    s.stop.max_tokens = max_tokens;
+    s.stop.min_tokens = int32_t(p.min_tokens);
+    s.stop.eos_token_ids = eos;
+    s.stop.stop_token_ids = stop_ids;
+
+    Sequence q;
+    q.seq_id = s.seq_id;
+    q.out.index = i;
+    if (p.logprobs) {
+      q.out.logprobs.emplace();
+      q.out.cumulative_logprob = 0.0;
+    }
+    r.seqs.push_back(std::move(q));
+    if (r.detokenize)
+      a.detok_open.push_back(
+          DetokOpen{s.seq_id, ids, p.skip_special_tokens, p.spaces_between_special_tokens});
+    a.seqs.push_back(std::move(s));
+  }
+  r.unfinished = size_t(n);
+  for (size_t i = 0; i < r.seqs.size(); ++i)
+    owner_.emplace(r.seqs[i].seq_id, std::make_pair(id, i));
+  if (config_.log_requests)
+    spdlog::info("Received request {}: prompt: '{}', prompt_token_ids: {}, n: {}, max_tokens: {}",
+                 id, clip(r.prompt, config_.max_log_len), ids.size(), n, max_tokens);
+  requests_.emplace(id, std::move(r));
+  ++submitted_;
+  return a;
+}
+
+std::pair<OutputProcessor::Request*, OutputProcessor::Sequence*> OutputProcessor::find(
+    uint64_t seq_id) {
+  auto own = owner_.find(seq_id);
+  if (own == owner_.end()) return {nullptr, nullptr};
+  Request& r = requests_.at(own->second.first);
+  return {&r, &r.seqs[own->second.second]};
+}
+
+PositionLogprobMap OutputProcessor::to_map(const PositionLogprobs& p) const {
+  PositionLogprobMap m;
+  auto decoded = [&](int32_t t) {
+    return tokenizer_ ? tokenizer_->decode(std::vector<int32_t>{t}, false) : std::string();
+  };
+  m.emplace(p.chosen.token, Logprob{p.chosen.logprob, p.chosen.rank, decoded(p.chosen.token)});
+  for (const auto& e : p.top)
+    if (!m.contains(e.token)) m.emplace(e.token, Logprob{e.logprob, e.rank, decoded(e.token)});
+  return m;
+}
+
+RequestOutput OutputProcessor::assemble(const Request& r) {
+  RequestOutput o;
+  o.request_id = r.id;
+  o.prompt = r.prompt;
+  o.prompt_token_ids = r.prompt_ids;
+  o.prompt_logprobs = r.prompt_logprobs;
+  for (const auto& s : r.seqs) o.outputs.push_back(s.out);
+  o.finished = r.unfinished == 0;
+  o.error = r.error;
+  return o;
+}
+
+void OutputProcessor::emit(const std::string& request_id, Actions& act) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  if (!r.stream && r.unfinished > 0) return;
+  act.outputs.push_back(assemble(r));
+  if (r.unfinished == 0) {
+    for (const auto& s : r.seqs) owner_.erase(s.seq_id);
+    requests_.erase(it);
+    ++finished_;
+  }
+}
+
+void OutputProcessor::finish(Request& r, Sequence& s, FinishReason why) {
+  if (s.finished) return;
+  s.finished = true;
+  s.out.finish_reason = to_string(why);
+  if (why == FinishReason::error && r.error.empty())
+    r.error = failure_.empty() ? "the engine failed this request" : failure_;
+  --r.unfinished;
+}
+
+void OutputProcessor::apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act) {
+  if (s.finished) return;
+  const size_t old_len = s.out.text.size();
+  s.out.text += delta;
+  if (!r.params.stop.empty() && !delta.empty()) {
+    // Only a match that ends in the new text is new: start where the longest stop string could
+    // still end inside it.
+    const size_t from = old_len >= r.max_stop_len ? old_len - r.max_stop_len + 1 : 0;
+    size_t best = std::string::npos;
+    const std::string* which = nullptr;
+    for (const auto& stop : r.params.stop) {
+      if (stop.empty()) continue;
+      const size_t pos = s.out.text.find(stop, from);
+      if (pos != std::string::npos && (best == std::string::npos || pos < best)) {
+        best = pos;
+        which = &stop;
+      }
+    }
+    if (which) {
+      s.out.text.resize(r.params.include_stop_str_in_output ? best + which->size() : best);
+      s.out.stop_reason_text = *which;
+      if (s.pending_finish == FinishReason::none) {  // still running in the scheduler
+        act.abort.push_back(s.seq_id);
+        act.close_detok.push_back(s.seq_id);
+      }
+      finish(r, s, FinishReason::stop);
+      return;
+    }
+  }
+  if (s.pending_finish != FinishReason::none) {
+    if (s.pending_stop_token) s.out.stop_reason_token = *s.pending_stop_token;
+    finish(r, s, s.pending_finish);
+  }
+}
+
+void OutputProcessor::fail_request(Request& r, const std::string& why, Actions& act) {
+  if (r.error.empty()) r.error = why;
+  for (Sequence& s : r.seqs) {
+    if (s.finished) continue;
+    act.abort.push_back(s.seq_id);
+    if (r.detokenize) act.close_detok.push_back(s.seq_id);
+    finish(r, s, FinishReason::error);
+  }
+}
+
+OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> updates) {
+  Actions act;
+  std::set<std::string> touched;  // requests to emit now (no text to wait for)
+  for (SeqUpdate& u : updates) {
+    auto [r, s] = find(u.seq_id);
+    if (r == nullptr || s->finished) continue;
+    try {
+      if (!u.prompt_logprobs.empty() && r->prompt_logprobs)
+        for (const auto& p : u.prompt_logprobs) r->prompt_logprobs->push_back(to_map(p));
+      for (size_t k = 0; k < u.new_token_ids.size(); ++k) {
+        s->out.token_ids.push_back(u.new_token_ids[k]);
+        if (k < u.logprobs.size()) {
+          if (s->out.cumulative_logprob)
+            *s->out.cumulative_logprob += double(u.logprobs[k].chosen.logprob);
+          if (s->out.logprobs) s->out.logprobs->push_back(to_map(u.logprobs[k]));
+        }
+      }
+    } catch (const std::exception& e) {  // a token the tokenizer cannot decode
+      fail_request(*r, fmt::format("sequence {}: logprobs: {}", u.seq_id, e.what()), act);
+      touched.insert(r->id);
+      continue;
+    }
+    if (u.finish != FinishReason::none) {
+      s->pending_finish = u.finish;
+      s->pending_stop_token = u.stop_token;
+    }
+    if (r->detokenize && u.finish != FinishReason::error) {
+      act.detokenize.push_back(
+          DetokPush{u.seq_id, std::move(u.new_token_ids), u.finish != FinishReason::none});
+    } else {
+      apply_text(*r, *s, "", act);
+      touched.insert(r->id);
+    }
+  }
+  for (const auto& id : touched) emit(id, act);
+  return act;
+}
+
+OutputProcessor::Actions OutputProcessor::on_text(
+    const std::vector<std::pair<uint64_t, std::string>>& deltas) {
+  Actions act;
+  std::set<std::string> touched;
+  for (const auto& [seq, text] : deltas) {
+    auto [r, s] = find(seq);
+    if (r == nullptr) continue;
+    apply_text(*r, *s, text, act);
+    touched.insert(r->id);
+  }
+  for (const auto& id : touched) emit(id, act);
+  return act;
+}
+
+OutputProcessor::Actions OutputProcessor::abort(const std::string& request_id) {
+  Actions act;
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return act;
+  Request& r = it->second;
+  for (Sequence& s : r.seqs) {
+    if (s.finished) continue;
+    act.abort.push_back(s.seq_id);
+    if (r.detokenize) act.close_detok.push_back(s.seq_id);
+    finish(r, s, FinishReason::abort);
+  }
+  emit(request_id, act);
+  return act;
+}
+
+OutputProcessor::Actions OutputProcessor::fail_sequences(std::span<const uint64_t> seq_ids,
+                                                         const std::string& why) {
+  Actions act;
+  std::set<std::string> touched;
+  for (uint64_t seq : seq_ids) {
+    auto [r, s] = find(seq);
+    if (r == nullptr) continue;
+    fail_request(*r, why, act);
+    touched.insert(r->id);
+  }
+  for (const auto& id : touched) emit(id, act);
+  return act;
+}
+
+}  // namespace troupe

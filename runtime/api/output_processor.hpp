@@ -1,0 +1,170 @@
+// The engine's request and output logic, as plain C++ with no actors: checks that need the
+// model, the fan-out of a request into sequences, and everything between a sequence's sampled
+// tokens and the RequestOutputs its caller receives (incremental text, stop strings, logprobs,
+// finish reasons, the assembly of a request's sequences into one output). The engine actor
+// (actors/engine_actor.cpp) only turns what each call returns (Actions) into messages: text
+// work to the tokenizer pool, aborts to the scheduler, outputs to each request's sink.
+//
+// One request's life:
+//   add()          checks it, truncates its prompt, makes its sequences (n > 1: n of them, seeds
+//                  seed + i) as SeqSpecs for the scheduler and DetokOpens for the detokenizers;
+//   on_updates()   takes each step's SeqUpdates (tokens, logprobs, a finish by the scheduler's
+//                  stop rules) and asks for their text (Actions::detokenize);
+//   on_text()      takes the text, applies stop strings (a match ends the sequence and asks the
+//                  scheduler to drop it: Actions::abort) and finishes the sequences whose last
+//                  text arrived: a finish waits for its text, so the final output holds it all;
+//   abort(), fail_sequences()
+//                  end a request early: the caller's abort; a detokenizer error, which fails
+//                  exactly the requests whose sequences it hit, with the reason.
+// Outputs go out after every change when streaming, once at the end otherwise; a finished
+// request is forgotten.
+//
+// Sequences that fork. A request holds its sequences (Sequence, one CompletionOutput each) in a
+// list, each found by its sequence id; assemble() alone turns that list into the RequestOutput.
+// Beam search and best_of > n (not supported yet: validate() refuses them) fit that shape: a
+// fork copies its parent's Sequence (text, tokens, logprobs, where the stop-string scan stands)
+// under a new sequence id, and assemble() picks which sequences the caller sees.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/api/outputs.hpp"
+#include "runtime/config/sampling_params.hpp"
+#include "runtime/sched/scheduler.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+namespace troupe {
+
+/// What requests are checked and built against.
+struct OutputProcessorConfig {
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  int32_t max_logprobs = 20;  // -1: no limit
+  std::vector<int32_t> eos_token_ids;
+  uint64_t seed = 0;  // seeds the generator that unseeded requests draw their seeds from
+  bool log_requests = false;
+  int32_t max_log_len = 0;  // 0: whole prompts in the request log
+};
+
+/// A new sequence's incremental detokenizer; opened before any of its tokens are pushed.
+struct DetokOpen {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  bool skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;
+};
+
+/// One sequence's new tokens for its incremental detokenizer.
+struct DetokPush {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> new_token_ids;
+  bool finish = false;  // flush and forget this sequence after these tokens
+};
+
+class OutputProcessor {
+ public:
+  /// `tokenizer` null: no text at all (skip_tokenizer_init); prompts must be token ids.
+  OutputProcessor(OutputProcessorConfig config, std::shared_ptr<const Tokenizer> tokenizer);
+
+  /// Every check of `params` that needs no prompt: validate() and those that need the model
+  /// (logprob counts, token ids). Throws troupe::Error naming the field.
+  void check(const SamplingParams& params) const;
+
+  struct Admission {
+    std::string request_id;
+    std::vector<SeqSpec> seqs;          // for the scheduler
+    std::vector<DetokOpen> detok_open;  // for the detokenizers, before any of their pushes
+  };
+  /// Accepts a request: check(), the prompt's own checks (after truncate_prompt_tokens), then
+  /// its sequences. `request_id` "" gets the next free number. Throws troupe::Error naming the
+  /// field; nothing is kept then.
+  [[nodiscard]] Admission add(std::string request_id, std::string prompt,
+                              std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
+                              bool stream);
+
+  /// What the engine actor sends after a call.
+  struct Actions {
+    std::vector<DetokPush> detokenize;   // their text comes back through on_text()
+    std::vector<uint64_t> close_detok;   // forget these sequences' detokenizers (no text wanted)
+    std::vector<uint64_t> abort;         // sequences the scheduler must drop
+    std::vector<RequestOutput> outputs;  // to each request's caller; a finished one is its last
+  };
+
+  /// One step's updates from the scheduler.
+  [[nodiscard]] Actions on_updates(std::vector<SeqUpdate> updates);
+  /// Detokenized text, (sequence, text delta) in push order.
+  [[nodiscard]] Actions on_text(const std::vector<std::pair<uint64_t, std::string>>& deltas);
+  /// The caller aborts a request (unknown ids are ignored: it finished already).
+  [[nodiscard]] Actions abort(const std::string& request_id);
+  /// Fails every request that one of `seq_ids` belongs to, all its sequences, with `why`;
+  /// other requests are untouched. Unknown sequences are ignored (their request finished).
+  [[nodiscard]] Actions fail_sequences(std::span<const uint64_t> seq_ids, const std::string& why);
+  /// The reason given to sequences that the scheduler fails (FinishReason::error).
+  void set_failure(std::string why) { failure_ = std::move(why); }
+
+  [[nodiscard]] bool has_request(const std::string& request_id) const {
+    return requests_.contains(request_id);
+  }
+  [[nodiscard]] size_t num_requests() const { return requests_.size(); }
+  [[nodiscard]] uint64_t num_submitted() const { return submitted_; }
+  [[nodiscard]] uint64_t num_finished() const { return finished_; }
+
+ private:
+  /// One sequence of a request: what its caller sees of it and where its text stands.
+  struct Sequence {
+    uint64_t seq_id = 0;
+    CompletionOutput out;
+    bool finished = false;
+    FinishReason pending_finish = FinishReason::none;  // applied once its text caught up
+    std::optional<int32_t> pending_stop_token;
+  };
+
+  struct Request {
+    std::string id;
+    bool stream = false;
+    bool detokenize = true;
+    std::string prompt;
+    std::vector<int32_t> prompt_ids;
+    SamplingParams params;
+    std::vector<Sequence> seqs;  // out.index order
+    std::optional<std::vector<PositionLogprobMap>> prompt_logprobs;
+    size_t unfinished = 0;
+    size_t max_stop_len = 0;
+    std::string error;
+  };
+
+  /// A sequence and the request it belongs to; null when either is gone.
+  std::pair<Request*, Sequence*> find(uint64_t seq_id);
+  void check_prompt(const std::vector<int32_t>& ids) const;
+  [[nodiscard]] PositionLogprobMap to_map(const PositionLogprobs& p) const;
+  void finish(Request& r, Sequence& s, FinishReason why);
+  /// Appends text, applies stop strings, then a pending finish.
+  void apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act);
+  /// Fails request `r` with `why`: every unfinished sequence ends with an error.
+  void fail_request(Request& r, const std::string& why, Actions& act);
+  /// Sends `r`'s output when due (streaming, or finished); forgets it once finished.
+  void emit(const std::string& request_id, Actions& act);
+  /// The caller's view of a request: today every sequence, in index order.
+  [[nodiscard]] static RequestOutput assemble(const Request& r);
+
+  OutputProcessorConfig config_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unordered_map<std::string, Request> requests_;
+  std::unordered_map<uint64_t, std::pair<std::string, size_t>> owner_;  // seq -> (request, index)
+  uint64_t next_request_ = 0;
+  uint64_t next_seq_ = 1;
+  std::mt19937_64 rng_;
+  std::string failure_;
+  uint64_t submitted_ = 0, finished_ = 0;
+};
+
+}  // namespace troupe

@@ -1,0 +1,357 @@
+// The output processor with no actors: requests fanned out into sequences, text through real
+// incremental detokenizers (the tiny_bpe fixture tokenizer, as the tokenizer actor runs them),
+// stop strings, finish reasons, n > 1 assembly, logprobs, aborts and failures.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "runtime/api/output_processor.hpp"
+#include "runtime/error.hpp"
+#include "tests/runtime/test_tokenizer_util.hpp"
+
+using namespace troupe;
+using Catch::Contains;
+using troupe::tokenizer_test::tiny;
+
+namespace {
+
+OutputProcessorConfig config() {
+  OutputProcessorConfig c;
+  c.max_model_len = 64;
+  c.vocab_size = 276;  // tiny_bpe's
+  c.max_logprobs = 5;
+  c.eos_token_ids = {272};
+  c.seed = 11;
+  return c;
+}
+
+/// Runs the processor's detokenizer work through real IncrementalDetokenizers, as the tokenizer
+/// actor does, and feeds the text back; collects what the processor asks the engine to send.
+class Harness {
+ public:
+  explicit Harness(OutputProcessorConfig c = config()) : proc(std::move(c), tiny()) {}
+
+  OutputProcessor::Admission add(std::vector<int32_t> prompt, const SamplingParams& p,
+                                 bool stream = true, std::string id = "") {
+    auto a = proc.add(std::move(id), "", std::move(prompt), p, stream);
+    for (const auto& o : a.detok_open)
+      detok.insert_or_assign(
+          o.seq_id, IncrementalDetokenizer(tiny(), o.prompt_token_ids, o.skip_special_tokens));
+    return a;
+  }
+  /// One step's update; returns the outputs it produced (after the text arrived).
+  std::vector<RequestOutput> update(std::vector<SeqUpdate> ups) {
+    return run(proc.on_updates(std::move(ups)));
+  }
+  std::vector<RequestOutput> run(OutputProcessor::Actions act) {
+    collect(act);
+    std::vector<RequestOutput> outs = std::move(act.outputs);
+    std::vector<std::pair<uint64_t, std::string>> deltas;
+    for (const DetokPush& p : act.detokenize) {
+      auto it = detok.find(p.seq_id);
+      if (it == detok.end()) continue;
+      std::string text = it->second.push(p.new_token_ids);
+      if (p.finish) {
+        text += it->second.flush();
+        detok.erase(it);
+      }
+      deltas.emplace_back(p.seq_id, std::move(text));
+    }
+    if (!deltas.empty()) {
+      auto more = run(proc.on_text(deltas));
+      outs.insert(outs.end(), more.begin(), more.end());
+    }
+    return outs;
+  }
+
+  OutputProcessor proc;
+  std::map<uint64_t, IncrementalDetokenizer> detok;
+  std::vector<uint64_t> aborted, closed;
+
+ private:
+  void collect(const OutputProcessor::Actions& act) {
+    aborted.insert(aborted.end(), act.abort.begin(), act.abort.end());
+    closed.insert(closed.end(), act.close_detok.begin(), act.close_detok.end());
+    for (uint64_t s : act.close_detok) detok.erase(s);
+  }
+};
+
+SeqUpdate tokens(uint64_t seq, std::vector<int32_t> ids, FinishReason finish = FinishReason::none) {
+  SeqUpdate u;
+  u.seq_id = seq;
+  u.new_token_ids = std::move(ids);
+  for (int32_t t : u.new_token_ids) u.logprobs.push_back(PositionLogprobs{{t, -0.25f, 1}, {}});
+  u.finish = finish;
+  return u;
+}
+
+std::vector<int32_t> ids_of(const std::string& text) {
+  return tiny()->encode(text, false);
+}
+
+}  // namespace
+
+TEST_CASE("a request fans out into n sequences carrying its sampling settings", "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 3;
+  p.seed = 7;
+  p.temperature = 0.5;
+  p.top_k = -1;
+  p.max_tokens = 9;
+  p.min_tokens = 2;
+  p.stop_token_ids = {10};
+  p.logit_bias = {{5, 1.5}};
+  p.prompt_logprobs = 2;
+  const auto a = h.add({1, 2, 3}, p);
+  CHECK(a.request_id == "0");
+  REQUIRE(a.seqs.size() == 3);
+  REQUIRE(a.detok_open.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    const SeqSpec& s = a.seqs[i];
+    CHECK(s.prompt_token_ids == std::vector<int32_t>{1, 2, 3});
+    CHECK(a.detok_open[i].seq_id == s.seq_id);
+    // The knobs are SamplingParams' own, each sequence with its own seed.
+    CHECK(static_cast<const SamplingKnobs&>(s.sampling) == sampling_knobs(p, 7 + i));
+    CHECK(s.sampling.top_k == 0);
+    CHECK(s.sampling.num_logprobs == -1);
+    CHECK(s.sampling.num_prompt_logprobs == (i == 0 ? 2 : -1));  // computed once
+    CHECK(s.sampling.stop_ids == std::vector<int32_t>{272, 10});
+    CHECK(s.sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{5, 1.5f}});
+    CHECK(s.stop.max_tokens == 9);
+    CHECK(s.stop.min_tokens == 2);
+    CHECK(s.stop.eos_token_ids == std::vector<int32_t>{272});
+    CHECK(s.stop.stop_token_ids == std::vector<int32_t>{10});
+  }
+  CHECK(a.seqs[0].seq_id != a.seqs[1].seq_id);
+  // Unseeded requests draw their seeds from the processor's generator (seeded by --seed): the
+  // same in two processors, distinct within a request.
+  p.seed.reset();
+  Harness again;
+  const auto b1 = h.add({1}, p), b2 = again.add({1}, p);
+  for (size_t i = 0; i < 3; ++i) CHECK(b1.seqs[i].sampling.seed == b2.seqs[i].sampling.seed);
+  CHECK(b1.seqs[0].sampling.seed != b1.seqs[1].sampling.seed);
+  CHECK(b1.request_id == "1");
+  CHECK(h.proc.num_requests() == 2);
+}
+
+TEST_CASE("checks that need the model name the field, and a refused request leaves nothing",
+          "[output]") {
+  Harness h;
+  const auto refused = [&](std::vector<int32_t> prompt, const SamplingParams& p) {
+    std::string what;
+    try {
+      (void)h.add(std::move(prompt), p, true, "r");
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(h.proc.num_requests() == 0);
+    return what;
+  };
+  SamplingParams p;
+  CHECK_THAT(refused({}, p), Contains("prompt: empty"));
+  CHECK_THAT(refused(std::vector<int32_t>(65, 1), p), Contains("more than max_model_len = 64"));
+  CHECK_THAT(refused({1, 276}, p), Contains("prompt_token_ids[1] = 276: not a token id"));
+  p.logprobs = 6;
+  CHECK_THAT(refused({1}, p), Contains("logprobs = 6: must be <= max_logprobs = 5"));
+  p.logprobs.reset();
+  p.stop_token_ids = {300};
+  CHECK_THAT(refused({1}, p), Contains("stop_token_ids: 300 is not a token id"));
+  p.stop_token_ids.clear();
+  p.stop = {"x"};
+  p.detokenize = false;
+  CHECK_THAT(refused({1}, p), Contains("allowed only with detokenize = true"));
+  p = SamplingParams{};
+  p.temperature = -1;  // validate()'s own ranges come first
+  CHECK_THAT(refused({1}, p), Contains("temperature"));
+  // truncate_prompt_tokens keeps the last k tokens, before the length check.
+  p = SamplingParams{};
+  p.truncate_prompt_tokens = 2;
+  const auto a = h.add(std::vector<int32_t>(100, 3), p, true, "t");
+  CHECK(a.seqs[0].prompt_token_ids == std::vector<int32_t>{3, 3});
+  CHECK_THROWS_WITH(h.add({1}, SamplingParams{}, true, "t"), Contains("'t': already in use"));
+}
+
+TEST_CASE("text arrives incrementally, and a finish waits for its last text", "[output]") {
+  Harness h;
+  const auto a = h.add({1}, SamplingParams{});
+  const uint64_t seq = a.seqs[0].seq_id;
+  const auto hello = ids_of("Hello");
+  auto outs = h.update({tokens(seq, {hello[0]})});
+  REQUIRE(outs.size() == 1);  // streaming: every step
+  CHECK(outs[0].outputs[0].text == tiny()->decode(std::vector<int32_t>{hello[0]}));
+  CHECK_FALSE(outs[0].finished);
+  // "é" is two bytes (tiny_bpe: byte b has id b); its first alone gives no text yet (never half
+  // a character).
+  const std::vector<int32_t> e_acute{0xc3, 0xa9};
+  outs = h.update({tokens(seq, {e_acute[0]})});
+  REQUIRE(outs.size() == 1);
+  const std::string before = outs[0].outputs[0].text;
+  outs = h.update({tokens(seq, {e_acute[1]}, FinishReason::length)});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs[0].finish_reason == "length");
+  CHECK(outs[0].outputs[0].text == before + "\xc3\xa9");
+  CHECK(outs[0].outputs[0].token_ids == std::vector<int32_t>{hello[0], e_acute[0], e_acute[1]});
+  CHECK(!outs[0].outputs[0].cumulative_logprob);  // no logprobs asked for
+  CHECK(h.detok.empty());                         // the finishing push closed the detokenizer
+  CHECK(h.proc.num_requests() == 0);
+  CHECK(h.proc.num_finished() == 1);
+  CHECK(h.update({tokens(seq, {1})}).empty());  // a late update for it is dropped
+}
+
+TEST_CASE("a stop string ends the sequence, drops it in the scheduler and cuts the text",
+          "[output]") {
+  const bool include = GENERATE(false, true);
+  Harness h;
+  SamplingParams p;
+  p.stop = {"lo w", "zz"};
+  p.include_stop_str_in_output = include;
+  const auto a = h.add({1}, p);
+  const uint64_t seq = a.seqs[0].seq_id;
+  // The match spans two steps' text: "Hel" then "lo world".
+  CHECK(h.update({tokens(seq, ids_of("Hel"))})[0].outputs[0].text == "Hel");
+  const auto outs = h.update({tokens(seq, ids_of("lo world"))});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  const CompletionOutput& o = outs[0].outputs[0];
+  CHECK(o.finish_reason == "stop");
+  CHECK(o.stop_reason_text == "lo w");
+  CHECK(o.text == (include ? "Hello w" : "Hel"));
+  CHECK(h.aborted == std::vector<uint64_t>{seq});  // the scheduler would run it on
+  CHECK(h.closed == std::vector<uint64_t>{seq});
+}
+
+TEST_CASE("a sequence the scheduler stops keeps its text and reason", "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.stop_token_ids = {33};
+  p.stop = {"never"};
+  const auto a = h.add({1}, p);
+  SeqUpdate u = tokens(a.seqs[0].seq_id, {72, 33}, FinishReason::stop);  // "H!"
+  u.stop_token = 33;
+  const auto outs = h.update({u});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs[0].finish_reason == "stop");
+  CHECK(outs[0].outputs[0].stop_reason_token == 33);
+  CHECK(outs[0].outputs[0].text == "H!");  // tiny_bpe: byte b has id b
+  CHECK(h.aborted.empty());                // it stopped in the scheduler already
+}
+
+TEST_CASE("n > 1: one output per request, finished when every sequence is", "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 2;
+  const auto a = h.add({1}, p, /*stream=*/false);
+  const uint64_t s0 = a.seqs[0].seq_id, s1 = a.seqs[1].seq_id;
+  CHECK(h.update({tokens(s0, ids_of("a"), FinishReason::length), tokens(s1, ids_of("b"))})
+            .empty());  // not streaming, not finished
+  const auto outs = h.update({tokens(s1, ids_of("c"), FinishReason::length)});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  REQUIRE(outs[0].outputs.size() == 2);
+  CHECK(outs[0].outputs[0].index == 0);
+  CHECK(outs[0].outputs[0].text == "a");
+  CHECK(outs[0].outputs[1].index == 1);
+  CHECK(outs[0].outputs[1].text == "bc");
+}
+
+TEST_CASE("logprobs: cumulative sums and maps with decoded tokens, prompt logprobs once",
+          "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.logprobs = 1;
+  p.prompt_logprobs = 0;
+  const auto a = h.add({72, 105}, p);
+  SeqUpdate u = tokens(a.seqs[0].seq_id, {33});
+  u.logprobs[0].top.push_back(LogprobEntry{63, -1.5f, 2});
+  u.prompt_logprobs.push_back(PositionLogprobs{{105, -2.0f, 3}, {}});
+  const auto outs = h.update({u});
+  REQUIRE(outs.size() == 1);
+  const CompletionOutput& o = outs[0].outputs[0];
+  REQUIRE(o.cumulative_logprob);
+  CHECK(*o.cumulative_logprob == Approx(-0.25));
+  REQUIRE(o.logprobs);
+  REQUIRE(o.logprobs->size() == 1);
+  CHECK(o.logprobs->at(0).at(33).decoded_token == "!");
+  CHECK(o.logprobs->at(0).at(63).decoded_token == "?");
+  CHECK(o.logprobs->at(0).at(63).rank == 2);
+  REQUIRE(outs[0].prompt_logprobs);
+  REQUIRE(outs[0].prompt_logprobs->size() == 2);  // none for the first prompt token
+  CHECK(outs[0].prompt_logprobs->at(0).empty());
+  CHECK(outs[0].prompt_logprobs->at(1).at(105).decoded_token == "i");
+}
+
+TEST_CASE("abort ends every sequence of the request and nothing else", "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 2;
+  const auto a = h.add({1}, p, true, "a");
+  const auto b = h.add({1}, SamplingParams{}, true, "b");
+  const auto outs = h.run(h.proc.abort("a"));
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].request_id == "a");
+  CHECK(outs[0].finished);
+  for (const auto& o : outs[0].outputs) CHECK(o.finish_reason == "abort");
+  CHECK(h.aborted == std::vector<uint64_t>{a.seqs[0].seq_id, a.seqs[1].seq_id});
+  CHECK(h.proc.has_request("b"));
+  CHECK(h.run(h.proc.abort("a")).empty());  // finished already
+  CHECK(h.update({tokens(b.seqs[0].seq_id, ids_of("x"))}).size() == 1);
+}
+
+TEST_CASE("fail_sequences() fails exactly the requests of the given sequences, with the reason",
+          "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 2;
+  const auto a = h.add({1}, p, false, "a");
+  const auto b = h.add({1}, SamplingParams{}, false, "b");
+  (void)h.update({tokens(a.seqs[0].seq_id, ids_of("x"))});
+  const std::vector<uint64_t> bad{a.seqs[1].seq_id};
+  const auto outs = h.run(h.proc.fail_sequences(bad, "detokenizer: token id 999 is out of range"));
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].request_id == "a");
+  CHECK(outs[0].finished);
+  CHECK(outs[0].error == "detokenizer: token id 999 is out of range");
+  CHECK(outs[0].outputs[0].text == "x");  // what it had is kept
+  for (const auto& o : outs[0].outputs) CHECK(o.finish_reason == "error");
+  CHECK(h.aborted == std::vector<uint64_t>{a.seqs[0].seq_id, a.seqs[1].seq_id});
+  CHECK_FALSE(h.proc.has_request("a"));
+  // The other request runs on untouched.
+  const auto rest = h.update({tokens(b.seqs[0].seq_id, ids_of("ok"), FinishReason::length)});
+  REQUIRE(rest.size() == 1);
+  CHECK(rest[0].error.empty());
+  CHECK(rest[0].outputs[0].text == "ok");
+}
+
+TEST_CASE("a sequence the scheduler fails carries the engine's reason", "[output]") {
+  Harness h;
+  const auto a = h.add({1}, SamplingParams{});
+  h.proc.set_failure("executor 0 failed: boom");
+  const auto outs = h.update({tokens(a.seqs[0].seq_id, {}, FinishReason::error)});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs[0].finish_reason == "error");
+  CHECK(outs[0].error == "executor 0 failed: boom");
+}
+
+TEST_CASE("a logprob token the tokenizer cannot decode fails its request, not the engine",
+          "[output]") {
+  // The model's vocabulary may be larger than the tokenizer's (padded embeddings).
+  OutputProcessorConfig c = config();
+  c.vocab_size = 512;
+  Harness h(c);
+  SamplingParams p;
+  p.logprobs = 1;
+  const auto a = h.add({1}, p, true, "a");
+  const auto b = h.add({1}, p, true, "b");
+  SeqUpdate u = tokens(a.seqs[0].seq_id, {33});
+  u.logprobs[0].top.push_back(LogprobEntry{400, -3.0f, 2});
+  const auto outs = h.update({u, tokens(b.seqs[0].seq_id, {34})});
+  REQUIRE(outs.size() == 2);
+  const auto& fa = outs[0].request_id == "a" ? outs[0] : outs[1];
+  const auto& fb = outs[0].request_id == "a" ? outs[1] : outs[0];
+  CHECK(fa.finished);
+  CHECK_THAT(fa.error, Contains("token id 400"));
+  CHECK(fb.error.empty());
+  CHECK(fb.outputs[0].text == "\"");
+}
