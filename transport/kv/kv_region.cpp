@@ -261,7 +261,7 @@ KvRegion::KvRegion(KvLayout layout, ucx::Settings settings)
 void KvRegion::start() {
   layout_.validate("kv region");
   settings_.validate();
-  // Shared with the thread, which may outlive this constructor if UCX's init never returns.
+  // How the thread says its UCX objects are made (or why not).
   struct Ready {
     std::mutex mu;
     std::condition_variable cv;
@@ -299,9 +299,11 @@ void KvRegion::start() {
   });
   std::unique_lock lk(ready->mu);
   if (!ready->cv.wait_for(lk, kInitBound, [&] { return ready->done; })) {
+    // The thread uses this object: it must end before the constructor throws. It stops as soon
+    // as UCX's (local) init returns.
     stop_ = true;
     lk.unlock();
-    thread_.detach();  // stuck in UCX's init: nothing safe to join
+    thread_.join();
     fail("kv region: its UCX worker did not start in 30 s");
   }
   if (!fatal_.empty()) {
