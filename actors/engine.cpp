@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -16,18 +15,9 @@
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/generation_config.hpp"
 
-#ifndef TROUPE_DEFAULT_MODEL_DIR
-#define TROUPE_DEFAULT_MODEL_DIR "models/troupe-fortunes"
-#endif
-
 namespace troupe {
 
 namespace fs = std::filesystem;
-
-std::string default_model_dir() {
-  if (const char* env = std::getenv("TROUPE_DEFAULT_MODEL"); env && *env) return env;
-  return TROUPE_DEFAULT_MODEL_DIR;
-}
 
 struct Engine::Impl {
   caf::actor_system& sys;
@@ -102,16 +92,6 @@ executor_actor connect_executor(caf::actor_system& sys, const std::string& endpo
   fail("executor_endpoints: cannot reach a troupe worker at {}: {}", endpoint, error_text(last));
 }
 
-SamplingParams defaults_from(const GenerationConfig& g) {
-  SamplingParams p;
-  if (g.temperature) p.temperature = *g.temperature;
-  if (g.top_p) p.top_p = *g.top_p;
-  if (g.top_k) p.top_k = int32_t(*g.top_k);
-  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
-  if (g.max_new_tokens) p.max_tokens = int32_t(*g.max_new_tokens);
-  return p;
-}
-
 }  // namespace
 
 Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique<Impl>(sys)) {
@@ -129,7 +109,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   GenerationConfig gen;
   if (args.generation_config == "auto") gen = load_generation_config(dir);
   else if (args.generation_config != "vllm") gen = load_generation_config(args.generation_config);
-  m.defaults = defaults_from(gen);
+  m.defaults = sampling_defaults_from(gen);
 
   if (!args.skip_tokenizer_init)
     m.tokenizer = Tokenizer::load(args.tokenizer ? *args.tokenizer : dir);

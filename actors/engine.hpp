@@ -2,7 +2,7 @@
 //
 //   caf::actor_system_config cfg;  troupe::register_message_types(cfg);
 //   caf::actor_system sys{cfg};
-//   troupe::Engine engine(sys, troupe::EngineArgs{.model = "models/troupe-fortunes"});
+//   troupe::Engine engine(sys, troupe::EngineArgs{});  // model: default_model_dir()
 //   // then talk to engine.handle() with (submit_atom, EngineRequest, sink) messages; the sink
 //   // actor receives (output_atom, RequestOutput) messages.
 //
@@ -15,8 +15,9 @@
 #include <string>
 
 #include "actors/engine_actor.hpp"
-#include "runtime/config/engine_args.hpp"
+#include "runtime/checkpoint/default_model.hpp"  // default_model_dir(): EngineArgs.model when empty
 #include "runtime/checkpoint/model_config.hpp"
+#include "runtime/config/engine_args.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace troupe {
@@ -55,9 +56,5 @@ class Engine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-/// The directory of the checkpoint troupe ships (models/troupe-fortunes), used when
-/// EngineArgs.model is empty.
-std::string default_model_dir();
 
 }  // namespace troupe

@@ -81,15 +81,25 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
                                          const std::vector<SamplingParams>& params,
                                          const GenerateOptions& options) {
+  std::vector<RequestOutput> outputs(prompts.size());
+  generate(
+      prompts, params, [&](size_t i, RequestOutput&& out) { outputs[i] = std::move(out); },
+      options);
+  return outputs;
+}
+
+void LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+                   const OutputCallback& on_output, const GenerateOptions& options) {
   if (params.size() != prompts.size())
     fail("generate: {} prompts but {} SamplingParams", prompts.size(), params.size());
   caf::scoped_actor self{*impl_->sys};
   const engine_actor engine = impl_->engine->handle();
   std::unordered_map<std::string, size_t> index;  // request id -> prompt index
-  std::vector<RequestOutput> outputs(prompts.size());
+  std::vector<bool> complete(prompts.size(), false);
 
-  auto abort_all = [&] {
-    for (const auto& [id, i] : index) self->send(engine, abort_atom::value, id);
+  auto abort_running = [&] {
+    for (const auto& [id, i] : index)
+      if (!complete[i]) self->send(engine, abort_atom::value, id);
   };
   for (size_t i = 0; i < prompts.size(); ++i) {
     EngineRequest req;
@@ -102,30 +112,42 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
         .receive([&](const std::string& id) { index.emplace(id, i); },
                  [&](caf::error& e) { err = error_text(e); });
     if (!err.empty()) {
-      abort_all();
+      abort_running();
       throw Error(prompts.size() > 1 ? fmt::format("prompt {}: {}", i, err) : err);
     }
   }
 
   ProgressBar bar(prompts.size(), options.use_tqdm);
   size_t done = 0;
+  bool cancelled = false;
   std::string failure;
   while (done < prompts.size()) {
-    self->receive([&](output_atom, RequestOutput& out) {
-      auto it = index.find(out.request_id);
-      if (it == index.end() || !out.finished) return;
-      size_t produced = 0;
-      for (const auto& c : out.outputs) produced += c.token_ids.size();
-      bar.advance(out.prompt_token_ids.size(), produced);
-      if (!out.error.empty() && failure.empty()) failure = out.error;
-      outputs[it->second] = std::move(out);
-      ++done;
-      if (options.on_progress) options.on_progress(done, prompts.size());
-    });
+    self->receive(
+        [&](output_atom, RequestOutput& out) {
+          auto it = index.find(out.request_id);
+          if (it == index.end() || !out.finished || complete[it->second]) return;
+          size_t produced = 0;
+          for (const auto& c : out.outputs) produced += c.token_ids.size();
+          bar.advance(out.prompt_token_ids.size(), produced);
+          if (!out.error.empty() && failure.empty()) failure = out.error;
+          complete[it->second] = true;
+          ++done;
+          try {
+            on_output(it->second, std::move(out));
+          } catch (...) {
+            abort_running();
+            throw;
+          }
+          if (options.on_progress) options.on_progress(done, prompts.size());
+        },
+        caf::after(std::chrono::milliseconds(50)) >> [] {});
+    if (!cancelled && options.cancel != nullptr && options.cancel->load()) {
+      cancelled = true;
+      abort_running();
+    }
   }
   bar.finish();
   if (!failure.empty()) fail("generation failed: {}", failure);
-  return outputs;
 }
 
 }  // namespace troupe

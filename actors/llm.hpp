@@ -1,6 +1,6 @@
 // troupe::LLM — the offline API, mirroring vLLM's `LLM`:
 //
-//   troupe::LLM llm(troupe::EngineArgs{.model = "models/troupe-fortunes"});
+//   troupe::LLM llm(troupe::EngineArgs{});  // the embedded model; .model = "dir" for another
 //   auto outs = llm.generate({"The future of AI is"},
 //                            troupe::SamplingParams{.temperature = 0.8, .top_p = 0.95});
 //   std::cout << outs[0].outputs[0].text;
@@ -9,6 +9,7 @@
 // and executor actors). No CAF type appears in this header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,7 +40,15 @@ struct GenerateOptions {
   bool use_tqdm = true;
   /// Called after each request finishes, with (finished, total); runs on the calling thread.
   std::function<void(size_t, size_t)> on_progress;
+  /// Polled while waiting (every 50 ms): once it reads true, every request not finished yet is
+  /// aborted (its output comes back with finish_reason "abort") and generate returns when all
+  /// have come back. Null: never. For Ctrl-C: set it from a signal handler.
+  const std::atomic<bool>* cancel = nullptr;
 };
+
+/// Receives each request's final output as soon as the request is complete (finished,
+/// failed: `error` set, or aborted: finish_reason "abort"), with its index in the prompts.
+using OutputCallback = std::function<void(size_t index, RequestOutput&& output)>;
 
 class LLM {
  public:
@@ -61,6 +70,14 @@ class LLM {
                                                     const GenerateOptions& options = {});
   /// With the model's default sampling parameters (generation_config.json).
   [[nodiscard]] std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts);
+  /// The streaming form: each request's output goes to `on_output` (on the calling thread) as
+  /// soon as that request is complete, in the order they complete; nothing is kept. Bad
+  /// parameters or prompts throw before anything is generated, as above. When requests fail
+  /// (an executor lost), every one still comes back through `on_output` first, then this
+  /// throws troupe::Error naming the first failure. If `on_output` throws, the requests still
+  /// running are aborted and the exception propagates.
+  void generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+                const OutputCallback& on_output, const GenerateOptions& options = {});
 
   [[nodiscard]] SamplingParams get_default_sampling_params() const;
   /// Null when skip_tokenizer_init is set.

@@ -147,10 +147,9 @@ SamplingParams bench_params(int output_len) {
 
 EngineArgs bench_engine_args(const CLI::App& app) {
   std::vector<std::string> notices;
-  EngineArgs defaults;
-  defaults.model = default_model_dir();
-  EngineArgs args = engine_args_from_cli(app, &notices, defaults);
+  EngineArgs args = engine_args_from_cli(app, &notices);
   for (const auto& n : notices) spdlog::warn("{}", n);
+  if (args.model.empty()) args.model = default_model_dir();
   // Token-id prompts need no tokenizer: a dummy preset directory has none.
   const auto tok_dir = args.tokenizer ? std::filesystem::path(*args.tokenizer)
                                       : std::filesystem::path(args.model);

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "runtime/config/field_codec.hpp"
@@ -22,57 +25,106 @@ std::string type_name(std::string_view type) {
   return "TEXT";
 }
 
+/// The default as --help states it: what applies when the flag is not given.
+std::string default_text(const FieldInfo& f) {
+  if (f.help.find("Default:") != std::string_view::npos) return "";  // the help says it
+  if (f.default_text == "[]" || f.default_text == "{}") return "";
+  const std::string value = f.default_text == "None" ? "none" : std::string(f.default_text);
+  if (const std::string_view key = generation_config_key(f.name); !key.empty())
+    return fmt::format(" Default: the model's generation_config.json {}, else {}.", key, value);
+  return fmt::format(" Default: {}.", value);
+}
+
 std::string description(const FieldInfo& f) {
   std::string d(f.help);
-  if (!f.allowed.empty()) d += fmt::format(" Allowed: {}.", f.allowed);
-  switch (f.status) {
-    case FieldInfo::Status::not_yet:
-      d += fmt::format(" (not supported yet: {})", f.note);
-      break;
-    case FieldInfo::Status::legacy:
-      d += fmt::format(" (legacy: {})", f.note);
-      break;
-    case FieldInfo::Status::supported:
-      if (!f.note.empty()) d += fmt::format(" (not supported yet: other values; {})", f.note);
-      break;
-  }
-  // CLI11 prints a flag's negation as "{false}", which reads badly next to "=default".
-  if (f.arity == FieldInfo::Arity::flag) d += fmt::format(" Default: {}.", f.default_text);
+  if (!f.supported_values.empty())
+    d += fmt::format(" Allowed: {} (vLLM's other values are not supported yet).",
+                     f.supported_values);
+  else if (!f.allowed.empty())
+    d += fmt::format(" Allowed: {}.", f.allowed);
+  // Values a supported field refuses (tensor_parallel_size: only 1 so far).
+  if (f.supported_values.empty() && !f.note.empty())
+    d += fmt::format(" Not supported yet: other values ({}).", f.note);
+  if (f.arity == FieldInfo::Arity::many)
+    d += f.text_items ? " Several: repeat the flag." : " Several: repeat the flag or use commas.";
+  d += default_text(f);
   return d;
 }
 
+/// "  --a --b --c ..." wrapped at ~96 columns.
+std::string wrapped(const std::vector<std::string>& flags) {
+  std::string out, line = " ";
+  for (const auto& f : flags) {
+    if (line.size() + f.size() + 1 > 96) {
+      out += line + "\n";
+      line = " ";
+    }
+    line += " " + f;
+  }
+  return out + line + "\n";
+}
+
 void add_fields(CLI::App& app, const std::vector<FieldInfo>& fields, const std::string& group) {
+  std::vector<std::string> not_yet, legacy;
   for (const auto& f : fields) {
     std::string flag = fmt::format("--{}", f.flag);
     CLI::Option* opt = nullptr;
     if (f.arity == FieldInfo::Arity::flag) {
       opt = app.add_flag(fmt::format("{},!--no-{}", flag, f.flag));
     } else {
+      // One value per occurrence, so a flag never takes the prompts after it; a repeated
+      // single-value flag keeps its last value (argparse), a list flag all of them.
       opt = app.add_option(flag);
       opt->type_name(type_name(f.type));
-      // argparse semantics: a repeated single-value flag keeps its last value.
-      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-      if (f.arity == FieldInfo::Arity::many) {
-        opt->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-        opt->allow_extra_args();
-      }
+      opt->multi_option_policy(f.arity == FieldInfo::Arity::many
+                                   ? CLI::MultiOptionPolicy::TakeAll
+                                   : CLI::MultiOptionPolicy::TakeLast);
     }
-    opt->description(description(f));
-    // Empty lists and dicts print as nothing rather than "=[] ...".
-    if (f.arity == FieldInfo::Arity::one ||
-        (f.arity == FieldInfo::Arity::many && f.default_text != "[]" && f.default_text != "{}")) {
-      opt->default_str(std::string(f.default_text));
+    switch (f.status) {
+      case FieldInfo::Status::supported:
+        opt->description(description(f));
+        opt->group(group);
+        break;
+      case FieldInfo::Status::not_yet:  // hidden; listed in the footer, refused when given
+        not_yet.push_back(flag);
+        opt->group("");
+        break;
+      case FieldInfo::Status::legacy:
+        legacy.push_back(flag);
+        opt->group("");
+        break;
     }
-    opt->group(group);
   }
+  std::string footer = app.get_footer();
+  if (!not_yet.empty())
+    footer += fmt::format(
+        "\n{} flags of vLLM not supported yet (refused, with the reason, when given):\n{}", group,
+        wrapped(not_yet));
+  if (!legacy.empty())
+    footer += fmt::format(
+        "\nOld vLLM flags accepted for compatibility (each prints what it means here):\n{}",
+        wrapped(legacy));
+  app.footer(footer);
 }
 
-/// The tokens given for `f` on the command line; empty when the flag was not given (or the
-/// app did not register it).
+/// The values given for `f` on the command line, one item each; empty when the flag was not
+/// given (or the app did not register it). List values split at commas unless the list holds
+/// free text (stop strings) or the value is a JSON array.
 std::vector<std::string> given(const CLI::App& app, const FieldInfo& f) {
   const CLI::Option* opt = app.get_option_no_throw(fmt::format("--{}", f.flag));
   if (!opt || opt->count() == 0) return {};
-  return opt->results();
+  std::vector<std::string> tokens = opt->results();
+  if (f.type != "list[str]" || f.text_items) return tokens;
+  std::vector<std::string> items;
+  for (const auto& t : tokens) {
+    if (t.starts_with('[')) {
+      items.push_back(t);
+      continue;
+    }
+    std::stringstream in(t);
+    for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+  }
+  return items;
 }
 
 EngineConfigFile from_cli(const CLI::App& app, const EngineArgs& base,
@@ -102,6 +154,21 @@ EngineConfigFile from_cli(const CLI::App& app, const EngineArgs& base,
     config_detail::apply_sampling_value(out.sampling, f, f.parse_text(tokens, label), label);
   }
   return out;
+}
+
+/// `app` and every subcommand below it.
+void each_app(const CLI::App& app, const std::function<void(const CLI::App&)>& visit) {
+  visit(app);
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    each_app(*sub, visit);
+}
+
+// Words only: digits after a flag are data (`tokenize --decode 0 45 472`).
+bool is_boolean_word(std::string_view s) {
+  std::string t(s);
+  for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+  static const std::set<std::string> kWords = {"true", "false", "yes", "no", "on", "off"};
+  return kWords.contains(t);
 }
 
 }  // namespace
@@ -139,6 +206,44 @@ EngineConfigFile config_from_cli(const CLI::App& app, const EngineArgs& base,
   validate(c.engine);
   validate(c.sampling);
   return c;
+}
+
+std::vector<std::string> join_boolean_values(std::vector<std::string> args) {
+  // The boolean fields' flags, not their --no- forms: `--no-x false` stays two arguments (the
+  // "false" is a prompt), as a double negative is no one's meaning.
+  std::set<std::string> flags;
+  for (const auto* table : {&engine_arg_fields(), &sampling_param_fields()})
+    for (const auto& f : *table)
+      if (f.arity == FieldInfo::Arity::flag) flags.insert(fmt::format("--{}", f.flag));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      out.insert(out.end(), args.begin() + std::ptrdiff_t(i), args.end());
+      break;
+    }
+    if (flags.contains(args[i]) && i + 1 < args.size() && is_boolean_word(args[i + 1])) {
+      out.push_back(args[i] + "=" + args[i + 1]);
+      ++i;
+      continue;
+    }
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+std::string suggest_option(const CLI::App& app, std::string_view unknown) {
+  std::vector<std::string> names;
+  each_app(app, [&](const CLI::App& a) {
+    for (const CLI::Option* opt : a.get_options())
+      for (const auto& name : opt->get_lnames()) names.push_back(name);
+  });
+  std::string_view key = unknown.substr(0, unknown.find('='));
+  while (key.starts_with('-')) key.remove_prefix(1);
+  if (key.empty() || std::find(names.begin(), names.end(), key) != names.end())
+    return "";  // "--", or a known option
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  const std::string_view best = config_detail::closest_name(views, key);
+  return best.empty() ? std::string() : fmt::format(" (did you mean --{}?)", best);
 }
 
 }  // namespace troupe

@@ -1,12 +1,18 @@
 // The engine and sampling flags of the `troupe` command, registered from the EngineArgs and
-// SamplingParams tables (runtime/config), so every field has its vLLM kebab-case flag and
-// --help lists them all with their defaults.
+// SamplingParams tables (runtime/config), so every field has its vLLM kebab-case flag.
+//
+// --help shows the flags troupe supports, each with the default that really applies (for the
+// sampling fields a model's generation_config.json sets, that file's value first); the flags
+// it does not support yet are listed once, compactly, at the end, and refused with "not
+// supported yet" when given.
 //
 // Precedence, lowest first: the `base` values, then the file given by --config engine.toml,
-// then the flags actually given on the command line. Booleans take vLLM's forms
-// (--enforce-eager / --no-enforce-eager); list flags take several values and may repeat
-// (--stop a --stop b, --stop-token-ids 1 2 3). Two sampling flags are renamed because an
-// engine flag has the name: --sampling-seed and --sampling-logits-processors.
+// then the flags actually given on the command line. Every flag takes its value from one
+// argument, so a flag never swallows a prompt: booleans take `--x`, `--no-x`, `--x=false` and
+// `--x false` (see join_boolean_values); list flags take one value per occurrence (repeat the
+// flag) and split it at commas, except free-text lists (--stop, --bad-words: one item each),
+// or a JSON array. Two sampling flags are renamed because an engine flag has the name:
+// --sampling-seed and --sampling-logits-processors.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -34,5 +40,15 @@ SamplingParams sampling_params_from_cli(const CLI::App& app, const SamplingParam
 /// Both at once, reading --config once; notices in the result.
 EngineConfigFile config_from_cli(const CLI::App& app, const EngineArgs& base = {},
                                  const SamplingParams& sbase = {});
+
+/// Rewrites `--x VALUE` into `--x=VALUE` when --x is the flag of a boolean EngineArgs or
+/// SamplingParams field (not its `--no-x` form) and VALUE is true/false/yes/no/on/off (any
+/// case), so CLI11 (whose flags take no separate value) does not read VALUE as a prompt.
+/// Stops at "--". `args` excludes argv[0].
+[[nodiscard]] std::vector<std::string> join_boolean_values(std::vector<std::string> args);
+
+/// " (did you mean --temperature?)" for an unknown option close to one of `app`'s (or its
+/// subcommands'), else "" (also for a known option).
+[[nodiscard]] std::string suggest_option(const CLI::App& app, std::string_view unknown);
 
 }  // namespace troupe

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace troupe::cli {
 
@@ -14,5 +15,9 @@ Runner add_generate_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+
+/// "troupe 0.1.0 (git 8a50b50)": CMake's project version and the commit the binary was built
+/// from ("-dirty" with uncommitted changes), when git was available at build time.
+std::string version_text();
 
 }  // namespace troupe::cli

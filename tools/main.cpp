@@ -1,17 +1,22 @@
 // troupe: LLM inference and serving as an actor system.
 //
-//   troupe generate [--model DIR] [engine flags] [sampling flags] [--input F.jsonl]
+//   troupe generate [--model DIR] [engine flags] [sampling flags] [--input F.jsonl|-]
 //                   [--output F.jsonl] [PROMPT ...]
 //   troupe tokenize [--tokenizer DIR] [--decode] TEXT ...
 //   troupe worker   [--host H] [--port P]      (a remote executor for another process)
 //   troupe bench latency|throughput [--input-len N] [--output-len N] [...] [--output-json F]
+//   troupe --version
+//
+// --log-level may come anywhere on the line (before or after the subcommand).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <map>
 
+#include "tools/cli_args.hpp"
 #include "tools/commands.hpp"
 
 int main(int argc, char** argv) {
@@ -19,9 +24,12 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   spdlog::set_pattern("%^%L%$ %m-%d %H:%M:%S.%e %v");
 
-  CLI::App app{"troupe: LLM inference and serving as an actor system"};
+  CLI::App app{"troupe: LLM inference and serving as an actor system", "troupe"};
   app.require_subcommand(1);
+  // Subcommands inherit it: options of this level (--log-level) are accepted after them too.
+  app.fallthrough();
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", troupe::cli::version_text());
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
@@ -38,10 +46,20 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "offline benchmarks: latency, throughput");
   add(bench, troupe::cli::add_bench_command(*bench));
 
+  std::vector<std::string> args =
+      troupe::join_boolean_values(std::vector<std::string>(argv + 1, argv + argc));
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes it reversed
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int status = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      for (const auto& a : args)
+        if (a.starts_with("--"))
+          if (const std::string hint = troupe::suggest_option(app, a); !hint.empty())
+            std::fprintf(stderr, "%s%s\n", a.c_str(), hint.c_str());
+    }
+    return status;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {

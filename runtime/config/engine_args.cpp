@@ -70,7 +70,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   // One row per line, so the table reads (and diffs) like a table.
   // clang-format off
   // ---- model ----
-  add(member(a, &E::model, {.name = "model", .help = "The checkpoint directory (a Hugging Face layout: config.json, *.safetensors, tokenizer files).", .allowed = "a non-empty path", .valid = [](const json& v) { return !v.get_ref<const std::string&>().empty(); }}));
+  add(member(a, &E::model, {.name = "model", .help = "The checkpoint directory (a Hugging Face layout: config.json, *.safetensors, tokenizer files). Default: the embedded model, troupe-fortunes ($TROUPE_DEFAULT_MODEL, or found beside the troupe binary or its install's share/troupe)."}));
   add(member(a, &E::served_model_name, {.name = "served_model_name", .help = "Model name(s) the API answers to; the first is reported. Default: the model path.", .allowed = "non-empty names", .valid = [](const json& v) { for (const auto& e : v) if (e.get_ref<const std::string&>().empty()) return false; return true; }}));
   add(member(a, &E::tokenizer, {.name = "tokenizer", .help = "Tokenizer directory. Default: the model directory."}));
   add(member(a, &E::hf_config_path, {.name = "hf_config_path", .help = "Directory of the config.json to use instead of the model's.", .status = kNotYet, .note = "config.json is read from the model directory"}));
@@ -142,13 +142,13 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::logprobs_mode, {.name = "logprobs_mode", .help = "What logprobs report: raw or processed (after penalties, temperature, top-k/p) logprobs or logits.", .choices = {"raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"}, .status = kNotYet, .note = "troupe returns raw logprobs"}));
   add(member(a, &E::disable_log_stats, {.name = "disable_log_stats", .help = "No periodic stats line."}));
   add(member(a, &E::aggregate_engine_logging, {.name = "aggregate_engine_logging", .help = "One stats line across data-parallel engines.", .status = kNotYet, .note = kNoDataParallel}));
-  add(member(a, &E::revision, {.name = "revision", .help = "Hub revision of the model (branch, tag or commit).", .allowed = "None or \"\"", .works = unset_or_empty(), .note = "troupe loads local directories only; check out the revision yourself"}));
-  add(member(a, &E::code_revision, {.name = "code_revision", .help = "Hub revision of the model code.", .works = unset_or_empty(), .note = "troupe loads local directories only and runs no model code"}));
+  add(member(a, &E::revision, {.name = "revision", .help = "Hub revision of the model (branch, tag or commit).", .status = kNotYet, .note = "troupe loads local directories only; check out the revision yourself"}));
+  add(member(a, &E::code_revision, {.name = "code_revision", .help = "Hub revision of the model code.", .status = kNotYet, .note = "troupe loads local directories only and runs no model code"}));
   add(member(a, &E::rope_scaling, {.name = "rope_scaling", .help = "Override the model's rope_scaling (JSON).", .status = kNotYet, .note = "edit config.json (or wait for hf_overrides)"}));
   add(member(a, &E::rope_theta, {.name = "rope_theta", .help = "Override the model's rope_theta.", .status = kNotYet, .note = "edit config.json (or wait for hf_overrides)"}));
   add(member(a, &E::hf_token, {.name = "hf_token", .help = "Hugging Face token (true: the stored one).", .status = kNotYet, .note = kNoHub}));
   add(member(a, &E::hf_overrides, {.name = "hf_overrides", .help = "Keys to override in config.json (JSON).", .status = kNotYet, .note = "edit config.json for now"}));
-  add(member(a, &E::tokenizer_revision, {.name = "tokenizer_revision", .help = "Hub revision of the tokenizer.", .works = unset_or_empty(), .note = "troupe loads local directories only"}));
+  add(member(a, &E::tokenizer_revision, {.name = "tokenizer_revision", .help = "Hub revision of the tokenizer.", .status = kNotYet, .note = "troupe loads local directories only"}));
   add(member(a, &E::quantization, {.name = "quantization", .help = "Quantization method of the weights.", .status = kNotYet, .note = "no quantized weights yet"}));
   add(member(a, &E::enforce_eager, {.name = "enforce_eager", .help = "Never use CUDA graphs."}));
   add(member(a, &E::max_seq_len_to_capture, {.name = "max_seq_len_to_capture", .help = "Longest sequence run under a CUDA graph; longer ones run eagerly.", .allowed = ">= 1", .valid = at_least(1)}));

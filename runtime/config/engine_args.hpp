@@ -8,7 +8,8 @@
 // anything but their default; they are never silently ignored.
 //
 // Where troupe differs from vLLM, on purpose:
-// - model defaults to "" and is required: troupe loads local checkpoint directories only, so
+// - model defaults to "", which means the checkpoint troupe ships (default_model_dir(),
+//   runtime/checkpoint/default_model.hpp): troupe loads local checkpoint directories only, so
 //   vLLM's default hub name would not load.
 // - seed, block_size, max_num_seqs, enable_prefix_caching and enable_chunked_prefill hold
 //   the values vLLM resolves its `None` to (0, 16, 256, true, true); max_num_batched_tokens
@@ -42,7 +43,7 @@ namespace troupe {
 
 struct EngineArgs {
   // ---- model ----
-  std::string model;                           // the checkpoint directory (required)
+  std::string model;                           // the checkpoint directory; "": the embedded one
   std::vector<std::string> served_model_name;  // names in the API; empty = model
   std::optional<std::string> tokenizer;        // directory; unset = model
   std::optional<std::string> hf_config_path;

@@ -38,19 +38,23 @@ bool parse_exact_double(std::string_view s, double& out) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
+// Levenshtein distance with adjacent transpositions counted as one edit (optimal string
+// alignment), so "prot" is one edit from "port", as a typo is.
 size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      row[j] =
+          std::min({prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        row[j] = std::min(row[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
+    std::swap(prev, row);
   }
-  return row[b.size()];
+  return prev[b.size()];
 }
 
 std::string normalise_key(std::string_view key) {
@@ -330,22 +334,20 @@ void finish_row(FieldInfo& f, Spec& spec, Arena& arena) {
   f.help = spec.help;
   f.status = spec.status;
   f.note = spec.note;
+  f.text_items = spec.text_items;
   f.flag = spec.flag.empty() ? arena.keep(kebab(spec.name)) : spec.flag;
-  if (spec.allowed.empty() && !spec.choices.empty()) {
-    std::string text;
-    for (auto c : spec.choices) {
-      if (!text.empty()) text += '|';
-      text.append(c);
-    }
-    spec.allowed = arena.keep(std::move(text));
-  }
+  if (spec.allowed.empty() && !spec.choices.empty())
+    spec.allowed = arena.keep(fmt::format("{}", fmt::join(spec.choices, "|")));
   f.allowed = spec.allowed;
+  if (!spec.supported.empty())
+    f.supported_values = arena.keep(fmt::format("{}", fmt::join(spec.supported, "|")));
 
   std::vector<std::string_view> choices = spec.choices;
   std::vector<std::string_view> supported = spec.supported;
   Predicate valid = spec.valid;
   Predicate works = spec.works;
   std::string_view allowed = f.allowed;
+  std::string_view supported_now = f.supported_values;
   std::string_view note = f.note;
   if (choices.empty() && !valid && supported.empty() && !works) return;
 
@@ -364,15 +366,11 @@ void finish_row(FieldInfo& f, Spec& spec, Arena& arena) {
       fail_field(label, show(v), fmt::format("allowed: {}", allowed));
     }
     if (!supported.empty() && v.is_string() && !in(supported, v)) {
-      std::string now;
-      for (auto s : supported) {
-        if (!now.empty()) now += '|';
-        now.append(s);
-      }
       fail_field(label, show(v),
-                 note.empty() ? fmt::format("not supported yet in troupe (supported now: {})", now)
-                              : fmt::format("not supported yet in troupe (supported now: {}; {})",
-                                            now, note));
+                 note.empty()
+                     ? fmt::format("not supported yet in troupe (supported now: {})", supported_now)
+                     : fmt::format("not supported yet in troupe (supported now: {}; {})",
+                                   supported_now, note));
     }
     if (works && !works(v)) {
       fail_field(label, show(v), fmt::format("not supported yet in troupe ({})", note));
@@ -404,12 +402,6 @@ Predicate equals(json expected) {
   return [expected = std::move(expected)](const json& v) { return v == expected; };
 }
 
-Predicate unset_or_empty() {
-  return [](const json& v) {
-    return v.is_null() || (v.is_string() && v.get_ref<const std::string&>().empty());
-  };
-}
-
 // ---- using a table ----
 
 const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_view key) {
@@ -421,11 +413,13 @@ const FieldInfo* find_field(const std::vector<FieldInfo>& table, std::string_vie
 }
 
 std::string_view closest_name(std::span<const std::string_view> names, std::string_view key) {
-  std::string k = normalise_key(key);
+  const std::string k = normalise_key(key);
+  // Close means a typo, not a different word: "temprature" -> temperature, but "foo" is not
+  // "n" (three edits of three letters), and a key of one or two letters is not a typo of one.
+  size_t best_d = k.size() / 3 + 1;
   std::string_view best;
-  size_t best_d = std::max<size_t>(3, k.size() / 4) + 1;
   for (std::string_view name : names) {
-    size_t d = edit_distance(k, name);
+    const size_t d = edit_distance(k, normalise_key(name));
     if (d < best_d) best_d = d, best = name;
   }
   return best;
@@ -442,7 +436,9 @@ std::string suggest(const std::vector<FieldInfo>& table, std::string_view key) {
 void check_value(const FieldInfo& f, const json& value, const json& default_value,
                  std::string_view label) {
   if (f.check) f.check(value, label);
-  if (f.status == FieldInfo::Status::not_yet && value != default_value) {
+  // "" is None for an optional string, as vLLM's optional_type reads it (revision = "").
+  const bool unset = value == default_value || (default_value.is_null() && value == "");
+  if (f.status == FieldInfo::Status::not_yet && !unset) {
     fail_field(label, show(value), fmt::format("not supported yet in troupe ({})", f.note));
   }
 }

@@ -192,6 +192,7 @@ struct Spec {
   FieldInfo::Status status = FieldInfo::Status::supported;
   std::string_view note;
   std::string_view flag;  // when the kebab form of `name` is not the flag
+  bool text_items = false;  // FieldInfo::text_items
 };
 
 /// Keeps generated strings (flags, default texts) alive for the string_views of a table.
@@ -270,15 +271,14 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
 [[nodiscard]] Predicate in_range(double lo, double hi);      // finite, lo <= v <= hi
 [[nodiscard]] Predicate in_half_open(double lo, double hi);  // finite, lo < v <= hi
 [[nodiscard]] Predicate equals(json expected);
-[[nodiscard]] Predicate unset_or_empty();  // null or ""
 
 // ---- using a table ----
 
 /// The row named `key`: snake or kebab name, with or without a leading "--". Null if none.
 [[nodiscard]] const FieldInfo* find_field(const std::vector<FieldInfo>& table,
                                           std::string_view key);
-/// The name in `names` closest to `key` (leading dashes dropped, '-' read as '_') within a
-/// small edit distance, or "" when none is that close.
+/// The name in `names` closest to `key` (leading dashes dropped, '-' read as '_' on both
+/// sides) when it is close: at most one edit per three characters of `key`; "" when none is.
 [[nodiscard]] std::string_view closest_name(std::span<const std::string_view> names,
                                             std::string_view key);
 /// " (did you mean 'top_p'?)" for the closest name within a small edit distance, else "".

@@ -34,11 +34,17 @@ struct FieldInfo {
   std::string_view default_text;  // the default as the command line writes it ("16", "None")
   std::string_view help;          // one or two sentences
   std::string_view allowed;       // "" when every value of the type is allowed
+  /// The allowed values troupe implements ("auto|safetensors|dummy"), when only some are;
+  /// "" when every allowed value works.
+  std::string_view supported_values;
   Status status = Status::supported;
   /// not_yet: why / what is missing. legacy: what it means in troupe. supported: which
   /// values are not supported yet, if any.
   std::string_view note;
   Arity arity = Arity::one;
+  /// A list of free text (stop strings, bad words) whose items may hold commas: the command
+  /// line takes one item per occurrence. Other lists also split each value at commas.
+  bool text_items = false;
 
   // Hooks. `target` / `source` point at the struct the table describes (EngineArgs for
   // engine_arg_fields(), SamplingParams for sampling_param_fields()). `label` is how errors

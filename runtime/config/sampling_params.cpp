@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/config/field_codec.hpp"
 #include "runtime/error.hpp"
 
@@ -116,11 +117,13 @@ std::vector<FieldInfo> build_table(Arena& a) {
       {.name = "stop",
        .help = "Strings that end the output when generated; they are not in the output text.",
        .allowed = "non-empty strings",
-       .valid = [](const json& v) {
-         for (const auto& e : v)
-           if (e.get_ref<const std::string&>().empty()) return false;
-         return true;
-       }}));
+       .valid =
+           [](const json& v) {
+             for (const auto& e : v)
+               if (e.get_ref<const std::string&>().empty()) return false;
+             return true;
+           },
+       .text_items = true}));
   t.push_back(member(
       a, &S::stop_token_ids,
       {.name = "stop_token_ids",
@@ -222,7 +225,8 @@ std::vector<FieldInfo> build_table(Arena& a) {
                      {.name = "bad_words",
                       .help = "Words that must not be generated.",
                       .status = Status::not_yet,
-                      .note = "needs a bad-words logits processor"}));
+                      .note = "needs a bad-words logits processor",
+                      .text_items = true}));
   return t;
 }
 
@@ -318,6 +322,34 @@ nlohmann::json to_json(const SamplingParams& p) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : table().fields) j[std::string(f.name)] = f.get(&p);
   return j;
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+SamplingParams sampling_defaults_from(const GenerationConfig& g) {
+  SamplingParams p;
+  if (g.temperature) p.temperature = *g.temperature;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.top_k) p.top_k = *g.top_k;
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) p.max_tokens = *g.max_new_tokens;
+  return p;
+}
+
+std::string_view generation_config_key(std::string_view field) {
+  // The fields sampling_defaults_from reads, by SamplingParams name.
+  static constexpr std::pair<std::string_view, std::string_view> kKeys[] = {
+      {"temperature", "temperature"},
+      {"top_p", "top_p"},
+      {"top_k", "top_k"},
+      {"repetition_penalty", "repetition_penalty"},
+      {"max_tokens", "max_new_tokens"},
+  };
+  for (const auto& [name, key] : kKeys)
+    if (name == field) return key;
+  return {};
 }
 
 }  // namespace troupe

@@ -27,6 +27,8 @@
 
 namespace troupe {
 
+struct GenerationConfig;
+
 /// vLLM's RequestOutputKind: what each streamed RequestOutput carries.
 enum class RequestOutputKind {
   cumulative,  // everything generated so far (the default)
@@ -92,6 +94,13 @@ SamplingParams sampling_params_from_json(const nlohmann::json& j, const Sampling
 
 /// Every field, with vLLM's names; None is null.
 nlohmann::json to_json(const SamplingParams& p);
+
+/// What a request gets when it sets nothing: vLLM's defaults with the fields of the model's
+/// generation_config.json over them (see generation_config_key).
+[[nodiscard]] SamplingParams sampling_defaults_from(const GenerationConfig& g);
+/// The generation_config.json key whose value sampling_defaults_from uses as `field`'s default
+/// (max_tokens <- max_new_tokens), or "" when the field's default is always vLLM's.
+[[nodiscard]] std::string_view generation_config_key(std::string_view field);
 
 [[nodiscard]] std::string_view to_string(RequestOutputKind k);
 

@@ -10,6 +10,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/exec/memory_fit.hpp"
 
 namespace troupe {
 
@@ -60,6 +61,10 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
         "--dtype {} keeps it)",
         dtype_name(stored), dtype_name(config_.dtype), backend_->name(), dtype_name(stored));
   ParallelRank rank{init.tp_rank, init.tp_size, init.pp_rank, init.pp_size};
+  if (at_start.total_bytes > 0)  // refuse what cannot fit before allocating (memory_fit.hpp)
+    check_model_fits(
+        model_memory(config_, backend_->compute_dtype(config_.dtype), max_model_len_, rank),
+        int64_t(at_start.free_bytes), backend_->device(), stored);
   model_ = make_causal_lm(config_, *backend_, rank);
   if (init.load_format == "dummy") {
     model_->init_dummy_weights(init.seed);

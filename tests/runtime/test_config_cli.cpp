@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -15,12 +17,16 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// An app with both flag groups, parsed from `args` (without the program name).
+/// An app with both flag groups and positional prompts, parsed from `args` (without the
+/// program name) as tools/main.cpp does.
 struct Cli {
   CLI::App app{"test"};
+  std::vector<std::string> prompts;
   explicit Cli(std::vector<std::string> args) {
     troupe::add_engine_args(app);
     troupe::add_sampling_args(app);
+    app.add_option("prompts", prompts);
+    args = troupe::join_boolean_values(std::move(args));
     std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
     app.parse(args);
   }
@@ -73,9 +79,25 @@ TEST_CASE("no flags: the defaults", "[config]") {
 }
 
 TEST_CASE("flags set EngineArgs in vLLM's forms", "[config]") {
-  Cli cli({"--model", "/ckpt", "--max-num-seqs", "64", "--max-model-len", "4K", "--enforce-eager",
-           "--no-enable-prefix-caching", "--dtype", "half", "--served-model-name", "a", "b",
-           "--executor-endpoints", "h:1", "--executor-endpoints", "h:2", "--max-log-len=100",
+  Cli cli({"--model",
+           "/ckpt",
+           "--max-num-seqs",
+           "64",
+           "--max-model-len",
+           "4K",
+           "--enforce-eager",
+           "--no-enable-prefix-caching",
+           "--dtype",
+           "half",
+           "--served-model-name",
+           "a",
+           "--served-model-name",
+           "b",
+           "--executor-endpoints",
+           "h:1",
+           "--executor-endpoints",
+           "h:2",
+           "--max-log-len=100",
            "--enable-chunked-prefill=false"});
   auto a = troupe::engine_args_from_cli(cli.app);
   CHECK(a.model == "/ckpt");
@@ -112,8 +134,8 @@ TEST_CASE("sampling flags, with list flags repeated or given several values", "[
            "--stop",
            "b c",
            "--stop-token-ids",
-           "1",
-           "2",
+           "1,2",
+           "--stop-token-ids",
            "3",
            "--stop-token-ids",
            "4,5",
@@ -181,7 +203,6 @@ TEST_CASE("command-line errors name the flag, file errors the file and line", "[
              Contains("--top-p = 0.0: allowed: (0, 1]"));
   CHECK_THAT(cli_error({"--model", "m", "--bad-words", "x"}),
              Contains("--bad-words = [\"x\"]: not supported yet"));
-  CHECK_THAT(cli_error({"--max-num-seqs", "8"}), Contains("model = \"\""));
   CHECK_THAT(cli_error({"--config", "/nonexistent/engine.toml"}),
              Contains("--config /nonexistent/engine.toml: cannot open"));
   TempFile file("model = \"m\"\nblock_sise = 8\n");
@@ -208,18 +229,129 @@ TEST_CASE("legacy flags on the command line give notices", "[config]") {
   CHECK_THAT(all, Contains("old name of --max-seq-len-to-capture"));
 }
 
-TEST_CASE("--help lists both groups with defaults and marks not-yet flags", "[config]") {
+TEST_CASE("a list flag takes one value per occurrence and leaves the prompts alone", "[config]") {
+  // issue 21: `--stop . "Once upon a time"` generated for no prompt.
+  Cli stop({"--stop", ".", "Once upon a time"});
+  CHECK(troupe::sampling_params_from_cli(stop.app).stop == std::vector<std::string>{"."});
+  CHECK(stop.prompts == std::vector<std::string>{"Once upon a time"});
+  // Repeated, or commas in one value; stop strings keep their commas (one item each).
+  Cli lists({"--stop-token-ids", "1,2", "--stop-token-ids", "3", "--stop", "a, b", "--stop", "c",
+             "--executor-endpoints", "h:1,h:2", "--executor-endpoints", "h:3",
+             "--served-model-name", "x,y", "--logit-bias", "5:1,6:-2", "p1", "p2"});
+  const auto p = troupe::sampling_params_from_cli(lists.app);
+  CHECK(p.stop_token_ids == std::vector<int32_t>{1, 2, 3});
+  CHECK(p.stop == std::vector<std::string>{"a, b", "c"});
+  CHECK(p.logit_bias == std::map<int32_t, double>{{5, 1.0}, {6, -2.0}});
+  const auto a = troupe::engine_args_from_cli(lists.app);
+  CHECK(a.executor_endpoints == std::vector<std::string>{"h:1", "h:2", "h:3"});
+  CHECK(a.served_model_name == std::vector<std::string>{"x", "y"});
+  CHECK(lists.prompts == std::vector<std::string>{"p1", "p2"});
+  // A JSON array is one value too.
+  Cli json({"--stop", R"(["x,y", "z"])", "p"});
+  CHECK(troupe::sampling_params_from_cli(json.app).stop == std::vector<std::string>{"x,y", "z"});
+  CHECK(json.prompts == std::vector<std::string>{"p"});
+}
+
+TEST_CASE("boolean flags: --x, --no-x, --x=false and --x false alike, never a prompt", "[config]") {
+  for (const std::vector<std::string>& off :
+       {std::vector<std::string>{"--enforce-eager", "false", "false"},
+        std::vector<std::string>{"--enforce-eager=false", "false"},
+        std::vector<std::string>{"--no-enforce-eager", "false"},
+        std::vector<std::string>{"--enforce-eager", "FALSE", "false"},
+        std::vector<std::string>{"--enforce-eager", "off", "false"}}) {
+    Cli cli(off);
+    INFO(off[0] << " " << off[1]);
+    CHECK_FALSE(troupe::engine_args_from_cli(cli.app).enforce_eager);
+    CHECK(cli.prompts == std::vector<std::string>{"false"});  // the last "false" is a prompt
+  }
+  for (const std::vector<std::string>& on :
+       {std::vector<std::string>{"--enforce-eager", "true", "p"},
+        std::vector<std::string>{"--enforce-eager=true", "p"},
+        std::vector<std::string>{"--enforce-eager", "p"},
+        std::vector<std::string>{"--enforce-eager", "yes", "p"}}) {
+    Cli cli(on);
+    CHECK(troupe::engine_args_from_cli(cli.app).enforce_eager);
+    CHECK(cli.prompts == std::vector<std::string>{"p"});
+  }
+  // Sampling booleans too; after "--" everything is a prompt.
+  Cli sampling({"--ignore-eos", "false", "--", "--ignore-eos", "true"});
+  CHECK_FALSE(troupe::sampling_params_from_cli(sampling.app).ignore_eos);
+  CHECK(sampling.prompts == std::vector<std::string>{"--ignore-eos", "true"});
+  // Digits after a flag are data (token ids), never its value.
+  Cli digits({"--enforce-eager", "0", "1"});
+  CHECK(troupe::engine_args_from_cli(digits.app).enforce_eager);
+  CHECK(digits.prompts == std::vector<std::string>{"0", "1"});
+}
+
+TEST_CASE("--help shows what works with its real defaults, the rest once at the end", "[config]") {
   Cli cli({});
-  std::string help = cli.app.help();
+  const std::string help = cli.app.help();
+  INFO(help);
   CHECK_THAT(help, Contains("Engine:"));
   CHECK_THAT(help, Contains("Sampling:"));
-  CHECK_THAT(help, Contains("--block-size INT=16"));
-  CHECK_THAT(help, Contains("--gpu-memory-utilization FLOAT=0.9"));
-  CHECK_THAT(help, Contains("--temperature FLOAT=1.0"));
+  CHECK_THAT(help, Contains("--block-size INT"));
+  CHECK_THAT(help, Contains("Tokens per KV-cache block. Allowed: a power of two in 1..256. "
+                            "Default: 16."));
   CHECK_THAT(help, Contains("--enforce-eager,--no-enforce-eager"));
   CHECK_THAT(help, Contains("Never use CUDA graphs. Default: false."));
-  CHECK_THAT(help, Contains("(not supported yet: other values; only 1 so far)"));
-  CHECK_THAT(help, Contains("(not supported yet: the KV cache uses the model dtype)"));
-  CHECK_THAT(help, Contains("(legacy: no Ray in troupe"));
+  // Sampling defaults come from the model's generation_config.json first.
+  CHECK_THAT(help, Contains("Default: the model's generation_config.json temperature, else 1.0."));
+  CHECK_THAT(help, Contains("Default: the model's generation_config.json max_new_tokens, else "
+                            "16."));
+  CHECK_THAT(help, Contains("Default: the embedded model, troupe-fortunes"));
+  // Only the values that work are offered; other values of a supported flag are named.
+  CHECK_THAT(help, Contains("Allowed: auto|safetensors|dummy (vLLM's other values are not "
+                            "supported yet)."));
+  CHECK_THAT(help, Contains("Not supported yet: other values (only 1 so far)."));
+  CHECK_THAT(help, Contains("Several: repeat the flag or use commas."));
   CHECK_THAT(help, Contains("--config FILE"));
+  // Not-yet and legacy flags: no line of their own, each named once in the footer.
+  const auto footer = help.find("Engine flags of vLLM not supported yet");
+  REQUIRE(footer != std::string::npos);
+  for (const char* flag : {"--enable-lora", "--kv-cache-dtype", "--speculative-config",
+                           "--bad-words", "--structured-outputs", "--worker-use-ray"}) {
+    INFO(flag);
+    const std::regex named(std::string(flag) + "(\\s|$)");
+    const auto all = std::distance(std::sregex_iterator(help.begin(), help.end(), named),
+                                   std::sregex_iterator());
+    CHECK(all == 1);
+    CHECK(help.find(flag) > footer);
+  }
+  CHECK(help.find("not supported yet:") == std::string::npos);  // the old per-flag marks
+  // Every supported field has its line; not one not-yet field has.
+  size_t shown = 0, hidden = 0;
+  for (const auto* table : {&troupe::engine_arg_fields(), &troupe::sampling_param_fields()})
+    for (const auto& f : *table)
+      (f.status == troupe::FieldInfo::Status::supported ? shown : hidden) += 1;
+  CHECK(shown > 50);
+  CHECK(hidden > 100);
+  // One or two lines a shown flag, a few flags a line for the hidden ones (before: a line
+  // or two each, 329 lines in all).
+  const auto lines = size_t(std::count(help.begin(), help.end(), '\n'));
+  CHECK(lines < 2 * shown + hidden / 3);
+  // A hidden flag is still refused by name when given.
+  CHECK_THAT(cli_error({"--enable-lora"}), Contains("--enable-lora = true: not supported yet"));
+}
+
+TEST_CASE("unknown names get a suggestion only when one is close", "[config]") {
+  Cli cli({});
+  CHECK(troupe::suggest_option(cli.app, "--temprature") == " (did you mean --temperature?)");
+  CHECK(troupe::suggest_option(cli.app, "--max-token=5") == " (did you mean --max-tokens?)");
+  CHECK(troupe::suggest_option(cli.app, "--foo").empty());
+  CHECK(troupe::suggest_option(cli.app, "--xyz").empty());
+  // JSON and TOML keys: the same rule (this used to suggest 'n' for any short key).
+  for (const char* far : {"foo", "xyz", "q", "abc", "prompts"}) {
+    INFO(far);
+    try {
+      (void)troupe::sampling_params_from_json({{far, 1}}, {});
+      FAIL("accepted " << far);
+    } catch (const troupe::Error& e) {
+      CHECK_THAT(e.what(), !Contains("did you mean"));
+    }
+  }
+  CHECK_THROWS_WITH(troupe::sampling_params_from_json({{"seeed", 1}}, {}),
+                    Contains("(did you mean 'seed'?)"));
+  // Two letters swapped are one typo.
+  CHECK_THROWS_WITH(troupe::sampling_params_from_json({{"tpo_p", 1}}, {}),
+                    Contains("(did you mean 'top_p'?)"));
 }

@@ -9,21 +9,27 @@ it fails with an AssertionError that says what was expected and what came out.
 import json
 import os
 import pathlib
+import re
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "troupe-fortunes"
 FIXTURE = REPO / "tests" / "fixtures" / "models" / "llama_gqa"
 ENV = dict(os.environ, TROUPE_DEFAULT_MODEL=str(MODEL))
+# As a user has it: no variable pointing at the model.
+PLAIN_ENV = {k: v for k, v in os.environ.items() if k != "TROUPE_DEFAULT_MODEL"}
 QUIET = ["--log-level", "warn"]
 
 
-def run(*args, ok=True, stdin=None):
-    p = subprocess.run([TROUPE, *QUIET, *args], capture_output=True, text=True, env=ENV,
-                       input=stdin, timeout=300, cwd=REPO)
+def run(*args, ok=True, stdin=None, env=None, cwd=None):
+    p = subprocess.run([TROUPE, *QUIET, *args], capture_output=True, text=True,
+                       env=ENV if env is None else env, input=stdin, timeout=300,
+                       cwd=REPO if cwd is None else cwd)
     if ok and p.returncode != 0:
         raise AssertionError(f"troupe {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
     return p
@@ -33,9 +39,9 @@ def jsonl(text):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def expect_error(args, *needles):
+def expect_error(args, *needles, env=None):
     """A bad input: exit status 1 and one line on stderr naming the problem."""
-    p = run(*args, ok=False)
+    p = run(*args, ok=False, env=env)
     err = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == 1, f"exit {p.returncode} for {args}; stderr:\n{p.stderr}"
     assert len(err) == 1, f"expected one error line for {args}, got:\n{p.stderr}"
@@ -196,6 +202,17 @@ def case_bad_requests():
         bad = pathlib.Path(d, "in.jsonl")
         bad.write_text('{"prompt": "ok"}\n{"prompt": 5}\n')
         expect_error(["generate", "--input", str(bad)], "in.jsonl:2")
+        # Line numbers count blank lines, and a bad field names the file and its line (not
+        # the request's index among the prompts).
+        bad.write_text('{"prompt": "ok"}\n\n\n{"prompt": "a", "top_p": 7}\n')
+        expect_error(["generate", "--input", str(bad), "first prompt"],
+                     f"--input {bad}:4:", "top_p")
+        bad.write_text('{"prompt": "ok"}\n\n{"prompt": "a", "temprature": 0.5}\n')
+        expect_error(["generate", "--input", str(bad)], f"{bad}:3:",
+                     "did you mean 'temperature'")
+        bad.write_text('{"prompt": "ok", "foo": 1}\n')
+        p = run("generate", "--input", str(bad), ok=False)
+        assert "unknown key 'foo'" in p.stderr and "did you mean" not in p.stderr, p.stderr
 
 
 def case_remote_worker():
@@ -268,28 +285,261 @@ def check_step_kinds(s, max_decode_tokens):
     assert p["tokens_per_step"] > 1, s
 
 
+def case_any_directory():
+    """From a directory that is not the repository, with no TROUPE_DEFAULT_MODEL: generate,
+    tokenize, bench and the C++ example find the embedded model; a bad TROUPE_DEFAULT_MODEL
+    says where it looked."""
+    with tempfile.TemporaryDirectory() as d:
+        c = jsonl(run("generate", "--max-tokens", "5", "--temperature", "0", "Hello",
+                      env=PLAIN_ENV, cwd=d).stdout)[0]["outputs"][0]
+        assert len(c["token_ids"]) == 5, c
+        ids = json.loads(run("tokenize", "Hello world", env=PLAIN_ENV, cwd=d).stdout)
+        assert ids[0] == 0 and len(ids) > 1, ids
+        p = run("bench", "latency", "--input-len", "4", "--output-len", "2", "--batch-size", "1",
+                "--num-iters-warmup", "0", "--num-iters", "1", env=PLAIN_ENV, cwd=d)
+        assert "decode time per output token" in p.stdout, p.stdout
+        if EXAMPLE:
+            p = subprocess.run([EXAMPLE], capture_output=True, text=True, env=PLAIN_ENV,
+                               timeout=300, cwd=d)
+            assert p.returncode == 0 and p.stdout.startswith("The future of AI is"), p.stderr
+            # Any error is printed, with a non-zero exit, never an uncaught exception.
+            bad = dict(PLAIN_ENV, TROUPE_DEFAULT_MODEL=str(pathlib.Path(d, "nope")))
+            p = subprocess.run([EXAMPLE], capture_output=True, text=True, env=bad,
+                               timeout=300, cwd=d)
+            assert p.returncode == 1, (p.returncode, p.stderr)
+            assert p.stderr.startswith("error: TROUPE_DEFAULT_MODEL"), p.stderr
+        expect_error(["generate", "x"], "TROUPE_DEFAULT_MODEL", str(pathlib.Path(d, "nope")),
+                     env=dict(PLAIN_ENV, TROUPE_DEFAULT_MODEL=str(pathlib.Path(d, "nope"))))
+
+
+def case_command_line_forms():
+    """issues 18 and 21: list flags take one value, booleans take every form, --log-level
+    goes anywhere, --version, --input -."""
+    def prompts_of(*args):
+        return [o["prompt"] for o in jsonl(run("generate", "--max-tokens", "2", *args).stdout)]
+    assert prompts_of("--stop", ".", "Once upon a time") == ["Once upon a time"]
+    assert prompts_of("--stop-token-ids", "5,6", "--stop-token-ids", "7", "A", "B") == ["A", "B"]
+    assert prompts_of("--enforce-eager", "false", "Once") == ["Once"]
+    assert prompts_of("--enforce-eager=false", "--no-ignore-eos", "Once") == ["Once"]
+    assert prompts_of("--ignore-eos", "true", "--", "false") == ["false"]
+    # --log-level after the subcommand: no info lines.
+    p = subprocess.run([TROUPE, "generate", "--max-tokens", "2", "--log-level", "warn", "x"],
+                       capture_output=True, text=True, env=ENV, timeout=300, cwd=REPO)
+    assert p.returncode == 0 and " engine: " not in p.stderr, p.stderr
+    p = subprocess.run([TROUPE, "generate", "--max-tokens", "2", "--log-level", "info", "x"],
+                       capture_output=True, text=True, env=ENV, timeout=300, cwd=REPO)
+    assert " engine: " in p.stderr, p.stderr
+    v = subprocess.run([TROUPE, "--version"], capture_output=True, text=True, timeout=30)
+    assert v.returncode == 0 and re.fullmatch(r"troupe \d+\.\d+\.\d+( \(git [0-9a-f]{7}(-dirty)?\))?\n",
+                                               v.stdout), v.stdout
+    # A flag before digits leaves them alone (they are token ids here, not its value).
+    a = json.loads(run("tokenize", "--decode", "0", "45", "472", "84", "699").stdout)
+    b = json.loads(run("tokenize", "--decode", "[0, 45, 472, 84, 699]").stdout)
+    assert a == b and isinstance(a, str), (a, b)
+    # --input - reads standard input.
+    out = jsonl(run("generate", "--input", "-", "--max-tokens", "2",
+                    stdin='{"prompt": "from stdin"}\n\n{"prompt_token_ids": [0, 5]}\n').stdout)
+    assert [o["prompt"] for o in out] == ["from stdin", ""], out
+    assert [o["request_id"] for o in out] == ["0", "1"], out
+    # A misspelt flag gets the close name, a far one nothing.
+    p = run("generate", "--temprature", "0", "x", ok=False)
+    assert p.returncode != 0 and "did you mean --temperature?" in p.stderr, p.stderr
+    p = run("generate", "--frobnicate", "0", "x", ok=False)
+    assert p.returncode != 0 and "did you mean" not in p.stderr, p.stderr
+
+
+def case_help_tells_the_truth():
+    """--help shows the flags that work with the defaults that happen; the rest once at the
+    end; and what it says about max_tokens is what generate does."""
+    h = run("generate", "--help").stdout
+    lines = h.splitlines()
+    assert len(lines) < 160, len(lines)
+    footer = h.index("Engine flags of vLLM not supported yet")
+    for flag in ("--enable-lora", "--speculative-config", "--quantization", "--bad-words"):
+        assert h.count(flag + " ") + h.count(flag + "\n") == 1 and h.index(flag) > footer, flag
+    assert "Default: the model's generation_config.json max_new_tokens, else 16." in h
+    assert "Default: the model's generation_config.json temperature, else 1.0." in h
+    # The embedded model's generation_config.json says max_new_tokens 64: that is what a
+    # request without --max-tokens gets; with vLLM's defaults instead, 16.
+    c = jsonl(run("generate", "--ignore-eos", "--temperature", "0", "x").stdout)[0]["outputs"][0]
+    assert len(c["token_ids"]) == 64, c
+    c = jsonl(run("generate", "--ignore-eos", "--temperature", "0", "--generation-config",
+                  "vllm", "x").stdout)[0]["outputs"][0]
+    assert len(c["token_ids"]) == 16, c
+    expect_error(["generate", "--enable-lora", "x"], "--enable-lora", "not supported yet")
+
+
+def case_memory_check():
+    """A model that cannot fit in memory is refused with its size, not killed by the kernel
+    (a 7-trillion-parameter preset, refused on any machine before a byte is allocated)."""
+    with tempfile.TemporaryDirectory() as d:
+        cfg = json.loads((REPO / "configs" / "models" / "llama-3-8b" / "config.json").read_text())
+        cfg.update(hidden_size=32768, intermediate_size=131072, num_hidden_layers=512,
+                   num_attention_heads=256, num_key_value_heads=8, max_position_embeddings=256)
+        (pathlib.Path(d) / "config.json").write_text(json.dumps(cfg))
+        t0 = time.monotonic()
+        expect_error(["generate", "--model", d, "--load-format", "dummy", "--device", "cpu",
+                      "--skip-tokenizer-init", "--input", str(ids_file(d))],
+                     "does not fit", "parameters in float32", "GiB of host memory available",
+                     "MemAvailable")
+        assert time.monotonic() - t0 < 60
+
+
+def ids_file(d):
+    f = pathlib.Path(d) / "ids.jsonl"
+    f.write_text('{"prompt_token_ids": [1, 2, 3]}\n')
+    return f
+
+
+def slow_inputs(path, count, tokens):
+    """`count` requests of `tokens` greedy tokens each; with --max-num-seqs 1 they run one
+    after another, so results finish one by one, seconds apart."""
+    path.write_text("".join(json.dumps({"prompt": f"Story {i}:", "max_tokens": tokens,
+                                        "ignore_eos": True, "temperature": 0}) + "\n"
+                            for i in range(count)))
+
+
+def wait_for_lines(path, n, proc, limit_s=240):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") >= n:
+            return
+        assert proc.poll() is None, f"generate ended early: {proc.returncode}"
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} results in {path} after {limit_s} s")
+
+
+def check_finished_results(path, total, tokens):
+    """Every line a whole, finished result, in input order, fewer than all."""
+    out = jsonl(path.read_text())
+    assert path.read_text().endswith("\n")
+    ids = [int(o["request_id"]) for o in out]
+    assert ids == sorted(ids) and 2 <= len(out) < total, ids
+    for o in out:
+        c = o["outputs"][0]
+        assert c["finish_reason"] == "length" and len(c["token_ids"]) == tokens, c
+        assert o["prompt"] == f"Story {o['request_id']}:", o
+    return out
+
+
+def case_interrupt_keeps_finished():
+    """Ctrl-C mid-run: the results that finished are in the file, valid JSON lines, the rest
+    aborted; exit status 130. An existing --output is untouched by a run that fails before
+    its first result."""
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        src, dst = d / "in.jsonl", d / "out.jsonl"
+        dst.write_text("precious\n")
+        expect_error(["generate", "--input", str(src), "--output", str(dst)], "in.jsonl")
+        expect_error(["generate", "--model", str(d / "nope"), "--output", str(dst), "x"], "nope")
+        assert dst.read_text() == "precious\n"
+        slow_inputs(src, 40, 120)
+        p = subprocess.Popen([TROUPE, *QUIET, "generate", "--max-num-seqs", "1",
+                              "--disable-progress-bar", "--input", str(src), "--output", str(dst)],
+                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+        try:
+            wait_for_lines(dst, 2, p)
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 130, (p.returncode, err)
+        out = check_finished_results(dst, 40, 120)
+        assert f"{len(out)} of 40 results written" in err, err
+
+
+def case_lost_worker_keeps_finished():
+    """A fatal error mid-run (the engine's only executor, a `troupe worker`, killed with
+    SIGKILL): exit status 1 with the reason, every result that finished written."""
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        src, dst = d / "in.jsonl", d / "out.jsonl"
+        slow_inputs(src, 40, 120)
+        w = subprocess.Popen([TROUPE, *QUIET, "worker", "--port", "0"], stdout=subprocess.PIPE,
+                             text=True, env=ENV, cwd=REPO)
+        p = None
+        try:
+            line = w.stdout.readline()
+            assert "listening on" in line, line
+            endpoint = line.strip().split()[-1]
+            p = subprocess.Popen([TROUPE, *QUIET, "generate", "--executor-endpoints", endpoint,
+                                  "--max-num-seqs", "1", "--disable-progress-bar", "--input",
+                                  str(src), "--output", str(dst)],
+                                 stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+            wait_for_lines(dst, 2, p)
+            w.send_signal(signal.SIGKILL)
+            _, err = p.communicate(timeout=60)
+        finally:
+            for proc in (p, w):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+        assert p.returncode == 1, (p.returncode, err)
+        out = check_finished_results(dst, 40, 120)
+        assert "executor 0" in err and f"{len(out)} of 40 results written" in err, err
+
+
+def case_output_order_completion():
+    """--output-order completion: each result as it finishes; request_id says which input."""
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = pathlib.Path(d, "in.jsonl"), pathlib.Path(d, "out.jsonl")
+        src.write_text("".join(json.dumps({"prompt": f"p{i}", "max_tokens": n, "ignore_eos": True})
+                               + "\n" for i, n in enumerate([40, 2, 20])))
+        run("generate", "--input", str(src), "--output", str(dst), "--output-order", "completion")
+        out = jsonl(dst.read_text())
+        assert [o["request_id"] for o in out] == ["1", "2", "0"], out
+        assert [o["prompt"] for o in out] == ["p1", "p2", "p0"], out
+
+
+def readme_shell_examples(readme):
+    """The command lines of the README's "## Examples" sh blocks."""
+    section = readme.split("## Examples", 1)[1].split("\n## ", 1)[0]
+    cmds = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        cmds += [l for l in block.splitlines() if l.strip() and not l.startswith("#")]
+    return cmds
+
+
 def case_readme_example():
-    """The README's C++ example is examples/offline_generate.cpp, and it runs."""
-    import re
+    """The README's C++ example is examples/offline_generate.cpp and runs; every shell example
+    runs as written, from a checkout (a directory with the repository's files and the build's
+    troupe at build/tools/troupe), with no environment set up."""
     readme = (REPO / "README.md").read_text()
     block = re.search(r"```cpp\n(.*?)```", readme, re.S).group(1)
     assert block == (REPO / "examples" / "offline_generate.cpp").read_text(), \
         "README's C++ example differs from examples/offline_generate.cpp"
-    p = subprocess.run([EXAMPLE], capture_output=True, text=True, env=ENV, timeout=300, cwd=REPO)
+    p = subprocess.run([EXAMPLE], capture_output=True, text=True, env=PLAIN_ENV, timeout=300,
+                       cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("The future of AI is"), p.stdout
     assert "Once upon a time" in p.stdout and "tokens)" in p.stdout, p.stdout
-    # The README's shell examples name flags that exist.
-    for flag in re.findall(r"(--[a-z][a-z-]+)", readme):
-        if flag in ("--build", "--output-on-failure", "--test-dir"):
+    cmds = readme_shell_examples(readme)
+    assert len(cmds) >= 5, cmds
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        for top in ("configs", "examples", "models"):
+            (d / top).symlink_to(REPO / top)
+        (d / "build" / "tools").mkdir(parents=True)
+        (d / "build" / "tools" / "troupe").symlink_to(TROUPE)
+        for cmd in cmds:
+            p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True,
+                               text=True, env=PLAIN_ENV, timeout=600, cwd=d)
+            assert p.returncode == 0, f"README example failed ({p.returncode}): {cmd}\n{p.stderr}"
+            assert p.stdout.strip() or (d / "results.jsonl").exists(), cmd
+    # Every flag in the README's commands (its sh blocks, the set-up ones too) is one the
+    # commands take. (Prose may name vLLM's flags troupe does not have yet.)
+    h = "".join(run(*sub, "--help").stdout for sub in
+                ([], ["generate"], ["bench", "latency"], ["tokenize"], ["worker"]))
+    commands = "".join(re.findall(r"```sh\n(.*?)```", readme, re.S))
+    for flag in set(re.findall(r"(--[a-z][a-z-]+)", commands)):
+        if flag in ("--build", "--output-on-failure", "--test-dir", "--target", "--install",
+                    "--prefix"):
             continue
-        h = run("generate", "--help").stdout + run("bench", "latency", "--help").stdout + \
-            run("tokenize", "--help").stdout
         assert flag in h, f"README mentions {flag}, which no --help lists"
 
 
 if __name__ == "__main__":
-    name, TROUPE = sys.argv[1], sys.argv[2]
-    EXAMPLE = sys.argv[3] if len(sys.argv) > 3 else None
+    name, TROUPE = sys.argv[1], os.path.abspath(sys.argv[2])
+    EXAMPLE = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
     globals()["case_" + name]()
     print(f"{name}: ok")
