@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
 #include <optional>
-#include <string_view>
 #include <utility>
 
 #include "cpu/cpu_backend.hpp"
@@ -26,8 +24,6 @@ struct executor_state {
   // promise, delivered by the next execute (after enqueueing that step's forward) or by the
   // finish poll, whichever comes first.
   std::optional<std::pair<uint64_t, caf::typed_response_promise<StepResult>>> waiting;
-  // TROUPE_EXECUTOR_PIPELINE (1, the default; 0 runs each step whole, for comparison).
-  bool pipeline = true;
   static inline const char* name = "troupe.executor";
 };
 
@@ -90,8 +86,7 @@ caf::result<StepResult> execute_step(self_ptr self, const StepPlan& plan) {
   return rp;
 }
 
-executor_actor::behavior_type executor_behavior(self_ptr self, bool pipeline) {
-  self->state.pipeline = pipeline;
+executor_actor::behavior_type executor_behavior(self_ptr self) {
   return {
       [=](init_atom, const ExecutorInit& init) -> caf::result<ExecutorInfo> {
         try {
@@ -106,14 +101,7 @@ executor_actor::behavior_type executor_behavior(self_ptr self, bool pipeline) {
       },
       [=](execute_atom, const StepPlan& plan) -> caf::result<StepResult> {
         if (!self->state.runner) return make_troupe_error("executor: execute before init");
-        if (self->state.pipeline) return execute_step(self, plan);
-        try {  // TROUPE_EXECUTOR_PIPELINE=0: each step whole, as before pipelining
-          return self->state.runner->execute(plan);
-        } catch (const std::exception& e) {
-          spdlog::error("executor: step {} failed: {}", plan.step_id, e.what());
-          self->state.runner->reset_batch();
-          return make_troupe_error(e.what());
-        }
+        return execute_step(self, plan);
       },
       [=](finish_atom, uint64_t step_id) {
         auto& st = self->state;
@@ -130,17 +118,7 @@ executor_actor::behavior_type executor_behavior(self_ptr self, bool pipeline) {
 }  // namespace
 
 executor_actor spawn_executor(caf::actor_system& sys) {
-  // Read here, so a bad value fails the spawn's caller (the engine or `troupe worker`).
-  bool pipeline = true;
-  if (const char* v = std::getenv("TROUPE_EXECUTOR_PIPELINE"); v != nullptr && *v != '\0') {
-    const std::string_view s(v);
-    if (s != "0" && s != "1")
-      fail("TROUPE_EXECUTOR_PIPELINE = '{}': allowed: 1 (the default: the next step's forward "
-           "is enqueued before this step's tokens are read) or 0 (each step whole)",
-           s);
-    pipeline = s == "1";
-  }
-  return sys.spawn<caf::detached>(executor_behavior, pipeline);
+  return sys.spawn<caf::detached>(executor_behavior);
 }
 
 #ifndef TROUPE_HAVE_CUDA

@@ -4,24 +4,20 @@
 
 #include <unistd.h>
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
-#include "cpu/op_checks.hpp"
 #include "cpu/paged_attention.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_math.hpp"
-#include "runtime/backend/op_shapes.hpp"
+#include "runtime/backend/op_checks.hpp"
 #include "runtime/sampling/sampler.hpp"
 
 namespace troupe {
 namespace {
-
-using cpu::OpCheck;
 
 constexpr size_t kAlignment = 64;
 constexpr Device kCpu{DeviceKind::cpu, 0};
@@ -32,11 +28,11 @@ int64_t grain_for(int64_t row_elems) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(row_elems, 1));
 }
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+// The CPU computes in float32 only: an op's leading tensor must be float32, and the shared
+// checks hold the others to its dtype.
+void check_f32(const OpCheck& check, std::string_view name, const Tensor& t) {
+  if (t.dtype != DType::f32)
+    check.fail("{} {} must be float32 (the CPU backend computes in float32)", name, describe(t));
 }
 
 void rms_norm_row(const float* x, const float* w, float eps, float* out, int64_t h) {
@@ -95,14 +91,7 @@ class CpuBackend final : public Backend {
   }
 
   void copy(const Tensor& dst, const Tensor& src) override {
-    const OpCheck check("copy");
-    check.tensor("src", src, src.dtype, src.ndim);
-    check.tensor("dst", dst, dst.dtype, dst.ndim);
-    if (dst.dtype != src.dtype)
-      check.fail("dst {} and src {} differ in dtype (copy does not convert)", describe(dst),
-                 describe(src));
-    if (dst.numel() != src.numel())
-      check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
+    check_copy(OpCheck("copy", kCpu), dst, src);
     if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
   }
 
@@ -140,12 +129,9 @@ class CpuBackend final : public Backend {
   // ---- ops ----
 
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
-    const OpCheck check("embedding");
-    check.tensor("ids", ids, DType::i32, 1);
-    check.tensor("table", table, DType::f32, 2);
-    check.tensor("out", out, DType::f32, 2);
-    check.dim("out", out, 0, ids.dim(0), "one row per id");
-    check.dim("out", out, 1, table.dim(1), "hidden size of table");
+    const OpCheck check("embedding", kCpu);
+    check_f32(check, "table", table);
+    check_embedding(check, ids, table, out);
     const auto* id = ids.as<const int32_t>();
     const int64_t vocab = table.dim(0), h = table.dim(1);
     for (int64_t t = 0; t < ids.dim(0); ++t)
@@ -160,7 +146,8 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
-    const OpCheck check("rms_norm");
+    const OpCheck check("rms_norm", kCpu);
+    check_f32(check, "x", x);
     check_norm(check, x, weight, eps, out);
     const int64_t h = x.dim(1);
     const float* xs = x.as<const float>();
@@ -173,9 +160,9 @@ class CpuBackend final : public Backend {
 
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     const Tensor& out) override {
-    const OpCheck check("add_rms_norm");
-    check_norm(check, x, weight, eps, out);
-    check.same_shape("residual", residual, "x", x);
+    const OpCheck check("add_rms_norm", kCpu);
+    check_f32(check, "x", x);
+    check_add_norm(check, residual, x, weight, eps, out);
     const int64_t h = x.dim(1);
     float* r = residual.as<float>();
     const float* xs = x.as<const float>();
@@ -192,11 +179,9 @@ class CpuBackend final : public Backend {
   }
 
   void add(const Tensor& residual, const Tensor& x) override {
-    const OpCheck check("add");
-    check.tensor("x", x, DType::f32, 2);
-    check.tensor("residual", residual, DType::f32, 2);
-    check.same_shape("residual", residual, "x", x);
-    if (overlaps(residual, x)) check.fail("residual {} overlaps x", describe(residual));
+    const OpCheck check("add", kCpu);
+    check_f32(check, "x", x);
+    check_add(check, residual, x);
     const int64_t h = x.dim(1);
     float* r = residual.as<float>();
     const float* xs = x.as<const float>();
@@ -206,21 +191,10 @@ class CpuBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
-    const OpCheck check("linear");
-    check.tensor("x", x, DType::f32, 2);
-    check.tensor("w", w, DType::f32, 2);
-    check.tensor("out", out, DType::f32, 2);
+    const OpCheck check("linear", kCpu);
+    check_f32(check, "x", x);
+    check_linear(check, x, w, bias, out);  // float32 x: out and bias float32 too
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
-    check.dim("w", w, 1, k, fmt::format("K of x {}", describe(x)));
-    check.dim("out", out, 0, t, fmt::format("T of x {}", describe(x)));
-    check.dim("out", out, 1, n, fmt::format("N of w {}", describe(w)));
-    if (bias != nullptr) {
-      check.tensor("bias", *bias, DType::f32, 1);
-      check.dim("bias", *bias, 0, n, fmt::format("N of w {}", describe(w)));
-    }
-    if (overlaps(out, x) || overlaps(out, w)) check.fail("out {} overlaps an input", describe(out));
-    if (t > INT_MAX || n > INT_MAX || k > INT_MAX)
-      check.fail("x {} and w {} exceed BLAS's int dimensions", describe(x), describe(w));
     if (t == 0 || n == 0) return;
 
     float* o = out.as<float>();
@@ -241,24 +215,10 @@ class CpuBackend final : public Backend {
 
   void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
             int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
-    const OpCheck check("rope");
-    check.positive("head_dim", head_dim);
-    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
-    if (style != RopeStyle::neox && style != RopeStyle::gptj)
-      check.fail("style = {} is neither neox nor gptj", int(style));
-    check.tensor("positions", positions, DType::i32, 1);
+    const OpCheck check("rope", kCpu);
+    check_f32(check, "q", q);
+    check_rope(check, q, k, positions, cos_sin, head_dim, rotary_dim, style);
     const int64_t tokens = positions.dim(0);
-    for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}}) {
-      check.tensor(name, *t, DType::f32, 2);
-      check.dim(name, *t, 0, tokens, "one row per position");
-      if (t->dim(1) % head_dim != 0)
-        check.fail("{} {}: row of {} is not a whole number of heads of {}", name, describe(*t),
-                   t->dim(1), head_dim);
-    }
-    if (overlaps(q, k)) check.fail("q {} and k {} overlap", describe(q), describe(k));
-    check.tensor("cos_sin", cos_sin, DType::f32, 2);
-    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
     const auto* pos = positions.as<const int32_t>();
     const int64_t max_pos = cos_sin.dim(0);
     for (int64_t t = 0; t < tokens; ++t)
@@ -285,16 +245,10 @@ class CpuBackend final : public Backend {
 
   void write_kv(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                 const Tensor& slot_mapping) override {
-    const OpCheck check("write_kv");
-    check.tensor("k_cache", k_cache, DType::f32, 4);
-    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-    check.tensor("k", k, DType::f32, 2);
-    check.same_shape("v", v, "k", k);
+    const OpCheck check("write_kv", kCpu);
+    check_f32(check, "k_cache", k_cache);
+    check_write_kv(check, k, v, k_cache, v_cache, slot_mapping);
     const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
-    check.dim("k", k, 1, row,
-              fmt::format("num_kv_heads * head_dim of k_cache {}", describe(k_cache)));
-    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
-    check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
     const auto* slot = slot_mapping.as<const int32_t>();
     const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
     for (int64_t t = 0; t < k.dim(0); ++t)
@@ -319,36 +273,12 @@ class CpuBackend final : public Backend {
                          int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
                          int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
                          const Tensor& slot_mapping, const Tensor& q_out) override {
-    const OpCheck check("rope_qkv_to_cache");
-    check.positive("head_dim", head_dim);
-    check.positive("num_heads", num_heads);
-    check.positive("num_kv_heads", num_kv_heads);
-    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
-    if (style != RopeStyle::neox && style != RopeStyle::gptj)
-      check.fail("style = {} is neither neox nor gptj", int(style));
-    check.tensor("positions", positions, DType::i32, 1);
+    const OpCheck check("rope_qkv_to_cache", kCpu);
+    check_f32(check, "qkv", qkv);
+    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
+                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
     const int64_t tokens = positions.dim(0);
     const int64_t d = head_dim, q_row = int64_t(num_heads) * d, kv_row = int64_t(num_kv_heads) * d;
-    check.tensor("qkv", qkv, DType::f32, 2);
-    check.dim("qkv", qkv, 0, tokens, "one row per position");
-    check.dim("qkv", qkv, 1, q_row + 2 * kv_row, "(num_heads + 2 num_kv_heads) * head_dim");
-    check.tensor("q_out", q_out, DType::f32, 2);
-    check.dim("q_out", q_out, 0, tokens, "one row per position");
-    check.dim("q_out", q_out, 1, q_row, "num_heads * head_dim");
-    check.tensor("k_cache", k_cache, DType::f32, 4);
-    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-    check.dim("k_cache", k_cache, 2, num_kv_heads, "num_kv_heads");
-    check.dim("k_cache", k_cache, 3, head_dim, "head_dim");
-    check.tensor("cos_sin", cos_sin, DType::f32, 2);
-    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
-    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
-    check.dim("slot_mapping", slot_mapping, 0, tokens, "one slot per position");
-    for (const auto& [name, t] : {std::pair{"q_out", &q_out}, std::pair{"k_cache", &k_cache},
-                                  std::pair{"v_cache", &v_cache}})
-      if (overlaps(*t, qkv)) check.fail("{} {} overlaps qkv {}", name, describe(*t), describe(qkv));
-    if (overlaps(q_out, k_cache) || overlaps(q_out, v_cache) || overlaps(k_cache, v_cache))
-      check.fail("q_out {}, k_cache and v_cache must not overlap", describe(q_out));
     const auto* pos = positions.as<const int32_t>();
     const auto* slot = slot_mapping.as<const int32_t>();
     const int64_t max_pos = cos_sin.dim(0), num_slots = k_cache.dim(0) * k_cache.dim(1);
@@ -394,10 +324,9 @@ class CpuBackend final : public Backend {
   }
 
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
-    const OpCheck check("act_mul");
-    check.tensor("gate_up", gate_up, DType::f32, 2);
-    check.tensor("out", out, DType::f32, 2);
-    const int64_t inter = check_gate_up_halves(check, gate_up, out);
+    const OpCheck check("act_mul", kCpu);
+    check_f32(check, "gate_up", gate_up);
+    const int64_t inter = check_act_mul(check, gate_up, out);
     const float* gu = gate_up.as<const float>();
     float* o = out.as<float>();
     pool_.parallel_for(out.dim(0), grain_for(inter), [&](int64_t begin, int64_t end) {
@@ -426,12 +355,9 @@ class CpuBackend final : public Backend {
   }
 
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
-    const OpCheck check("gather_rows");
-    check.tensor("x", x, DType::f32, 2);
-    check.tensor("indices", indices, DType::i32, 1);
-    check.tensor("out", out, DType::f32, 2);
-    check.dim("out", out, 0, indices.dim(0), "one row per index");
-    check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
+    const OpCheck check("gather_rows", kCpu);
+    check_f32(check, "x", x);
+    check_gather_rows(check, x, indices, out);
     const auto* idx = indices.as<const int32_t>();
     for (int64_t s = 0; s < indices.dim(0); ++s)
       if (idx[s] < 0 || idx[s] >= x.dim(0))
@@ -447,11 +373,7 @@ class CpuBackend final : public Backend {
 
   std::vector<SampledToken> sample(const Tensor& logits,
                                    std::span<const SamplingRow> rows) override {
-    const OpCheck check("sample");
-    check.tensor("logits", logits, DType::f32, 2);
-    if (int64_t(rows.size()) != logits.dim(0))
-      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
-                 logits.dim(0));
+    check_sample(OpCheck("sample", kCpu), logits, rows.size());
     const int64_t vocab = logits.dim(1);
     for (size_t s = 0; s < rows.size(); ++s) check_sampling_row(rows[s], vocab, int64_t(s));
     std::vector<SampledToken> result(rows.size());
@@ -466,21 +388,7 @@ class CpuBackend final : public Backend {
  private:
   static void check_transfer(std::string_view op, std::string_view name, const Tensor& t,
                              const void* host, size_t bytes) {
-    const OpCheck check(op);
-    if (t.device.kind != DeviceKind::cpu) check.fail("{} {} must be on cpu", name, describe(t));
-    if (bytes > t.nbytes())
-      check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
-    if (bytes > 0 && (host == nullptr || t.data == nullptr))
-      check.fail("{} bytes with a null pointer ({} {})", bytes, name, describe(t));
-  }
-
-  static void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
-                         const Tensor& out) {
-    check.tensor("x", x, DType::f32, 2);
-    check.tensor("weight", weight, DType::f32, 1);
-    check.dim("weight", weight, 0, x.dim(1), fmt::format("hidden size of x {}", describe(x)));
-    check.same_shape("out", out, "x", x);
-    if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
+    troupe::check_transfer(OpCheck(op, kCpu), name, t, host, bytes);
   }
 
   cpu::ThreadPool pool_;

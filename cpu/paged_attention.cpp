@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/op_checks.hpp"
 #include "cpu/vector_math.hpp"
+#include "runtime/backend/op_checks.hpp"
 
 namespace troupe::cpu {
 namespace {
@@ -27,38 +27,15 @@ struct Task {
   int32_t row_end;
 };
 
+// The shared rules (runtime/backend/op_checks.hpp) with float32 tensors and a block size
+// (any positive one: the CPU kernel divides).
 void check_shapes(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
                   const Tensor& v_cache, const AttentionBatch& batch, const AttentionShape& shape,
                   const Tensor& out) {
-  check.positive("num_heads", shape.num_heads);
-  check.positive("num_kv_heads", shape.num_kv_heads);
   check.positive("head_dim", shape.head_dim);
   check.positive("block_size", shape.block_size);
-  if (shape.num_heads % shape.num_kv_heads != 0)
-    check.fail("num_heads = {} is not a multiple of num_kv_heads = {}", shape.num_heads,
-               shape.num_kv_heads);
-  if (!std::isfinite(shape.scale)) check.fail("scale = {} must be finite", shape.scale);
-
   check.tensor("q", q, DType::f32, 2);
-  check.dim("q", q, 1, int64_t(shape.num_heads) * shape.head_dim, "num_heads * head_dim");
-  check.same_shape("out", out, "q", q);
-  check.tensor("k_cache", k_cache, DType::f32, 4);
-  check.dim("k_cache", k_cache, 1, shape.block_size, "block_size");
-  check.dim("k_cache", k_cache, 2, shape.num_kv_heads, "num_kv_heads");
-  check.dim("k_cache", k_cache, 3, shape.head_dim, "head_dim");
-  check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-
-  if (batch.num_seqs < 0) check.fail("num_seqs = {} must be >= 0", batch.num_seqs);
-  if (batch.num_prefill_seqs < -1 || batch.num_prefill_seqs > batch.num_seqs)
-    check.fail("num_prefill_seqs = {} must be -1 (unknown) or in [0, num_seqs = {}]",
-               batch.num_prefill_seqs, batch.num_seqs);
-  const int64_t s = batch.num_seqs;
-  check.tensor("query_start_loc", batch.query_start_loc, DType::i32, 1);
-  check.dim("query_start_loc", batch.query_start_loc, 0, s + 1, "num_seqs + 1");
-  check.tensor("seq_lens", batch.seq_lens, DType::i32, 1);
-  check.dim("seq_lens", batch.seq_lens, 0, s, "num_seqs");
-  check.tensor("block_tables", batch.block_tables, DType::i32, 2);
-  check.dim("block_tables", batch.block_tables, 0, s, "num_seqs");
+  check_attention(check, q, k_cache, v_cache, batch, shape, out);
 }
 
 // Reads the metadata the kernel will follow, so a bad index is an error, not a wild read.
@@ -110,7 +87,7 @@ void check_indices(const OpCheck& check, const Tensor& q, const Tensor& k_cache,
 void paged_attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
                      const Tensor& v_cache, const AttentionBatch& batch,
                      const AttentionShape& shape, const Tensor& out) {
-  const OpCheck check("attention");
+  const OpCheck check("attention", Device{DeviceKind::cpu, 0});
   check_shapes(check, q, k_cache, v_cache, batch, shape, out);
   check_indices(check, q, k_cache, batch, shape.block_size);
 

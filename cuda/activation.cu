@@ -16,9 +16,8 @@ constexpr int kThreads = 256;
 template <class T, int A, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     act_mul_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
-                   int64_t inter, bool pdl_early) {
+                   int64_t inter) {
   pdl_wait();
-  pdl_trigger(pdl_early);
   constexpr int N = kVec ? kVec16<T> : 1;
   const int64_t chunk = int64_t(kThreads) * N;
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {

@@ -37,13 +37,12 @@ cudaError_t attention_init() {
   return attention_prefill_init();
 }
 
-DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                       const DecodeOptions& o) {
+DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws) {
   if (a.num_seqs <= 0 || a.max_seq_len <= 0) return {1, kDecodeMinSplitKeys};
   // About one full wave of CTAs (the decode kernels keep two CTAs resident per SM), rounded
   // down so that the grid never spills a few CTAs into a second wave, in splits of at least
-  // kDecodeMinSplitKeys (or o.min_split_keys). A batch that fills a wave by itself splits only with
-  // long_split_keys. Never more splits than the workspace holds. This is the grid's split
+  // kDecodeSmallBatchSplitKeys. A batch that fills a wave by itself takes one split per
+  // sequence. Never more splits than the workspace holds. This is the grid's split
   // count; each sequence then uses as many of them as its own length needs
   // (attention_decode.cuh), so under a CUDA graph (max_seq_len at its bound) a short sequence
   // still takes few splits.
@@ -52,10 +51,7 @@ DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspac
   int64_t splits = 1, split_keys = kDecodeMinSplitKeys;
   if (base < target) {
     splits = target / base;
-    split_keys = std::max<int64_t>(o.min_split_keys, kDecodeMinSplitKeys);
-  } else if (o.long_split_keys > 0) {
-    split_keys = std::max<int64_t>(o.long_split_keys, kDecodeMinSplitKeys);
-    splits = kCombineMaxSplits;  // bound by the length below
+    split_keys = kDecodeSmallBatchSplitKeys;
   }
   const int64_t by_length = (a.max_seq_len + split_keys - 1) / split_keys;
   if (splits > by_length) splits = by_length;
@@ -67,22 +63,19 @@ DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspac
 }
 
 void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
-                           const DecodeWorkspace& ws, const DecodeOptions& decode,
-                           cudaStream_t stream) {
+                           const DecodeWorkspace& ws, cudaStream_t stream) {
   if (args.num_seqs <= 0) {  // no decode grid to zero the padding rows
     zero_padding_rows(args, 2, stream);
     return;
   }
-  const DecodePlan plan = plan_decode(args, num_sms, ws, decode);
+  const DecodePlan plan = plan_decode(args, num_sms, ws);
   AttentionArgs a = args;
   a.decode_split_keys = plan.split_keys;
   // Both kernels read the per-sequence query lengths on the device and skip the sequences
   // that are the other's: the host only knows max_query_len. The decode kernel, always
   // launched, also zeroes the padding rows.
-  if (a.max_query_len >= 2)
-    launch_attention_prefill(dt, a, decode.prefill_keys, decode.prefill_rows,
-                             decode.prefill_heavy_first, decode.prefill_mask_every, stream);
-  launch_attention_decode(dt, a, plan.splits, decode, ws, stream);
+  if (a.max_query_len >= 2) launch_attention_prefill(dt, a, stream);
+  launch_attention_decode(dt, a, plan.splits, ws, stream);
 }
 
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream) {

@@ -1,14 +1,15 @@
 // Paged attention for decode rows (sequences with exactly one query row this step), f16/bf16,
-// flash-decoding style:
+// on CUDA cores, flash-decoding style: what runs where the tensor-core kernel
+// (attention_decode_mma.cu, used everywhere else) cannot, a cache of more than 2^31 rows, which
+// its 32-bit row index does not reach (only possible at head dims below 64).
 //
 // - Grid (split, KV head, sequence). A CTA handles one KV range of one sequence for all the
 //   query heads of one GQA group (up to 8 at a time), so each K/V row is read once per group.
-// - Keys are walked in sub-chunks of SUB = (key groups) x 8 keys: a key group is LPK lanes that
-//   each hold 8 of the d features (16-byte loads). Each sub-chunk first issues every K and V
-//   load its lanes need (8 keys' K and V per lane, kept packed in registers), so a sub-chunk
-//   costs one memory round trip rather than one per key; then (1) scores, reduced over the key
-//   group by shuffles; (2) an online-softmax update per head in f32, base 2; (3) P V from the
-//   registers. The key groups' partial sums meet in shared memory at the end.
+// - K and V reach the CTA through shared memory with cp.async in two stages (below); keys are
+//   walked in sub-chunks of SUB keys split over key groups of LPK lanes that each hold 8 of the
+//   d features (16-byte loads): (1) scores, reduced over the key group by shuffles; (2) an
+//   online-softmax update per head in f32, base 2; (3) P V. The key groups' partial sums meet
+//   in shared memory at the end.
 // - A sequence with one split has its CTA write the normalised output. With several, each
 //   writes unnormalised partial sums plus (max, sum) per (sequence, head, split) into the
 //   workspace, and decode_reduce_kernel rescales and combines them.
@@ -17,13 +18,9 @@
 //   ceil(kv_len / n) keys, from its length on the device. So a CUDA graph captured with
 //   max_seq_len at its bound still gives a short sequence few, long-enough splits, and the
 //   result of a sequence depends on (splits, its kv_len) only, not on where the batch's longest
-//   sequence stands. Splits of 64 keys let a batch-1 step of a short sequence spread over many
-//   SMs (latency, not bandwidth, bounds such a step).
+//   sequence stands.
 // - Rows past the last sequence (padding of a graph's batch) are zeroed by all CTAs together,
 //   grid-stride, instead of by a kernel of their own.
-//
-// Decode is bandwidth-bound, so CUDA cores suffice here; the tensor-core kernel serves rows
-// with several queries.
 #include "cuda/attention_decode.cuh"
 #include "cuda/mma.cuh"
 
@@ -31,19 +28,10 @@ namespace troupe::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kHeadsPerPass = 8;  // query heads of a GQA group handled together
-constexpr int kKeysPerGroup = 8;  // keys per key group per sub-chunk (registers: 2 x 8 x 16 B)
 
 template <int D>
 constexpr int lanes_per_key() {
   return D / 8 <= 8 ? 8 : D / 8 <= 16 ? 16 : 32;
-}
-
-template <class T>
-__device__ __forceinline__ void unpack16(const uint4& raw, float (&out)[8]) {
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
 /// A pass's gn query heads (from head0), pre-scaled by scale * log2(e), into qs [GM][D], its
@@ -183,68 +171,12 @@ __device__ __forceinline__ void finish_pass(const AttentionArgs& a, const Decode
   __syncthreads();
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
-    decode_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                  float* __restrict__ part_ml, bool pdl_early) {
-  constexpr int CH = D / 8;                // 16-byte chunks per row (8 elements each)
-  constexpr int LPK = lanes_per_key<D>();  // lanes per key group (power of two >= CH)
-  constexpr int NG = kThreads / LPK;       // key groups per CTA
-  constexpr int KPG = kKeysPerGroup;
-  constexpr int SUB = NG * KPG;  // keys per sub-chunk
-  constexpr int GM = kHeadsPerPass;
-  __shared__ float qs[GM * D];    // queries of the pass, pre-scaled by scale * log2(e)
-  __shared__ float sc[GM * SUB];  // scores, then probabilities, of the sub-chunk
-  __shared__ float m_s[GM], l_s[GM], alpha_s[GM];
-  __shared__ float red[NG * GM * D];  // per key group partial outputs
-
-  DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
-  const int grp = int(threadIdx.x) / LPK, li = int(threadIdx.x) % LPK;
-  const bool lane_on = li < CH;
-  const DecodeInputs<T, D> in = decode_inputs<T, D>(a, c);
-
-  for (int g0 = 0; g0 < in.group; g0 += GM) {
-    const int gn = min(GM, in.group - g0);
-    const int head0 = c.kvh * in.group + g0;
-    float acc[GM][8];
-    begin_pass<T, D, GM>(in.qrow, head0, gn, a.scale * kLog2e, qs, m_s, l_s, acc);
-    __syncthreads();
-
-    for (int c0 = c.start; c0 < c.end; c0 += SUB) {
-      const int cn = min(SUB, c.end - c0);
-      // Every K and V load of this sub-chunk at once: key jj = it * NG + grp.
-      uint4 kraw[KPG], vraw[KPG];
-#pragma unroll
-      for (int it = 0; it < KPG; ++it) {
-        const int jj = it * NG + grp;
-        kraw[it] = make_uint4(0u, 0u, 0u, 0u);
-        vraw[it] = make_uint4(0u, 0u, 0u, 0u);
-        if (jj < cn && lane_on) {
-          const int64_t off = kv_offset(a, in.table, c0 + jj, c.kvh, D);
-          if (off >= 0) {
-            kraw[it] = __ldg(reinterpret_cast<const uint4*>(in.kc + off + li * 8));
-            vraw[it] = __ldg(reinterpret_cast<const uint4*>(in.vc + off + li * 8));
-          }
-        }
-      }
-      attend_chunk<D, GM, LPK, NG, KPG, SUB>(
-          [&](int it, float(&kf)[8]) { unpack16<T>(kraw[it], kf); },
-          [&](int it, float(&vf)[8]) { unpack16<T>(vraw[it], vf); }, cn, gn, qs, sc, m_s, l_s,
-          alpha_s, acc);
-    }
-    finish_pass<T, D, GM, NG>(a, c, splits, head0, gn, acc, m_s, l_s, red, part_o, part_ml);
-  }
-}
-
-// ---- the pipelined variant (TROUPE_DECODE_ATTENTION=pipelined; experimental) ----
+// ---- the kernel ----
 //
-// Same grid, splits, partials and reduction as decode_kernel, but K and V reach the CTA through
-// shared memory with cp.async in two stages: while the CTA computes on chunk i (scores, the
-// softmax update, P V, all reading shared memory), the copies of chunk i + 1 are in flight, so
-// the KV stream never waits on the arithmetic. Registers hold only the accumulators (a GQA
-// group of up to 4 heads needs half of decode_kernel's), which lets more CTAs share an SM. The
-// key groups' partial sums meet in the (then idle) stage buffers at the end.
+// While the CTA computes on chunk i (scores, the softmax update, P V, all reading shared
+// memory), the copies of chunk i + 1 are in flight, so the KV stream never waits on the
+// arithmetic. Registers hold only the accumulators (up to 4 or 8 heads of a GQA group a pass).
+// The key groups' partial sums meet in the (then idle) stage buffers at the end.
 
 template <int D>
 constexpr int pipe_keys() {  // keys per stage
@@ -264,7 +196,7 @@ constexpr size_t pipe_smem_bytes() {
 template <class T, int D, int GM>
 __global__ void __launch_bounds__(kThreads)
     decode_pipelined_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                            float* __restrict__ part_ml, bool pdl_early) {
+                            float* __restrict__ part_ml) {
   constexpr int CH = D / 8;
   constexpr int LPK = lanes_per_key<D>();
   constexpr int NG = kThreads / LPK;
@@ -282,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
   float* red = reinterpret_cast<float*>(smem_raw);  // [NG][GM][D], after the last stage
 
   DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
+  if (!begin_decode_cta<T, D>(a, splits, c)) return;
   const int nchunks = (c.end - c.start + SUB - 1) / SUB;
   const int tid = threadIdx.x;
   const int grp = tid / LPK, li = tid % LPK;
@@ -344,9 +276,8 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     decode_reduce_kernel(const AttentionArgs a, int splits, const float* __restrict__ part_o,
-                         const float* __restrict__ part_ml, bool pdl_early) {
+                         const float* __restrict__ part_ml) {
   pdl_wait();
-  pdl_trigger(pdl_early);
   const int h = blockIdx.x, s = blockIdx.y;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok || seq.q_len != 1) return;
@@ -370,13 +301,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, int D>
-void launch_typed(const AttentionArgs& a, int splits, DecodeKernel kernel, float* part_o,
-                  float* part_ml, cudaStream_t stream) {
+void launch_typed(const AttentionArgs& a, int splits, float* part_o, float* part_ml,
+                  cudaStream_t stream) {
   const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
   const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
-  if (kernel == DecodeKernel::cuda_cores)
-    launch_pdl(decode_kernel<T, D>, grid, dim3(kThreads), 0, stream, a, splits, part_o, part_ml);
-  else if (group <= 4)
+  if (group <= 4)
     launch_pdl(decode_pipelined_kernel<T, D, 4>, grid, dim3(kThreads), pipe_smem_bytes<T, D, 4>(),
                stream, a, splits, part_o, part_ml);
   else
@@ -386,34 +315,17 @@ void launch_typed(const AttentionArgs& a, int splits, DecodeKernel kernel, float
 
 }  // namespace
 
-cudaError_t attention_decode_init(const DecodeOptions& o) {
-  if (o.kernel == DecodeKernel::tensor_cores) return attention_decode_mma_init();
-  if (o.kernel != DecodeKernel::pipelined) return cudaSuccess;
-  return for_each_half_dim([](auto tag, auto dim) {
-    using T = typename decltype(tag)::type;
-    constexpr int D = decltype(dim)::value;
-    const cudaError_t e4 =
-        cudaFuncSetAttribute(decode_pipelined_kernel<T, D, 4>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(pipe_smem_bytes<T, D, 4>()));
-    const cudaError_t e8 =
-        cudaFuncSetAttribute(decode_pipelined_kernel<T, D, 8>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(pipe_smem_bytes<T, D, 8>()));
-    return e4 != cudaSuccess ? e4 : e8;
-  });
+cudaError_t attention_decode_init() {
+  // The CUDA-core kernel's attributes are left alone: it runs only below d = 64, where its
+  // shared memory fits the default limit.
+  return attention_decode_mma_init();
 }
 
 void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
-                             const DecodeOptions& o, const DecodeWorkspace& ws,
-                             cudaStream_t stream) {
+                             const DecodeWorkspace& ws, cudaStream_t stream) {
   // The tensor-core kernel indexes cache rows (slot * num_kv_heads + head) in 32 bits; a cache
-  // of more rows (only possible at head dims below 64) takes the pipelined CUDA-core kernel.
-  const bool rows_fit_int32 =
-      int64_t(a.num_blocks) * a.block_size * a.num_kv_heads <= int64_t(INT32_MAX);
-  const DecodeKernel kernel = o.kernel == DecodeKernel::tensor_cores && !rows_fit_int32
-                                  ? DecodeKernel::pipelined
-                                  : o.kernel;
+  // of more rows (only possible at head dims below 64) takes the CUDA-core kernel.
+  const bool mma = int64_t(a.num_blocks) * a.block_size * a.num_kv_heads <= int64_t(INT32_MAX);
   // Launched even when the host maxima say there is nothing to do: every CTA checks its
   // sequence against them, so inconsistent metadata is reported rather than left unwritten.
   if (a.num_seqs <= 0 || a.num_heads <= 0) return;
@@ -422,16 +334,15 @@ void launch_attention_decode(DType dt, const AttentionArgs& a, int splits,
   float* part_ml =
       splits > 1 ? ws.data + int64_t(a.num_seqs) * a.num_heads * splits * a.head_dim : nullptr;
   bool combined = false;  // the decode kernel's last CTAs combine the splits themselves
-  if (kernel == DecodeKernel::tensor_cores) {
+  if (mma) {
     combined = splits > 1 && mma_can_combine(a, splits, ws);
-    launch_attention_decode_mma(dt, a, splits, o.stages, part_o, part_ml,
-                                combined ? ws.counters : nullptr, stream);
+    launch_attention_decode_mma(dt, a, splits, part_o, part_ml, combined ? ws.counters : nullptr,
+                                stream);
   }
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    if (kernel != DecodeKernel::tensor_cores)
-      launch_typed<T, D>(a, splits, kernel, part_o, part_ml, stream);
+    if (!mma) launch_typed<T, D>(a, splits, part_o, part_ml, stream);
     if (splits > 1 && !combined) {
       const dim3 rgrid(unsigned(a.num_heads), unsigned(a.num_seqs));
       launch_pdl(decode_reduce_kernel<T, D>, rgrid, dim3(kThreads), 0, stream, a, splits,

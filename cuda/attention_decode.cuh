@@ -62,10 +62,8 @@ __device__ __forceinline__ DecodeInputs<T, D> decode_inputs(const AttentionArgs&
 /// The start of every decode CTA: waits for the previous kernel (PDL), zeroes its part of the
 /// padding rows, reads its sequence and split. False when the CTA has nothing to do.
 template <class T, int D>
-__device__ __forceinline__ bool begin_decode_cta(const AttentionArgs& a, int splits,
-                                                 bool pdl_early, DecodeCta& c) {
+__device__ __forceinline__ bool begin_decode_cta(const AttentionArgs& a, int splits, DecodeCta& c) {
   pdl_wait();
-  pdl_trigger(pdl_early);
   zero_padding<T, D>(a);
   c.split = blockIdx.x, c.kvh = blockIdx.y, c.s = blockIdx.z;
   c.seq = load_seq(a, c.s);

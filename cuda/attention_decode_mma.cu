@@ -1,6 +1,6 @@
-// Split-KV decode attention on tensor cores (TROUPE_DECODE_ATTENTION=mma), f16/bf16:
+// Split-KV decode attention on tensor cores, f16/bf16:
 //
-// - Same grid, per-sequence splits, partials and reduction as the CUDA-core kernels of
+// - Same grid, per-sequence splits, partials and reduction as the CUDA-core kernel of
 //   attention_decode.cu: a CTA handles one key range of one sequence for one KV head.
 // - The query heads of the KV head's GQA group (up to 16 per pass) are the M = 16 rows of
 //   mma.m16n8k16, so every K/V row is read once per group: S = Q K^T over a tile of 16 keys is
@@ -8,9 +8,8 @@
 //   dropped). The arithmetic that made the CUDA-core kernels compute-bound at large batches
 //   (unpacking, dot products, shuffles per key) becomes a few MMAs per 8 KB of K/V.
 // - Each of the 4 warps walks its own tiles (tile i goes to warp i % 4) with its own online
-//   softmax (f32, base 2) and its own cp.async ring in shared memory (3 stages; 2 with
-//   TROUPE_DECODE_STAGES=2), so the K/V stream
-//   of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
+//   softmax (f32, base 2) and its own cp.async ring in shared memory (3 stages), so the K/V
+//   stream of a warp never waits for the others: no CTA barrier until the warps' (max, sum, O) are
 //   combined at the end. Fragments come from shared memory with ldmatrix (V transposed); rows
 //   are padded by 8 elements, which keeps ldmatrix and the copies free of bank conflicts.
 // - P is rounded to T for the P V product, as in the prefill kernel (FlashAttention-2); the
@@ -19,7 +18,6 @@
 // Fragment layouts: cuda/mma.cuh.
 #include "cuda/attention_decode.cuh"
 #include "cuda/mma.cuh"
-#include "cuda/rope.cuh"
 
 namespace troupe::cuda {
 namespace {
@@ -34,10 +32,13 @@ constexpr size_t stage_elems() {  // one stage: K then V, kTileKeys padded rows 
   return size_t(2) * kTileKeys * (D + 8);
 }
 
-// S: the cp.async ring depth per warp (DecodeOptions::stages).
-template <class T, int D, int S>
+// The cp.async ring depth per warp (two stages measured slower where the long run spends its
+// time: docs/engine.md).
+constexpr int kStages = 3;
+
+template <class T, int D>
 constexpr size_t smem_bytes() {
-  constexpr size_t rings = size_t(kWarps) * S * stage_elems<T, D>() * sizeof(T);
+  constexpr size_t rings = size_t(kWarps) * kStages * stage_elems<T, D>() * sizeof(T);
   constexpr size_t combine = sizeof(float) * size_t(kWarps) * kRows * (D + 2);
   constexpr size_t weights = sizeof(float) * size_t(kCombineMaxGroup) * kCombineMaxSplits;
   constexpr size_t most = rings > combine ? rings : combine;
@@ -45,10 +46,10 @@ constexpr size_t smem_bytes() {
 }
 
 // CTAs per SM that the rings let share an SM (228 KB of shared memory): at d = 128, three
-// stages take 104 KB (two CTAs), two stages 70 KB (three).
-template <int D, int S>
+// stages take 104 KB (two CTAs).
+template <int D>
 constexpr int min_ctas() {
-  return D > 128 ? 1 : S == 2 ? 3 : 2;
+  return D > 128 ? 1 : 2;
 }
 
 /// After a CTA of a sequence in n_split > 1 splits has written its partials: the last of the
@@ -112,47 +113,11 @@ __device__ __forceinline__ void combine_if_last(const AttentionArgs& a, const De
   }
 }
 
-/// AttentionArgs::rope_qkv set (Backend::rope_attention, fused): the new key of the CTA's
-/// sequence, rotated, and its value go from qkv into the caches at the token's slot, by the
-/// split that holds the last key (the one CTA of the sequence and KV head that reads it), as
-/// rope_qkv_kernel would write them (the same rotate_pair, the same roundings); a slot past the
-/// cache sets kErrKvSlot, a negative one writes nothing. The caller syncs the CTA after.
 template <class T, int D>
-__device__ __forceinline__ void rope_write_new_kv(const AttentionArgs& a, const DecodeCta& c,
-                                                  int64_t pos) {
-  if (c.end != c.seq.kv_len) return;
-  const int t = c.seq.q_begin;
-  const int64_t slot = a.rope_slots[t];
-  if (slot >= a.rope_n_slots) {
-    if (c.kvh == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrKvSlot));
-    return;
-  }
-  if (slot < 0) return;
-  constexpr int kHalf = D / 2;
-  const int64_t row = int64_t(a.num_heads + 2 * a.num_kv_heads) * D;
-  const T* src = static_cast<const T*>(a.rope_qkv) + int64_t(t) * row;
-  const T* k_src = src + int64_t(a.num_heads + c.kvh) * D;
-  const T* v_src = src + int64_t(a.num_heads + a.num_kv_heads + c.kvh) * D;
-  const int64_t dst = (slot * a.num_kv_heads + c.kvh) * D;
-  T* k_dst = static_cast<T*>(const_cast<void*>(a.k_cache)) + dst;
-  T* v_dst = static_cast<T*>(const_cast<void*>(a.v_cache)) + dst;
-  const float* cos_row = a.rope_cos_sin + pos * D;
-  for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
-    float y1, y2;
-    rotate_pair(to_f32(k_src[i]), to_f32(k_src[i + kHalf]), cos_row[i], cos_row[kHalf + i], y1, y2);
-    k_dst[i] = from_f32<T>(y1);
-    k_dst[i + kHalf] = from_f32<T>(y2);
-  }
-  for (int i = threadIdx.x; i < D; i += blockDim.x) v_dst[i] = v_src[i];
-}
-
-// kRope: AttentionArgs::rope_qkv is set (a separate instantiation, so the default kernel's
-// code is what it was without the fused rope).
-template <class T, int D, int S, bool kRope = false>
-__global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
+__global__ void __launch_bounds__(kThreads, min_ctas<D>())
     decode_mma_kernel(const AttentionArgs a, int splits, float* __restrict__ part_o,
-                      float* __restrict__ part_ml, uint32_t* __restrict__ counters,
-                      bool pdl_early) {
+                      float* __restrict__ part_ml, uint32_t* __restrict__ counters) {
+  constexpr int S = kStages;
   constexpr int LD = D + 8;  // padded row length in shared memory (elements)
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int KT = D / 16;
@@ -161,21 +126,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
   extern __shared__ __align__(16) unsigned char smem[];
 
   DecodeCta c;
-  if (!begin_decode_cta<T, D>(a, splits, pdl_early, c)) return;
-  // Fused rope (AttentionArgs::rope_qkv): the token's position, checked as rope_qkv_kernel
-  // does; with a bad one the query stays unrotated and nothing is written (the step fails on
-  // the error word).
-  constexpr bool rope = kRope;
-  int64_t pos = 0;
-  bool pos_ok = false;
-  if constexpr (rope) {
-    pos = a.rope_positions[c.seq.q_begin];
-    pos_ok = pos >= 0 && pos < a.rope_max_positions;
-    if (!pos_ok && c.split == 0 && c.kvh == 0 && threadIdx.x == 0)
-      atomicOr(a.err, int(kErrRopePosition));
-    if (pos_ok) rope_write_new_kv<T, D>(a, c, pos);
-    __syncthreads();  // the new key and value are in the cache before any copy reads them
-  }
+  if (!begin_decode_cta<T, D>(a, splits, c)) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   T* ring = reinterpret_cast<T*>(smem) + size_t(warp) * S * stage_elems<T, D>();
@@ -223,11 +174,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
     // the pass's gn heads).
     uint32_t qa[KT][4];
     {
-      // Fused rope: the raw query heads lead the token's qkv row.
-      const T* qrow = rope ? static_cast<const T*>(a.rope_qkv) +
-                                 int64_t(c.seq.q_begin) * (a.num_heads + 2 * a.num_kv_heads) * D
-                           : in.qrow;
-      const T* qg = qrow + int64_t(head0 + g) * D + 2 * t4;
+      const T* qg = in.qrow + int64_t(head0 + g) * D + 2 * t4;
       const T* qg8 = qg + 8 * D;
       const bool on = g < gn, on8 = g + 8 < gn;
 #pragma unroll
@@ -236,26 +183,6 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
         qa[kk][1] = on8 ? lds32(qg8 + kk * 16) : 0u;
         qa[kk][2] = on ? lds32(qg + kk * 16 + 8) : 0u;
         qa[kk][3] = on8 ? lds32(qg8 + kk * 16 + 8) : 0u;
-      }
-      if constexpr (rope && D % 32 == 0) {
-        if (pos_ok) {
-          // neox pairs (i, i + D/2): register kk holds columns kk * 16 + 2 t4 (+ 8), and kk +
-          // KT/2 their partners, so each lane rotates the pairs it holds, rounding as
-          // rope_qkv_kernel does when it writes q_out.
-          const float* cos_row = a.rope_cos_sin + pos * D;
-#pragma unroll
-          for (int kk = 0; kk < KT / 2; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const int col = kk * 16 + 2 * t4 + (j >= 2 ? 8 : 0);
-              const float2 x1 = unpack2<T>(qa[kk][j]), x2 = unpack2<T>(qa[kk + KT / 2][j]);
-              float y1a, y2a, y1b, y2b;
-              rotate_pair(x1.x, x2.x, cos_row[col], cos_row[D / 2 + col], y1a, y2a);
-              rotate_pair(x1.y, x2.y, cos_row[col + 1], cos_row[D / 2 + col + 1], y1b, y2b);
-              qa[kk][j] = pack2<T>(y1a, y1b);
-              qa[kk + KT / 2][j] = pack2<T>(y2a, y2b);
-            }
-        }
       }
     }
     float o[DT][4];
@@ -362,22 +289,14 @@ __global__ void __launch_bounds__(kThreads, min_ctas<D, S>())
 
 }  // namespace
 
-void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, int stages,
-                                 float* part_o, float* part_ml, uint32_t* counters,
-                                 cudaStream_t stream) {
+void launch_attention_decode_mma(DType dt, const AttentionArgs& a, int splits, float* part_o,
+                                 float* part_ml, uint32_t* counters, cudaStream_t stream) {
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const dim3 grid(unsigned(splits), unsigned(a.num_kv_heads), unsigned(a.num_seqs));
-    if (a.rope_qkv != nullptr)  // fused rope: three stages whatever the knob says
-      launch_pdl(decode_mma_kernel<T, D, 3, true>, grid, dim3(kThreads), smem_bytes<T, D, 3>(),
-                 stream, a, splits, part_o, part_ml, counters);
-    else if (stages == 2)
-      launch_pdl(decode_mma_kernel<T, D, 2>, grid, dim3(kThreads), smem_bytes<T, D, 2>(), stream,
-                 a, splits, part_o, part_ml, counters);
-    else
-      launch_pdl(decode_mma_kernel<T, D, 3>, grid, dim3(kThreads), smem_bytes<T, D, 3>(), stream,
-                 a, splits, part_o, part_ml, counters);
+    launch_pdl(decode_mma_kernel<T, D>, grid, dim3(kThreads), smem_bytes<T, D>(), stream, a, splits,
+               part_o, part_ml, counters);
   });
 }
 
@@ -385,16 +304,9 @@ cudaError_t attention_decode_mma_init() {
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    const cudaError_t e2 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 2>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(smem_bytes<T, D, 2>()));
-    const cudaError_t e3 = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(smem_bytes<T, D, 3>()));
-    const cudaError_t e3r = cudaFuncSetAttribute(decode_mma_kernel<T, D, 3, true>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(smem_bytes<T, D, 3>()));
-    return e2 != cudaSuccess ? e2 : e3 != cudaSuccess ? e3 : e3r;
+    return cudaFuncSetAttribute(decode_mma_kernel<T, D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(smem_bytes<T, D>()));
   });
 }
 

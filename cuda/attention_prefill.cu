@@ -2,10 +2,9 @@
 // or more query rows this step), f16/bf16, FlashAttention-2 style:
 //
 // - One CTA of 4 warps per (128-query tile, query head, sequence); each warp owns 32 query rows
-//   in two m16 tiles up to d = 128 (16 rows, a 64-query tile, past it or with
-//   TROUPE_PREFILL_ROWS=16).
-// - The CTA walks the keys its tile can see in tiles of BN (32; 64 on request up to d = 128).
-//   K/V tiles come from the paged cache (through the block table) by cp.async into
+//   in two m16 tiles up to d = 128 (16 rows, a 64-query tile, past it).
+// - The CTA walks the keys its tile can see in tiles of BN = 32. K/V tiles come from the
+//   paged cache (through the block table) by cp.async into
 //   a two-stage ring in shared memory: tile i + 1 is in flight while tile i is multiplied.
 // - S = Q K^T and O += P V with mma.sync.m16n8k16 (f32 accumulators), fragments read with
 //   ldmatrix (Q and K as stored, V transposed), and an online softmax in f32 (base-2, the scale
@@ -22,15 +21,9 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps
 
-/// Keys per K/V tile: 32 by default (at d = 128: 126 registers and 52 KB of shared memory, so
-/// four CTAs per SM); 64 on request (TROUPE_PREFILL_KEYS=64) up to d = 128 (167 registers and
-/// 87 KB at d = 128: two CTAs per SM). H200 op bench, 32 against 64 keys: 4 x 1024 causal
-/// 253.7 against 270.0 µs, 8 x 1000 450.5 against 502.5, 8 x 512 over 4,096 of context 1410.8
-/// against 1596.7.
-template <int D>
-constexpr int wide_block_n() {
-  return D > 128 ? 32 : 64;
-}
+/// Keys per K/V tile: 32 (64-key tiles took more registers and shared memory and measured
+/// slower on the H200: docs/engine.md).
+constexpr int kBlockN = 32;
 
 constexpr int kStages = 2;  // K/V tiles in the cp.async ring
 
@@ -40,20 +33,20 @@ constexpr int block_m() {
   return 4 * 16 * WM;
 }
 
-template <int D, int BN, int WM>
+template <int D, int WM>
 constexpr int smem_bytes() {
-  return (block_m<WM>() + 2 * kStages * BN) * (D + 8) * 2;
+  return (block_m<WM>() + 2 * kStages * kBlockN) * (D + 8) * 2;
 }
 
-// WM = 1 (past d = 128, or TROUPE_PREFILL_ROWS=16): a warp's 16 query rows meet each K/V
-// fragment it reads from shared memory; WM = 2 (the default up to d = 128): 32 rows in two m16
+// WM = 1 (past d = 128, where two tiles' accumulators would spill): a warp's 16 query rows meet
+// each K/V fragment it reads from shared memory; WM = 2 (up to d = 128): 32 rows in two m16
 // tiles share every K and V fragment (FlashAttention-2's register blocking: half the shared-memory
 // reads per MMA, twice the accumulators). Each row's sums run in the same order either way, and the
 // tiles past a row's diagonal that the wider CTA walks are fully masked (p = 0, alpha = 1), so the
 // bits are the same.
-template <class T, int D, int BN, int WM>
-__global__ void __launch_bounds__(kThreads)
-    prefill_kernel(const AttentionArgs a, bool heavy_first, bool mask_every) {
+template <class T, int D, int WM>
+__global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a) {
+  constexpr int BN = kBlockN;
   constexpr int LD = D + 8;   // padded row length in shared memory (elements)
   constexpr int CH = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // n8 tiles of S per m16 tile
@@ -64,11 +57,10 @@ __global__ void __launch_bounds__(kThreads)
   T* ks = qs + BM * LD;                  // [kStages][BN][LD]
   T* vs = ks + kStages * BN * LD;        // [kStages][BN][LD]
 
-  // Grid (query tiles, heads, sequences), or with heavy_first (heads, sequences, query tiles
-  // from the last): see launch_attention_prefill.
-  const int qt = heavy_first ? int(gridDim.z - 1 - blockIdx.z) : int(blockIdx.x);
-  const int h = heavy_first ? int(blockIdx.x) : int(blockIdx.y);
-  const int s = heavy_first ? int(blockIdx.y) : int(blockIdx.z);
+  // Grid (heads, sequences, query tiles from the last): see launch_attention_prefill.
+  const int qt = int(gridDim.z - 1 - blockIdx.z);
+  const int h = int(blockIdx.x);
+  const int s = int(blockIdx.y);
   const int m0 = qt * BM;
   const SeqInfo seq = load_seq(a, s);
   if (!seq.ok) {
@@ -175,7 +167,7 @@ __global__ void __launch_bounds__(kThreads)
       const int first = row0 + mt * 16;
       const int pos_a = ctx + first + g, pos_b = pos_a + 8;
       float alpha[2], sum[2];
-      if (!mask_every && n0 + BN - 1 <= ctx + first)
+      if (n0 + BN - 1 <= ctx + first)
         online_softmax_step(
             sc[mt], [](int, int) { return true; }, scale_log2, m[mt], o[mt], alpha, sum);
       else
@@ -238,9 +230,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per_tile,
-                              int32_t rows_per_warp, bool heavy_first, bool mask_every,
-                              cudaStream_t stream) {
+void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream) {
   // With the prompts ordered first, the grid spans them only: every other sequence would add
   // a slab of CTAs that read its lengths and exit.
   const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
@@ -249,26 +239,16 @@ void launch_attention_prefill(DType dt, const AttentionArgs& a, int32_t keys_per
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
     const auto launch = [&](auto kernel, int bm, int smem) {
-      // CTAs start in grid order (x fastest). In order, a head's light first tiles and heavy
-      // last ones alternate through the launch; heavy_first starts every head's last tile
+      // CTAs start in grid order (x fastest): every head's last (heaviest) query tile starts
       // first, so the light ones fill the last wave.
       const auto tiles = unsigned((a.max_query_len + bm - 1) / bm);
-      const dim3 grid = heavy_first ? dim3(unsigned(a.num_heads), unsigned(seqs), tiles)
-                                    : dim3(tiles, unsigned(a.num_heads), unsigned(seqs));
-      kernel<<<grid, kThreads, size_t(smem), stream>>>(a, heavy_first, mask_every);
+      const dim3 grid(unsigned(a.num_heads), unsigned(seqs), tiles);
+      kernel<<<grid, kThreads, size_t(smem), stream>>>(a);
     };
-    if (keys_per_tile == 64 && wide_block_n<D>() != 32) {
-      launch(prefill_kernel<T, D, wide_block_n<D>(), 1>, block_m<1>(),
-             smem_bytes<D, wide_block_n<D>(), 1>());
-      return;
-    }
-    if constexpr (D <= 128) {  // past d = 128 two m16 tiles' accumulators spill
-      if (rows_per_warp == 32) {
-        launch(prefill_kernel<T, D, 32, 2>, block_m<2>(), smem_bytes<D, 32, 2>());
-        return;
-      }
-    }
-    launch(prefill_kernel<T, D, 32, 1>, block_m<1>(), smem_bytes<D, 32, 1>());
+    if constexpr (D <= 128)  // past d = 128 two m16 tiles' accumulators spill
+      launch(prefill_kernel<T, D, 2>, block_m<2>(), smem_bytes<D, 2>());
+    else
+      launch(prefill_kernel<T, D, 1>, block_m<1>(), smem_bytes<D, 1>());
   });
 }
 
@@ -276,20 +256,12 @@ cudaError_t attention_prefill_init() {
   return for_each_half_dim([](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;
-    constexpr int BN = wide_block_n<D>();
-    cudaError_t e =
-        cudaFuncSetAttribute(prefill_kernel<T, D, 32, 1>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, 32, 1>());
-    if (e == cudaSuccess && BN != 32)
-      e = cudaFuncSetAttribute(prefill_kernel<T, D, BN, 1>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, BN, 1>());
-    if constexpr (D <= 128) {
-      if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(prefill_kernel<T, D, 32, 2>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem_bytes<D, 32, 2>());
-    }
-    return e;
+    if constexpr (D <= 128)
+      return cudaFuncSetAttribute(prefill_kernel<T, D, 2>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, 2>());
+    else
+      return cudaFuncSetAttribute(prefill_kernel<T, D, 1>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, 1>());
   });
 }
 

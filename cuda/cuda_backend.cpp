@@ -12,28 +12,17 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_sampler.hpp"
 #include "cuda/device_buffer.hpp"
-#include "cuda/env_knobs.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/lt_gemm.hpp"
 #include "cuda/op_args.hpp"
 #include "cuda/op_profile.hpp"
-#include "runtime/backend/op_shapes.hpp"
+#include "runtime/backend/op_checks.hpp"
 
 namespace troupe {
 
+using cuda::check_compute_dtype;
 using cuda::check_cuda;
-using cuda::OpCheck;
-using cuda::check_act_mul;
-using cuda::check_attention;
-using cuda::check_linear;
-using cuda::check_norm;
-using cuda::check_norm_linear;
-using cuda::check_rope_qkv;
-using cuda::decode_options_from_env;
-using cuda::env_choice;
-using cuda::env_flag;
-using cuda::env_int;
-using cuda::env_word;
+using cuda::check_cuda_attention;
 
 int cuda_device_count() {
   int n = 0;
@@ -86,6 +75,12 @@ constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 constexpr size_t kDecodeWorkspaceBytes = size_t(64) << 20;
 constexpr size_t kDecodeCounters = size_t(1) << 16;  // (sequence, KV head) pairs of one step
 
+// A diagnostic switch (TROUPE_CUDA_SYNC_CHECK, TROUPE_OP_PROFILE): set, non-empty and not "0".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
 std::string device_error_text(int bits) {
   std::string s;
   const auto add = [&](int bit, const char* what) {
@@ -136,14 +131,7 @@ class CudaBackendImpl final : public CudaBackend {
     num_sms_ = prop.multiProcessorCount;
     gpu_name_ = prop.name;
     cudaStream_t s = nullptr;
-    // Experimental (the overlap op bench): TROUPE_STREAM_PRIORITY=high|low gives the stream
-    // the device's greatest or least priority; unset, the default one.
-    int prio_least = 0, prio_greatest = 0;
-    check_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
-               "make_cuda_backend: cudaDeviceGetStreamPriorityRange");
-    const int which = env_word("TROUPE_STREAM_PRIORITY", {"high", "low"}, "high or low");
-    const int priority = which == 0 ? prio_greatest : which == 1 ? prio_least : 0;
-    check_cuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                "make_cuda_backend: cudaStreamCreate");
     stream_holder_.reset(s);
     stream_ = s;
@@ -157,19 +145,9 @@ class CudaBackendImpl final : public CudaBackend {
                             "make_cuda_backend: decode arrival counters");
     check_cuda(cudaMemsetAsync(decode_counters_.data(), 0, decode_counters_.bytes(), stream_),
                "make_cuda_backend: cudaMemset");
-    // TROUPE_GEMV=0: every linear through cuBLASLt (to compare the skinny kernel against it).
-    if (const char* g = std::getenv("TROUPE_GEMV"); g != nullptr && std::string_view(g) == "0")
-      use_gemv_ = false;
-    // The plain and add skinny GEMMs stage x in shared memory (launch_gemv); 0 (for
-    // comparison): every warp reads x through L1.
-    gemv_stage_x_ = env_choice("TROUPE_GEMV_STAGE_X", 1, {0, 1}, "0 or 1") == 1;
-    decode_ = decode_options_from_env();
-    // Experimental: the sampling kernel's launch bounds (kernels.hpp, set_sample_ctas_per_sm).
-    cuda::set_sample_ctas_per_sm(env_choice("TROUPE_SAMPLE_CTAS_PER_SM", 2, {1, 2}, "1 or 2"));
-    check_cuda(cuda::attention_decode_init(decode_),
+    check_cuda(cuda::attention_decode_init(),
                "make_cuda_backend: decode attention kernel attributes");
-    lt_ = std::make_unique<cuda::LtGemm>(
-        env_int("TROUPE_GEMM_SM_TARGET", 0, 0, num_sms_, "0 (all) to the SM count"));
+    lt_ = std::make_unique<cuda::LtGemm>();
     lt_->set_workspace(lt_workspace_.data(), lt_workspace_.bytes());
     check_cuda(cuda::attention_init(), "make_cuda_backend: attention kernel attributes");
     check_cuda(cuda::gemv_init(), "make_cuda_backend: skinny GEMM kernel attributes");
@@ -273,10 +251,7 @@ class CudaBackendImpl final : public CudaBackend {
   void copy(const Tensor& dst, const Tensor& src) override {
     const OpCheck check("copy", device_);
     const auto prof = profile("copy", 0);
-    check.tensor("src", src, src.ndim);
-    check.tensor("dst", dst, src.dtype, dst.ndim);
-    if (dst.numel() != src.numel())
-      check.fail("dst {} and src {} hold different element counts", describe(dst), describe(src));
+    check_copy(check, dst, src);
     check.disjoint("dst", dst, "src", src);
     if (src.nbytes() == 0) return;
     check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_),
@@ -334,12 +309,8 @@ class CudaBackendImpl final : public CudaBackend {
   void embedding(const Tensor& ids, const Tensor& table, const Tensor& out) override {
     const OpCheck check("embedding", device_);
     const auto prof = profile("embedding", rows_of(ids));
-    check.tensor("ids", ids, DType::i32, 1);
-    check.tensor("table", table, 2);
-    check.float_dtype("table", table);
-    check.tensor("out", out, table.dtype, 2);
-    check.dim("out", out, 0, ids.dim(0), "one row per id");
-    check.dim("out", out, 1, table.dim(1), "hidden size of table");
+    check_compute_dtype(check, "table", table);
+    check_embedding(check, ids, table, out);
     check.disjoint("out", out, "table", table);
     cuda::launch_gather_rows(table.data, table.dim(0), ids.as<const int32_t>(), out.data,
                              out.dim(0), table.dim(1) * int64_t(dtype_size(table.dtype)),
@@ -350,7 +321,9 @@ class CudaBackendImpl final : public CudaBackend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     const OpCheck check("rms_norm", device_);
     const auto prof = profile("rms_norm", rows_of(x));
+    check_compute_dtype(check, "x", x);
     check_norm(check, x, weight, eps, out);
+    check.fits_int("rows of x", x.dim(0));
     check.disjoint("out", out, "x", x);
     cuda::launch_rms_norm(x.dtype, nullptr, x.data, weight.data, eps, out.data, x.dim(0), x.dim(1),
                           stream_);
@@ -361,9 +334,9 @@ class CudaBackendImpl final : public CudaBackend {
                     const Tensor& out) override {
     const OpCheck check("add_rms_norm", device_);
     const auto prof = profile("add_rms_norm", rows_of(x));
-    check_norm(check, x, weight, eps, out);
-    check.tensor("residual", residual, x.ndim);
-    check.same_shape("residual", residual, "x", x);
+    check_compute_dtype(check, "x", x);
+    check_add_norm(check, residual, x, weight, eps, out);
+    check.fits_int("rows of x", x.dim(0));
     check.disjoint("residual", residual, "x", x);
     check.disjoint("out", out, "residual", residual);
     check.disjoint("out", out, "x", x);
@@ -375,6 +348,7 @@ class CudaBackendImpl final : public CudaBackend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("linear", device_);
     const auto prof = profile("linear", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_linear(check, x, w, bias, out);
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     if (t == 0 || n == 0) return;
@@ -412,11 +386,8 @@ class CudaBackendImpl final : public CudaBackend {
   void add(const Tensor& residual, const Tensor& x) override {
     const OpCheck check("add", device_);
     const auto prof = profile("add", rows_of(x));
-    check.tensor("x", x, 2);
-    check.float_dtype("x", x);
-    check.tensor("residual", residual, x.dtype, 2);
-    check.same_shape("residual", residual, "x", x);
-    check.disjoint("residual", residual, "x", x);
+    check_compute_dtype(check, "x", x);
+    check_add(check, residual, x);
     cuda::launch_add(x.dtype, residual.data, x.data, x.numel(), stream_);
     after_launch("add");
   }
@@ -428,6 +399,7 @@ class CudaBackendImpl final : public CudaBackend {
                   const Tensor& scratch) override {
     const OpCheck check("linear_add", device_);
     const auto prof = profile("linear_add", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_linear(check, x, w, bias, residual);
     if (residual.dtype != x.dtype)
       check.fail("residual {} must be {} like x", describe(residual), dtype_name(x.dtype));
@@ -447,7 +419,9 @@ class CudaBackendImpl final : public CudaBackend {
                        const Tensor& w, const Tensor* bias, const Tensor& out) override {
     const OpCheck check("rms_norm_linear", device_);
     const auto prof = profile("rms_norm_linear", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, out, "out");
+    check.fits_int("rows of x", x.dim(0));
     if (fused_gemv(x, w, bias, out, w.dim(0), norm_fusion(x, norm_weight, eps, h))) {
       after_launch("rms_norm_linear");
       return;
@@ -461,7 +435,9 @@ class CudaBackendImpl final : public CudaBackend {
                                const Tensor& out) override {
     const OpCheck check("rms_norm_linear_act_mul", device_);
     const auto prof = profile("rms_norm_linear_act_mul", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, gate_up, "gate_up");
+    check.fits_int("rows of x", x.dim(0));
     check_act_mul(check, gate_up, out);
     check.disjoint("out", out, "x", x);
     check.disjoint("out", out, "h", h);
@@ -479,25 +455,9 @@ class CudaBackendImpl final : public CudaBackend {
             int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
     const OpCheck check("rope", device_);
     const auto prof = profile("rope", rows_of(positions));
-    if (head_dim <= 0) check.fail("head_dim = {} must be > 0", head_dim);
-    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      check.fail("rotary_dim = {} must be even and in [2, head_dim = {}]", rotary_dim, head_dim);
-    if (style != RopeStyle::neox && style != RopeStyle::gptj)
-      check.fail("style = {} is neither neox nor gptj", int(style));
-    check.tensor("positions", positions, DType::i32, 1);
+    check_compute_dtype(check, "q", q);
+    check_rope(check, q, k, positions, cos_sin, head_dim, rotary_dim, style);
     const int64_t tokens = positions.dim(0);
-    check.tensor("q", q, 2);
-    check.float_dtype("q", q);
-    check.tensor("k", k, q.dtype, 2);
-    for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}}) {
-      check.dim(name, *t, 0, tokens, "one row per position");
-      if (t->dim(1) % head_dim != 0)
-        check.fail("{} {}: row of {} is not a whole number of heads of {}", name, describe(*t),
-                   t->dim(1), head_dim);
-    }
-    check.disjoint("q", q, "k", k);
-    check.tensor("cos_sin", cos_sin, DType::f32, 2);
-    check.dim("cos_sin", cos_sin, 1, rotary_dim, "rotary_dim");
     const int64_t q_heads = q.dim(1) / head_dim, k_heads = k.dim(1) / head_dim;
     check.fits_int("heads * rotary_dim / 2", (q_heads + k_heads) * rotary_dim / 2);
     cuda::launch_rope(q.dtype, q.data, k.data, positions.as<const int32_t>(),
@@ -510,19 +470,9 @@ class CudaBackendImpl final : public CudaBackend {
                 const Tensor& slot_mapping) override {
     const OpCheck check("write_kv", device_);
     const auto prof = profile("write_kv", rows_of(slot_mapping));
-    check.tensor("k_cache", k_cache, 4);
-    check.float_dtype("k_cache", k_cache);
-    check.tensor("v_cache", v_cache, k_cache.dtype, 4);
-    check.same_shape("v_cache", v_cache, "k_cache", k_cache);
-    check.tensor("k", k, k_cache.dtype, 2);
-    check.tensor("v", v, k_cache.dtype, 2);
-    check.same_shape("v", v, "k", k);
+    check_compute_dtype(check, "k_cache", k_cache);
+    check_write_kv(check, k, v, k_cache, v_cache, slot_mapping);
     const int64_t row = k_cache.dim(2) * k_cache.dim(3);  // num_kv_heads * d
-    check.dim("k", k, 1, row,
-              fmt::format("num_kv_heads * head_dim of k_cache {}", describe(k_cache)));
-    check.tensor("slot_mapping", slot_mapping, DType::i32, 1);
-    check.dim("slot_mapping", slot_mapping, 0, k.dim(0), "one slot per row of k");
-    check.disjoint("k_cache", k_cache, "v_cache", v_cache);
     cuda::launch_write_kv(
         k.data, v.data, k_cache.data, v_cache.data, slot_mapping.as<const int32_t>(), k.dim(0),
         k_cache.dim(0) * k_cache.dim(1), row * int64_t(dtype_size(k.dtype)), err(), stream_);
@@ -535,8 +485,10 @@ class CudaBackendImpl final : public CudaBackend {
                          const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rope_qkv_to_cache", device_);
     const auto prof = profile("rope_qkv_to_cache", rows_of(positions));
+    check_compute_dtype(check, "qkv", qkv);
     check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
                    num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", qkv.dim(1));
     cuda::launch_rope_qkv_to_cache(qkv.dtype, qkv.data, positions.as<const int32_t>(),
                                    cos_sin.as<const float>(), positions.dim(0), num_heads,
                                    num_kv_heads, head_dim, rotary_dim, cos_sin.dim(0),
@@ -554,9 +506,12 @@ class CudaBackendImpl final : public CudaBackend {
       const Tensor& slot_mapping, const Tensor& q_out) override {
     const OpCheck check("rms_norm_linear_rope_qkv_to_cache", device_);
     const auto prof = profile("rms_norm_linear_rope_qkv_to_cache", rows_of(x), w);
+    check_compute_dtype(check, "x", x);
     check_norm_linear(check, x, norm_weight, eps, h, w, bias, qkv, "qkv");
+    check.fits_int("rows of x", x.dim(0));
     check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
                    num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
+    check.fits_int("(num_heads + 2 num_kv_heads) * head_dim", qkv.dim(1));
     for (const auto& [name, t] : {std::pair{"q_out", &q_out}, std::pair{"k_cache", &k_cache},
                                   std::pair{"v_cache", &v_cache}}) {
       check.disjoint(name, *t, "x", x);
@@ -594,7 +549,7 @@ class CudaBackendImpl final : public CudaBackend {
     const OpCheck check("attention", device_);
     const auto prof =
         profile(batch.max_query_len == 1 ? "attention (decode)" : "attention (prompt)", rows_of(q));
-    check_attention(check, q, k_cache, v_cache, batch, shape, out);
+    check_cuda_attention(check, q, k_cache, v_cache, batch, shape, out);
     const cuda::AttentionArgs a = attention_args(q, k_cache, v_cache, batch, shape, out);
     if (q.dtype == DType::f32)
       cuda::launch_attention_f32(a, stream_);
@@ -633,50 +588,18 @@ class CudaBackendImpl final : public CudaBackend {
                                batch.num_prefill_seqs};
   }
 
-  /// f16 / bf16 attention with the decode workspace and knobs.
+  /// f16 / bf16 attention with the decode workspace.
   void launch_half_attention(DType dt, const cuda::AttentionArgs& a) {
     const cuda::DecodeWorkspace ws{
         decode_workspace_.as<float>(), decode_workspace_.bytes() / sizeof(float),
         decode_counters_.as<uint32_t>(), decode_counters_.bytes() / sizeof(uint32_t)};
-    cuda::launch_attention_half(dt, a, num_sms_, ws, decode_, stream_);
-  }
-
-  void rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
-                      int32_t head_dim, int32_t rotary_dim, RopeStyle style, int32_t num_heads,
-                      int32_t num_kv_heads, const Tensor& k_cache, const Tensor& v_cache,
-                      const Tensor& slot_mapping, const Tensor& q_out, const AttentionBatch& batch,
-                      const AttentionShape& shape, const Tensor& out) override {
-    // One kernel only where the tensor-core decode kernel can rotate in registers (neox over
-    // the whole head, d a multiple of 32 up to 128) a decode-only batch; else the two ops.
-    const bool fused = decode_.fused_rope && batch.max_query_len == 1 && qkv.dtype != DType::f32 &&
-                       decode_.kernel == cuda::DecodeKernel::tensor_cores &&
-                       style == RopeStyle::neox && rotary_dim == head_dim && head_dim % 32 == 0 &&
-                       head_dim <= 128 && shape.head_dim == head_dim;
-    if (!fused) {
-      Backend::rope_attention(qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
-                              num_kv_heads, k_cache, v_cache, slot_mapping, q_out, batch, shape,
-                              out);
-      return;
-    }
-    const OpCheck check("rope_attention", device_);
-    const auto prof = profile("attention (decode, rope fused)", rows_of(qkv));
-    check_rope_qkv(check, qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads,
-                   num_kv_heads, k_cache, v_cache, slot_mapping, q_out);
-    check_attention(check, q_out, k_cache, v_cache, batch, shape, out);
-    cuda::AttentionArgs a = attention_args(q_out, k_cache, v_cache, batch, shape, out);
-    a.rope_qkv = qkv.data;
-    a.rope_positions = positions.as<const int32_t>();
-    a.rope_cos_sin = cos_sin.as<const float>();
-    a.rope_slots = slot_mapping.as<const int32_t>();
-    a.rope_max_positions = cos_sin.dim(0);
-    a.rope_n_slots = k_cache.dim(0) * k_cache.dim(1);
-    launch_half_attention(qkv.dtype, a);
-    after_launch("rope_attention");
+    cuda::launch_attention_half(dt, a, num_sms_, ws, stream_);
   }
 
   void act_mul(GatedActivation act, const Tensor& gate_up, const Tensor& out) override {
     const OpCheck check("act_mul", device_);
     const auto prof = profile("act_mul", rows_of(gate_up));
+    check_compute_dtype(check, "gate_up", gate_up);
     check_act_mul(check, gate_up, out);
     cuda::launch_act_mul(int(act), out.dtype, gate_up.data, out.data, out.dim(0), out.dim(1),
                          stream_);
@@ -686,12 +609,7 @@ class CudaBackendImpl final : public CudaBackend {
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
     const OpCheck check("gather_rows", device_);
     const auto prof = profile("gather_rows", rows_of(indices));
-    check.tensor("x", x, 2);
-    check.tensor("indices", indices, DType::i32, 1);
-    check.tensor("out", out, x.dtype, 2);
-    check.dim("out", out, 0, indices.dim(0), "one row per index");
-    check.dim("out", out, 1, x.dim(1), fmt::format("row of x {}", describe(x)));
-    check.disjoint("out", out, "x", x);
+    check_gather_rows(check, x, indices, out);
     cuda::launch_gather_rows(x.data, x.dim(0), indices.as<const int32_t>(), out.data, out.dim(0),
                              x.dim(1) * int64_t(dtype_size(x.dtype)), cuda::kErrGatherIndex, err(),
                              stream_);
@@ -754,10 +672,7 @@ class CudaBackendImpl final : public CudaBackend {
                          std::span<const SamplingRow> rows) const {
     const OpCheck check(op, device_);
     not_capturing(op);
-    check.tensor("logits", logits, DType::f32, 2);
-    if (int64_t(rows.size()) != logits.dim(0))
-      check.fail("{} sampling rows for logits {} ({} rows)", rows.size(), describe(logits),
-                 logits.dim(0));
+    check_sample(check, logits, rows.size());
     if (logits.dim(1) <= 0 || logits.dim(1) >= cuda::kMaxSampleVocab)
       check.fail("logits {}: vocabulary size must be in [1, {})", describe(logits),
                  cuda::kMaxSampleVocab);
@@ -807,7 +722,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t rows) const override {
-    return use_gemv_ && rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
+    return rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
   }
 
   [[nodiscard]] std::string op_profile_report() override {
@@ -832,13 +747,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void check_transfer(const char* op, const char* name, const Tensor& t, const void* host,
                       size_t bytes) const {
-    const OpCheck check(op, device_);
-    if (t.device != device_)
-      check.fail("{} {} must be on {}", name, describe(t), to_string(device_));
-    if (bytes > t.nbytes())
-      check.fail("{} bytes do not fit in {} {} ({} bytes)", bytes, name, describe(t), t.nbytes());
-    if (bytes > 0 && (host == nullptr || t.data == nullptr))
-      check.fail("{} bytes with a null pointer ({} {})", bytes, name, describe(t));
+    troupe::check_transfer(OpCheck(op, device_), name, t, host, bytes);
   }
 
   // The rms_norm prologue of a fused GEMV that reproduces rms_norm(x, weight, eps, h): the
@@ -853,15 +762,15 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // Launches the skinny GEMM of x [T, K] and w with `fusion` into out (n outputs per row).
-  // False, launching nothing, when it does not take these shapes, dtypes or pointers, or the
-  // skinny GEMM is off (TROUPE_GEMV=0): the caller then runs the separate ops.
+  // False, launching nothing, when it does not take these shapes, dtypes or pointers: the
+  // caller then runs the separate ops.
   bool fused_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
                   int64_t n, const cuda::GemvFusion& fusion) {
     const int64_t t = x.dim(0), k = x.dim(1);
-    if (!use_gemv_ || t == 0 || n == 0 || k == 0) return false;
+    if (t == 0 || n == 0 || k == 0) return false;
     return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
                              bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
-                             stream_, fusion, gemv_stage_x_);
+                             stream_, fusion);
   }
 
   struct StreamDeleter {
@@ -882,9 +791,6 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceBuffer decode_workspace_;
   cuda::DeviceBuffer decode_counters_;
   std::unique_ptr<cuda::LtGemm> lt_;
-  bool use_gemv_ = true;  // linear of <= cuda::kGemvMaxRows rows by gemv.cu
-  bool gemv_stage_x_ = true;  // TROUPE_GEMV_STAGE_X: launch_gemv's stage_x
-  cuda::DecodeOptions decode_;  // the decode attention kernel and its knobs
   cuda::CudaSampler sampler_;
   std::vector<int64_t> feed_pairs_;  // feed_sampled_tokens: (result offset, dst index) pairs
   cuda::DeviceBuffer feed_device_;

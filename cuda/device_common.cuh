@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -77,34 +76,18 @@ __device__ __forceinline__ void store16(T* p, const float (&in)[16 / sizeof(T)])
 // The rule that keeps this safe: a kernel launched by launch_pdl calls pdl_wait() before it
 // reads or writes any memory an earlier kernel of the stream may touch (pdl_wait returns once
 // every earlier kernel has finished and its writes are visible; it is a no-op for a kernel
-// launched normally). CUDA graphs record the programmatic edges. TROUPE_PDL=0 turns it off.
-
-/// Whether launch_pdl sets the attribute (TROUPE_PDL unset or not "0"; read once).
-bool pdl_enabled();
-/// TROUPE_PDL=early (experimental): kernels also signal right after pdl_wait that the next
-/// kernel may launch (griddepcontrol.launch_dependents), so its CTAs are resident, and the
-/// GEMV's weight loads in flight, while this kernel still computes. Off: the signal is the
-/// kernel's end, as without the attribute.
-bool pdl_early();
+// launched normally). CUDA graphs record the programmatic edges. No kernel signals
+// griddepcontrol.launch_dependents early (right after its wait it measured no faster:
+// docs/engine.md), so a kernel's CTAs start as its predecessor's CTAs finish.
 
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-/// Every kernel launched by launch_pdl takes a trailing `bool pdl_early` (launch_pdl passes
-/// it) and calls this right after pdl_wait().
-__device__ __forceinline__ void pdl_trigger(bool early) {
-  if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-/// Launches `kernel` (whose last parameter is `bool pdl_early`) with `args` and pdl_early().
+/// Launches `kernel` with `args` and the programmatic-stream-serialization attribute.
 template <class... KArgs, class... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
-  static_assert(
-      sizeof...(KArgs) == sizeof...(Args) + 1 &&
-          std::is_same_v<std::tuple_element_t<sizeof...(KArgs) - 1, std::tuple<KArgs...>>, bool>,
-      "launch_pdl: the kernel takes the given arguments and then bool pdl_early");
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -114,9 +97,9 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = 1;
   // A launch error stays the stream's last error, which the backend's after_launch reports.
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)..., pdl_early());
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // ---- reductions ----

@@ -50,10 +50,9 @@ template <int W>
 __global__ void __launch_bounds__(kThreads)
     gather_rows_kernel(const char* __restrict__ src, int64_t n_src, const int32_t* __restrict__ idx,
                        char* __restrict__ out, int64_t n_out, int64_t row_bytes, int err_bit,
-                       int* err, bool pdl_early) {
+                       int* err) {
   using V = typename Word<W>::type;
   pdl_wait();  // launched with launch_pdl
-  pdl_trigger(pdl_early);
   const int64_t words = row_bytes / W;
   for (int64_t t = blockIdx.x; t < n_out; t += gridDim.x) {
     const int64_t i = idx[t];

@@ -24,7 +24,7 @@
 //   act(gate) * up, so the activation runs once per element. (Applying it to x in the down
 //   GEMV's prologue instead would recompute it for every output row or CTA: at 14336 x 4096
 //   that is as much arithmetic as the GEMV's own, and the GEMV would stop being memory-bound.)
-// - copy prologue (launch_gemv's stage_x, the default): the plain and add variants stage x as
+// - copy prologue (where x fits kGemvMaxStagedBytes): the plain and add variants stage x as
 //   it is, like the norm prologue, instead of every warp reading it through L1 (batch-1
 //   decode on the H200: 4.213/4.234 ms per token against 4.361/4.349 without, alternating in
 //   one call; o_proj 8.7 -> 6.8 us, down 32.9 -> 30.3 us, lm_head 253 -> 246 us).
@@ -33,9 +33,7 @@
 // kGemvMaxFusedRows, with the norm prologue kGemvMaxNormRows), K % 8 == 0 and every pointer is
 // 16-byte aligned (launch_gemv returns false otherwise and cuBLASLt, or the separate ops, run).
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -59,16 +57,14 @@ struct GemmArgs {
   DType out_dtype;
   void* out;
   int64_t t, n, k;
-  bool stage_x;  // the plain and add variants copy x into shared memory first (Prologue::copy)
 };
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;
 
-/// What happens to x before the product: nothing (warps read it through L1), copied into
-/// shared memory as it is (the default; TROUPE_GEMV_STAGE_X=0 turns it off), or rms_norm staged
-/// there.
+/// What happens to x before the product: nothing (warps read it through L1: x past
+/// kGemvMaxStagedBytes), copied into shared memory as it is, or rms_norm staged there.
 enum class Prologue { none, copy, rms_norm };
 /// What happens to a product row: stored, added into out (the residual), or paired with the
 /// row n further on as act_mul's [gate | up].
@@ -141,7 +137,7 @@ __device__ __forceinline__ void preload_row(const uint4* __restrict__ wr, int64_
 template <class T, int R, class X>
 __device__ __forceinline__ void dot_row(const uint4* __restrict__ wr, int64_t chunks, int lane,
                                         const X& x, int rows, uint4 (&wv)[kUnroll], bool preloaded,
-                                        bool& waited, bool pdl_early, float (&acc)[R]) {
+                                        bool& waited, float (&acc)[R]) {
 #pragma unroll
   for (int t = 0; t < R; ++t) acc[t] = 0.0f;
   int64_t c = lane;
@@ -152,7 +148,6 @@ __device__ __forceinline__ void dot_row(const uint4* __restrict__ wr, int64_t ch
   }
   if (!waited) {
     pdl_wait();
-    pdl_trigger(pdl_early);
     waited = true;
   }
   if (full) {
@@ -246,7 +241,7 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
                                           const void* __restrict__ bias, bool bias_f32,
                                           OutT* __restrict__ out, int rows, int64_t n, int64_t k,
                                           int64_t rows_per_warp, const T* __restrict__ norm_w,
-                                          float eps, int norm_threads, bool pdl_early) {
+                                          float eps, int norm_threads) {
   static_assert(kEpi == Epilogue::store || std::is_same_v<OutT, T>,
                 "the fused epilogues write the input dtype");
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
@@ -265,7 +260,6 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
       preloaded = true;
     }
     pdl_wait();
-    pdl_trigger(pdl_early);
     waited = true;
     if constexpr (kPro == Prologue::rms_norm)
       stage_rms_norm<T>(x, k, rows, norm_w, eps, norm_threads, staged);
@@ -285,13 +279,13 @@ __device__ __forceinline__ void gemv_body(const T* __restrict__ x, const T* __re
 
   for (int64_t row = first; row < last; ++row) {
     float acc[R];
-    dot_row<T, R>(row_chunks(row), chunks, lane, xs, rows, wv, preloaded, waited, pdl_early, acc);
+    dot_row<T, R>(row_chunks(row), chunks, lane, xs, rows, wv, preloaded, waited, acc);
     preloaded = false;
     if constexpr (kEpi == Epilogue::act_mul) {
       // acc is row `row` of gate_up (gate), up is row n + row: each rounded to T as
       // gate_up would hold it, then act_mul's element.
       float up[R];
-      dot_row<T, R>(row_chunks(n + row), chunks, lane, xs, rows, wv, false, waited, pdl_early, up);
+      dot_row<T, R>(row_chunks(n + row), chunks, lane, xs, rows, wv, false, waited, up);
       if (lane == 0) {
         const float bg = bias_at<T>(bias, bias_f32, row);
         const float bu = bias_at<T>(bias, bias_f32, n + row);
@@ -330,10 +324,9 @@ template <class T, class OutT, int R, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias,
                 bool bias_f32, OutT* __restrict__ out, int rows, int64_t n, int64_t k,
-                int64_t rows_per_warp, const T* __restrict__ norm_w, float eps, int norm_threads,
-                bool pdl_early) {
-  gemv_body<T, OutT, R, Prologue::none, kEpi, 0>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
+                int64_t rows_per_warp, const T* __restrict__ norm_w, float eps, int norm_threads) {
+  gemv_body<T, OutT, R, Prologue::none, kEpi, 0>(x, w, bias, bias_f32, out, rows, n, k,
+                                                 rows_per_warp, norm_w, eps, norm_threads);
 }
 
 template <class T, int R, Epilogue kEpi, int kAct>
@@ -341,9 +334,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     gemv_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
                      const void* __restrict__ bias, bool bias_f32, T* __restrict__ out, int rows,
                      int64_t n, int64_t k, int64_t rows_per_warp, const T* __restrict__ norm_w,
-                     float eps, int norm_threads, bool pdl_early) {
-  gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
+                     float eps, int norm_threads) {
+  gemv_body<T, T, R, Prologue::rms_norm, kEpi, kAct>(x, w, bias, bias_f32, out, rows, n, k,
+                                                     rows_per_warp, norm_w, eps, norm_threads);
 }
 
 // The copy prologue (the default): the plain and add variants with x staged in shared memory.
@@ -354,9 +347,9 @@ __global__ void __launch_bounds__(kThreads, 4)
     gemv_staged_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const void* __restrict__ bias, bool bias_f32, OutT* __restrict__ out,
                        int rows, int64_t n, int64_t k, int64_t rows_per_warp,
-                       const T* __restrict__ norm_w, float eps, int norm_threads, bool pdl_early) {
-  gemv_body<T, OutT, R, Prologue::copy, kEpi, 0>(
-      x, w, bias, bias_f32, out, rows, n, k, rows_per_warp, norm_w, eps, norm_threads, pdl_early);
+                       const T* __restrict__ norm_w, float eps, int norm_threads) {
+  gemv_body<T, OutT, R, Prologue::copy, kEpi, 0>(x, w, bias, bias_f32, out, rows, n, k,
+                                                 rows_per_warp, norm_w, eps, norm_threads);
 }
 
 // The rope epilogue (GemvFusion::Rope) after the rms_norm prologue, for one row (the qkv
@@ -374,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     gemv_rope_kernel(const T* __restrict__ x, const T* __restrict__ w,
                      const void* __restrict__ bias, bool bias_f32, int64_t n, int64_t k,
                      int64_t units_per_warp, const T* __restrict__ norm_w, float eps,
-                     int norm_threads, const GemvFusion::Rope r, bool pdl_early) {
+                     int norm_threads, const GemvFusion::Rope r) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int d = r.head_dim, half = r.rotary_dim / 2, units_per_head = d / 2;
   const int qk_heads = r.num_heads + r.num_kv_heads;
@@ -411,7 +404,6 @@ __global__ void __launch_bounds__(kThreads, 3)
     preloaded = true;
   }
   pdl_wait();
-  pdl_trigger(pdl_early);
   stage_rms_norm<T>(x, k, 1, norm_w, eps, norm_threads, staged);
   if (first >= units) return;
   const StagedRows xs{staged, chunks};
@@ -429,9 +421,9 @@ __global__ void __launch_bounds__(kThreads, 3)
     const Unit t = unit_of(u);
     const int64_t row1 = int64_t(t.head) * d + t.e1, row2 = int64_t(t.head) * d + t.e2;
     float a1[1], a2[1];
-    dot_row<T, 1>(row_chunks(row1), chunks, lane, xs, 1, wv, preloaded, waited, pdl_early, a1);
+    dot_row<T, 1>(row_chunks(row1), chunks, lane, xs, 1, wv, preloaded, waited, a1);
     preloaded = false;
-    dot_row<T, 1>(row_chunks(row2), chunks, lane, xs, 1, wv, false, waited, pdl_early, a2);
+    dot_row<T, 1>(row_chunks(row2), chunks, lane, xs, 1, wv, false, waited, a2);
     if (lane != 0 || !pos_ok) continue;  // rope_qkv_kernel skips a bad position's token
     // The values linear would have stored in qkv, then the rotation as rope_qkv_kernel does it.
     float y1 = round_to<T>(a1[0] + bias_at<T>(bias, bias_f32, row1));
@@ -533,8 +525,8 @@ bool launch_typed(const GemmArgs& g, const GemvFusion& f, bool bias_f32, cudaStr
       launch_rope_epilogue<T, false>(g, f, bias_f32, stream);
     return true;
   }
-  // The copy prologue where asked for and x fits the staged bytes.
-  const bool copy = g.stage_x && g.t * g.k * int64_t(sizeof(T)) <= kGemvMaxStagedBytes;
+  // The copy prologue where x fits the staged bytes.
+  const bool copy = g.t * g.k * int64_t(sizeof(T)) <= kGemvMaxStagedBytes;
   if (!norm && !act && !f.add_to_out) {
     if (g.out_dtype == DType::f32) {
       if (copy)
@@ -611,8 +603,8 @@ cudaError_t gemv_init() {
 
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                 const GemvFusion& fusion, bool stage_x) {
-  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k, stage_x};
+                 const GemvFusion& fusion) {
+  const GemmArgs g{in_dtype, x, w, bias_dtype, bias, out_dtype, out, t, n, k};
   if (g.t < 1 || g.t > kGemvMaxRows || g.n < 1 || g.k < 8 || g.k % 8 != 0) return false;
   if (g.in_dtype != DType::bf16 && g.in_dtype != DType::f16) return false;
   if (g.out_dtype != g.in_dtype && g.out_dtype != DType::f32) return false;
@@ -643,22 +635,6 @@ bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype,
   }
   if (g.in_dtype == DType::bf16) return launch_typed<__nv_bfloat16>(g, fusion, bias_f32, stream);
   return launch_typed<__half>(g, fusion, bias_f32, stream);
-}
-
-bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TROUPE_PDL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  return on;
-}
-
-bool pdl_early() {
-  static const bool on = [] {
-    const char* v = std::getenv("TROUPE_PDL");
-    return v != nullptr && std::string_view(v) == "early";
-  }();
-  return on;
 }
 
 }  // namespace troupe::cuda

@@ -133,13 +133,13 @@ cudaError_t gemv_init();
 /// out[t, n] = x[t, k] w[n, k]^T (+ bias[n]) for t <= kGemvMaxRows rows, f16/bf16 x and w,
 /// out like x or f32, bias like x or f32 (or nullptr), with `fusion`'s extras (fused variants
 /// write out like x). Returns false, launching nothing, for shapes, dtypes, alignments or
-/// fusions it does not take (the caller then runs the separate ops, or cuBLASLt).
-/// stage_x (TROUPE_GEMV_STAGE_X, default 1): the variants without the rms_norm prologue
-/// (plain, add) first copy x into shared memory, as the norm prologue stages its rows, instead
-/// of every warp reading it through L1; same values, 3% less time per batch-1 token (H200).
+/// fusions it does not take (the caller then runs the separate ops, or cuBLASLt). The variants
+/// without the rms_norm prologue (plain, add) first copy x into shared memory, as the norm
+/// prologue stages its rows, where it fits kGemvMaxStagedBytes (else every warp reads it
+/// through L1): same values, 3% less time per batch-1 token (H200).
 bool launch_gemv(DType in_dtype, const void* x, const void* w, DType bias_dtype, const void* bias,
                  DType out_dtype, void* out, int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                 const GemvFusion& fusion = {}, bool stage_x = true);
+                 const GemvFusion& fusion = {});
 
 /// Rotary embedding in place on q [T, q_heads * d] and k [T, k_heads * d].
 void launch_rope(DType dt, void* q, void* k, const int32_t* positions, const float* cos_sin,
@@ -198,18 +198,6 @@ struct AttentionArgs {
   /// AttentionBatch::num_prefill_seqs: when >= 0 the prefill grid covers only sequences
   /// [0, num_prefill_seqs); -1: all of them (each one with fewer than two rows exits at once).
   int32_t num_prefill_seqs = -1;
-  /// Set (rope_qkv non-null) only for a decode-only batch on the tensor-core kernel
-  /// (Backend::rope_attention with TROUPE_DECODE_ROPE=fused): q is unused; each CTA rotates its
-  /// query heads from qkv [T, (num_heads + 2 num_kv_heads) d] (neox, rotary_dim = d, positions
-  /// [T], cos_sin [max_positions, d] f32), and the split that holds a sequence's last key
-  /// writes that key, rotated, and its value from qkv at slot_mapping [T] (as
-  /// rope_qkv_to_cache would, errors included) before it reads the cache.
-  const void* rope_qkv = nullptr;
-  const int32_t* rope_positions = nullptr;
-  const float* rope_cos_sin = nullptr;
-  const int32_t* rope_slots = nullptr;
-  int64_t rope_max_positions = 0;
-  int64_t rope_n_slots = 0;
 };
 
 /// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival
@@ -232,50 +220,6 @@ inline constexpr bool attention_block_size_supported(int bs) {
   return bs == 8 || bs == 16 || bs == 32;
 }
 
-/// The kernel that runs decode attention (TROUPE_DECODE_ATTENTION; docs/engine.md):
-/// cuda_cores ("registers"): K/V through registers, dot products on CUDA cores;
-/// pipelined: K/V through a two-stage cp.async ring in shared memory, CUDA cores;
-/// tensor_cores ("mma"): per-warp cp.async rings, mma.sync for Q K^T and P V.
-enum class DecodeKernel { cuda_cores, pipelined, tensor_cores };
-
-/// How decode attention runs: the kernel and its experimental knobs (TROUPE_DECODE_SPLIT_KEYS,
-/// TROUPE_DECODE_MIN_SPLIT_KEYS, TROUPE_DECODE_STAGES).
-struct DecodeOptions {
-  DecodeKernel kernel = DecodeKernel::tensor_cores;
-  /// Batches that already fill a wave of CTAs: split each sequence every this many keys
-  /// (shorter CTAs, a shorter last wave); 0: one split per sequence.
-  int32_t long_split_keys = 0;
-  /// Batches below a wave of CTAs: the shortest split of a sequence (TROUPE_DECODE_MIN_SPLIT_KEYS;
-  /// 0: kDecodeMinSplitKeys = 64). Longer splits mean fewer partial results to combine: a
-  /// context of up to 256 keys runs as one split, a longer one in at most 33 of >= 256 keys.
-  /// Batch-1 decode on the H200 with 256 against 64, alternating in one call: 4.200/4.189
-  /// against 4.240/4.217 ms per token at 128 tokens in, 4.315/4.304 against 4.350/4.361 at
-  /// 1024, 4.426/4.405 against 4.565/4.545 at 3968.
-  int32_t min_split_keys = 256;
-  /// The tensor-core kernel's cp.async ring depth per warp: 3 (two CTAs per SM at d <= 128)
-  /// or 2 (three).
-  int32_t stages = 3;
-  /// The prefill kernel's K/V tile (the same launch runs a step's prompt rows): 0 or 32 for
-  /// its default of 32 keys, or 64 (up to d = 128; TROUPE_PREFILL_KEYS, for comparison).
-  int32_t prefill_keys = 0;
-  /// The prefill grid runs query tiles from the last (the most keys under the causal mask) to
-  /// the first, across every head and sequence, so the last wave holds the lightest tiles.
-  /// Off (TROUPE_PREFILL_ORDER=tiles, for comparison): tiles in order, per head.
-  bool prefill_heavy_first = true;
-  /// The prefill kernel masks only the K/V tiles that cross a warp's causal diagonal (or the
-  /// sequence's end); the tiles every row of the warp sees in full skip the mask (same bits).
-  /// On (TROUPE_PREFILL_MASK=every, for comparison): every tile is masked.
-  bool prefill_mask_every = false;
-  /// Query rows a warp of the prefill kernel owns: 32 in two m16 tiles that share each K/V
-  /// fragment read from shared memory (the default; with 32-key tiles up to d = 128, else 16),
-  /// or 16 (TROUPE_PREFILL_ROWS=16, for comparison). Same bits.
-  int32_t prefill_rows = 32;
-  /// Backend::rope_attention runs decode-only batches as one kernel (TROUPE_DECODE_ROPE=fused;
-  /// the tensor-core kernel, neox rope over the whole head, d a multiple of 32 up to 128):
-  /// one kernel a layer less at batches past one row. Off by default (separate).
-  bool fused_rope = false;
-};
-
 /// A decode launch: the grid's split count and the shortest split a sequence takes.
 struct DecodePlan {
   int32_t splits;
@@ -284,18 +228,17 @@ struct DecodePlan {
 
 /// Raises the dynamic shared-memory limits of the attention kernels (once per device).
 cudaError_t attention_init();
-/// The same for the decode kernel of `o` (only the one in use).
-cudaError_t attention_decode_init(const DecodeOptions& o);
+/// The same for the decode kernel.
+cudaError_t attention_decode_init();
 
 /// The decode launch for this batch (exposed for tests and the bench).
-DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                       const DecodeOptions& o);
+DecodePlan plan_decode(const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws);
 
 /// The whole attention op for f16/bf16: tensor-core kernel for sequences with >= 2 query rows,
-/// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence.
-/// decode: how decode attention runs (attention_decode_init(decode) must have run).
+/// split-KV decode kernel for sequences with 1, zeros for padding rows past the last sequence
+/// (attention_init and attention_decode_init must have run).
 void launch_attention_half(DType dt, const AttentionArgs& a, int num_sms, const DecodeWorkspace& ws,
-                           const DecodeOptions& decode, cudaStream_t stream);
+                           cudaStream_t stream);
 
 /// The whole attention op for f32: a simple CUDA-core kernel, one CTA per (token, head).
 void launch_attention_f32(const AttentionArgs& a, cudaStream_t stream);
@@ -351,8 +294,6 @@ struct SamplePlan {
                        // 0: slices are read from global memory and rows with bias/penalties
                        // need a scratch row
   int32_t smem_bytes;  // dynamic shared memory per CTA
-  int32_t ctas_per_sm; // the kernel's launch bounds: 2 (64 registers a thread; the default) or
-                       // 1 (up to 128; set_sample_ctas_per_sm)
 };
 
 /// The plan for `num_rows` rows of `vocab` logits on the current device. The result of a row
@@ -363,12 +304,6 @@ cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan);
 /// `cached` is 0, global-memory slices (-1: automatic). The device may still narrow the
 /// cluster if it cannot co-schedule it.
 void override_sample_plan(int32_t cluster, int32_t cached);
-
-/// Experimental (TROUPE_SAMPLE_CTAS_PER_SM, read by the CUDA backend): later plans use the
-/// sampling kernel built for `n` CTAs of 512 threads per SM: 2 (the default: at most 64
-/// registers a thread, and ptxas spills 132 bytes) or 1 (up to 128 registers, no spills, half
-/// the threads). Same results either way.
-void set_sample_ctas_per_sm(int32_t n);
 
 /// Samples every row. `scratch` holds num_scratch_rows rows of `vocab` floats (used by
 /// uncached plans only). Returns the launch's error.

@@ -28,7 +28,7 @@ uint32_t alignment_of(const void* p) {
 
 }  // namespace
 
-LtGemm::LtGemm(int sm_count_target) : sm_count_target_(sm_count_target) {
+LtGemm::LtGemm() {
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
 }
 
@@ -60,12 +60,6 @@ LtGemm::Plan LtGemm::make_plan(const Key& key, bool fuse_bias) {
     check_cublas(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
         what);
-    if (sm_count_target_ > 0) {
-      const int32_t sms = sm_count_target_;
-      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                                  &sms, sizeof(sms)),
-                   what);
-    }
     if (fuse_bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       check_cublas(

@@ -30,9 +30,7 @@ struct GemmArgs {
 
 class LtGemm {
  public:
-  /// sm_count_target > 0: plans are made for that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET;
-  /// experimental, for GEMMs that share the GPU with a kernel on another stream).
-  explicit LtGemm(int sm_count_target = 0);
+  LtGemm();
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -67,7 +65,6 @@ class LtGemm {
   static void destroy(Plan& p);
 
   cublasLtHandle_t handle_ = nullptr;
-  int sm_count_target_ = 0;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Plan> plans_;

@@ -57,15 +57,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-/// The two T elements packed in `v` as floats (`lo` the low half), pack2's inverse.
-template <class T>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-  else
-    return __half22float2(*reinterpret_cast<const __half2*>(&v));
-}
-
 /// The max / sum of v over the 4 lanes of this lane's quad (the owners of one C-fragment row).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

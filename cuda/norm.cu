@@ -16,10 +16,9 @@ namespace {
 template <class T, bool kVec, bool kAdd>
 __global__ void __launch_bounds__(1024)
     rms_norm_kernel(T* __restrict__ residual, const T* __restrict__ x, const T* __restrict__ w,
-                    float eps, T* __restrict__ out, int64_t h, bool pdl_early) {
+                    float eps, T* __restrict__ out, int64_t h) {
   __shared__ float red[32];
   pdl_wait();  // launched with launch_pdl
-  pdl_trigger(pdl_early);
   const int64_t row = blockIdx.x;
   const T* xr = x + row * h;
   T* rr = kAdd ? residual + row * h : nullptr;
@@ -76,9 +75,8 @@ __global__ void __launch_bounds__(1024)
 // residual = round(residual + x), elementwise: the first half of add_rms_norm_kernel alone.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(256)
-    add_kernel(T* __restrict__ residual, const T* __restrict__ x, int64_t n, bool pdl_early) {
+    add_kernel(T* __restrict__ residual, const T* __restrict__ x, int64_t n) {
   pdl_wait();  // launched with launch_pdl
-  pdl_trigger(pdl_early);
   constexpr int N = kVec ? kVec16<T> : 1;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * N;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < n; i += stride) {

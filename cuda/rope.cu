@@ -103,9 +103,8 @@ struct RopeQkvArgs {
 // P rotation pairs per work item (neox: P elements at i and their partners at i + half; gptj:
 // 2P adjacent elements), C elements per copy item (features past rotary_dim, and v).
 template <class T, int P, int C, bool NEOX>
-__global__ void __launch_bounds__(kThreads) rope_qkv_kernel(const RopeQkvArgs a, bool pdl_early) {
+__global__ void __launch_bounds__(kThreads) rope_qkv_kernel(const RopeQkvArgs a) {
   pdl_wait();  // launched with launch_pdl
-  pdl_trigger(pdl_early);
   const int d = a.head_dim, half = a.rotary_dim / 2;
   const int rot_items = half / P;                 // per q / k head
   const int pass_items = (d - a.rotary_dim) / C;  // per q / k head: unrotated tail

@@ -188,10 +188,11 @@ __device__ int choose_token(const Slice<kCached>& x, int vocab, const SampleRowP
   return race_slice(survivors, p, cx);
 }
 
-/// One row per cluster; see the file comment. `slice` logits per CTA (a multiple of 4).
-/// kMinBlocks: CTAs per SM the registers must allow (SamplePlan::ctas_per_sm).
-template <bool kCached, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+/// One row per cluster; see the file comment. `slice` logits per CTA (a multiple of 4). Two
+/// CTAs per SM: 64 registers a thread, with spills (built for one CTA per SM it spills nothing
+/// but ran slower: 415 against 314 us for 256 plain rows on the H200).
+template <bool kCached>
+__global__ void __launch_bounds__(kThreads, 2)
     sample_kernel(const float* __restrict__ logits, int vocab, int slice,
                   const SampleRowParams* __restrict__ rows, const SampleMod* __restrict__ mods,
                   const float* __restrict__ biases, const float* __restrict__ scratch,
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- planning (host) ----
 
 struct FitEntry {
-  int device, cluster, cached, per_sm;
+  int device, cluster, cached;
   size_t smem;
   bool fits;
 };
@@ -386,14 +387,12 @@ std::vector<DeviceState> g_devices;  // by device index
 std::vector<FitEntry> g_fits;
 std::atomic<int> g_force_cluster{0};
 std::atomic<int> g_force_cached{-1};
-std::atomic<int> g_ctas_per_sm{2};
 
 using SampleKernel = void (*)(const float*, int, int, const SampleRowParams*, const SampleMod*,
                               const float*, const float*, int32_t*);
 
-SampleKernel sample_kernel_of(bool cached, int ctas_per_sm) {
-  if (ctas_per_sm == 1) return cached ? sample_kernel<true, 1> : sample_kernel<false, 1>;
-  return cached ? sample_kernel<true, 2> : sample_kernel<false, 2>;
+SampleKernel sample_kernel_of(bool cached) {
+  return cached ? sample_kernel<true> : sample_kernel<false>;
 }
 
 int round_up4(int64_t v) {
@@ -422,15 +421,14 @@ cudaError_t device_state(int device, DeviceState** out) {
   DeviceState& d = g_devices[size_t(device)];
   if (!d.ready) {
     cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
-    for (int per_sm : {1, 2})
-      for (bool cached : {true, false}) {
-        const SampleKernel k = sample_kernel_of(cached, per_sm);
-        const size_t smem = kSharedBytes + (cached ? size_t(kMaxSlice) * sizeof(float) : 0);
-        if (e == cudaSuccess)
-          e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (e == cudaSuccess)
-          e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      }
+    for (bool cached : {true, false}) {
+      const SampleKernel k = sample_kernel_of(cached);
+      const size_t smem = kSharedBytes + (cached ? size_t(kMaxSlice) * sizeof(float) : 0);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
     if (e != cudaSuccess) return e;
     d.ready = true;
   }
@@ -439,19 +437,17 @@ cudaError_t device_state(int device, DeviceState** out) {
 }
 
 // Under g_plan_mutex: whether a cluster of `cluster` CTAs with `smem` bytes each can run.
-bool cluster_fits(int device, int cluster, bool cached, int per_sm, size_t smem) {
+bool cluster_fits(int device, int cluster, bool cached, size_t smem) {
   for (const FitEntry& f : g_fits)
-    if (f.device == device && f.cluster == cluster && f.cached == int(cached) &&
-        f.per_sm == per_sm && f.smem == smem)
+    if (f.device == device && f.cluster == cluster && f.cached == int(cached) && f.smem == smem)
       return f.fits;
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg = sample_config(1, cluster, smem, nullptr, &attr);
   int count = 0;
-  const cudaError_t e =
-      cudaOccupancyMaxActiveClusters(&count, sample_kernel_of(cached, per_sm), &cfg);
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&count, sample_kernel_of(cached), &cfg);
   if (e != cudaSuccess) cudaGetLastError();  // an unsupported size: not sticky, just "no"
   const bool fits = e == cudaSuccess && count > 0;
-  g_fits.push_back(FitEntry{device, cluster, int(cached), per_sm, smem, fits});
+  g_fits.push_back(FitEntry{device, cluster, int(cached), smem, fits});
   return fits;
 }
 
@@ -460,10 +456,6 @@ bool cluster_fits(int device, int cluster, bool cached, int per_sm, size_t smem)
 void override_sample_plan(int32_t cluster, int32_t cached) {
   g_force_cluster.store(cluster);
   g_force_cached.store(cached);
-}
-
-void set_sample_ctas_per_sm(int32_t n) {
-  g_ctas_per_sm.store(n == 1 ? 1 : 2);
 }
 
 cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan) {
@@ -475,7 +467,6 @@ cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan) {
   e = device_state(device, &d);
   if (e != cudaSuccess) return e;
   const int force_cluster = g_force_cluster.load(), force_cached = g_force_cached.load();
-  const int per_sm = g_ctas_per_sm.load();
   const auto slice_of = [&](int c) { return round_up4((vocab + c - 1) / c); };
   int cluster = 1;
   if (force_cluster > 0) {
@@ -492,12 +483,11 @@ cudaError_t plan_sample(int64_t vocab, int32_t num_rows, SamplePlan* plan) {
     const int slice = slice_of(cluster);
     const bool cached = force_cached != 0 && slice <= kMaxSlice;
     const size_t smem = kSharedBytes + (cached ? size_t(slice) * sizeof(float) : 0);
-    if (cluster == 1 || cluster_fits(device, cluster, cached, per_sm, smem)) {
+    if (cluster == 1 || cluster_fits(device, cluster, cached, smem)) {
       plan->cluster = cluster;
       plan->slice = slice;
       plan->cached = cached ? 1 : 0;
       plan->smem_bytes = int32_t(smem);
-      plan->ctas_per_sm = per_sm;
       return cudaSuccess;
     }
     cluster /= 2;  // the device cannot co-schedule that many CTAs: narrower, longer slices
@@ -518,9 +508,9 @@ cudaError_t launch_sample(const SamplePlan& plan, const float* logits, int64_t v
   cudaLaunchAttribute attr{};
   const cudaLaunchConfig_t cfg =
       sample_config(num_rows, plan.cluster, size_t(plan.smem_bytes), stream, &attr);
-  return cudaLaunchKernelEx(&cfg, sample_kernel_of(plan.cached != 0, plan.ctas_per_sm), logits,
-                            int(vocab), plan.slice, rows, mods, biases,
-                            static_cast<const float*>(scratch), results);
+  return cudaLaunchKernelEx(&cfg, sample_kernel_of(plan.cached != 0), logits, int(vocab),
+                            plan.slice, rows, mods, biases, static_cast<const float*>(scratch),
+                            results);
 }
 
 }  // namespace troupe::cuda

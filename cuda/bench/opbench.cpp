@@ -1,6 +1,6 @@
 // troupe_cuda_opbench: per-op timings of the CUDA backend on Llama-3-8B-shaped ops (bf16),
 // printed as time per call, achieved GB/s (bytes each call must move at least) and TFLOP/s.
-// Not a test: run it on the GPU machine (tools/device/run_cuda_tests.sh does).
+// Not a test: run it on the GPU machine (tools/device/bench.sh opbench does).
 //
 // Each op is run 3 times to warm up, then `iters` times between two CUDA events on the
 // backend's stream, so the time includes launch gaps but no host synchronisation. The sampler
@@ -30,34 +30,9 @@ namespace {
 
 using namespace troupe;
 
-/// A CUDA backend made with the variables of `env` ("NAME=value NAME=value ...") set, since
-/// the backend reads its experimental knobs when it is made; they are unset again after.
-std::unique_ptr<Backend> cuda_backend_with(std::string_view env) {
-  std::vector<std::string> names;
-  for (std::string_view rest = env; !rest.empty();) {
-    const size_t sp = rest.find(' ');
-    const std::string_view kv = rest.substr(0, sp);
-    const size_t eq = kv.find('=');
-    names.emplace_back(kv.substr(0, eq));
-    ::setenv(names.back().c_str(), std::string(kv.substr(eq + 1)).c_str(), 1);
-    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-  }
-  std::unique_ptr<Backend> backend;
-  try {
-    backend = make_cuda_backend(0);
-  } catch (...) {
-    for (const std::string& n : names) ::unsetenv(n.c_str());
-    throw;
-  }
-  for (const std::string& n : names) ::unsetenv(n.c_str());
-  return backend;
-}
-
 class Bench {
  public:
-  /// env: knobs for this bench's backend (cuda_backend_with).
-  explicit Bench(int iters, std::string_view env = {})
-      : backend_(cuda_backend_with(env)), iters_(iters) {
+  explicit Bench(int iters) : backend_(make_cuda_backend(0)), iters_(iters) {
     cuda_ = cuda_backend_of(*backend_);
     std::mt19937_64 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -384,49 +359,6 @@ void bench_attention(Bench& bench, const std::string& name, int32_t num_seqs, in
                                          size_t(num_seqs), std::pair{q_len, ctx}));
 }
 
-// A decode step's rope and attention for one layer, `seqs` sequences of `ctx` keys, as
-// Backend::rope_attention runs them: two kernels (rope_qkv_to_cache, attention) by default, one
-// with TROUPE_DECODE_ROPE=fused in the bench's knobs.
-void bench_rope_attention(Bench& bench, const std::string& name, int32_t seqs, int32_t ctx) {
-  const DType bf = DType::bf16;
-  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
-  std::vector<int32_t> qsl{0}, lens, tables, positions, slots;
-  for (int32_t s = 0; s < seqs; ++s) {
-    qsl.push_back(s + 1);
-    lens.push_back(ctx);
-    for (int32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
-    positions.push_back(ctx - 1);
-    slots.push_back((s * blocks_per_seq + (ctx - 1) / bs) * bs + (ctx - 1) % bs);
-  }
-  const int64_t qkv_row = (kHeads + 2 * kKvHeads) * kDim;
-  const Tensor qkv = bench.floats(bf, {seqs, qkv_row});
-  const Tensor q = bench.alloc(bf, {seqs, kHeads * kDim});
-  const Tensor out = bench.alloc(bf, {seqs, kHeads * kDim});
-  const int64_t blocks = int64_t(seqs) * blocks_per_seq;
-  const Tensor kc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
-  const Tensor vc = bench.floats(bf, {blocks, bs, kKvHeads, kDim});
-  const Tensor cs = bench.floats(DType::f32, {4096, kDim});
-  const Tensor pos = bench.ints({seqs}, positions);
-  const Tensor slot = bench.ints({seqs}, slots);
-  AttentionBatch batch;
-  batch.query_start_loc = bench.ints({seqs + 1}, qsl);
-  batch.seq_lens = bench.ints({seqs}, lens);
-  batch.block_tables = bench.ints({seqs, blocks_per_seq}, tables);
-  batch.num_seqs = seqs;
-  batch.max_query_len = 1;
-  batch.max_seq_len = ctx;
-  const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
-                             1.0f / std::sqrt(float(kDim))};
-  const double bytes = kBf * (2.0 * double(seqs) * ctx * kKvHeads * kDim + double(seqs) * qkv_row +
-                              double(seqs) * kHeads * kDim);
-  bench.time(name, bytes, 0, [&] {
-    bench.b().rope_attention(qkv, pos, cs, int32_t(kDim), int32_t(kDim), RopeStyle::neox,
-                             int32_t(kHeads), int32_t(kKvHeads), kc, vc, slot, q, batch, shape,
-                             out);
-  });
-  bench.release();
-}
-
 // A prompt step of the 1000 x 1000 run: eight 1,000-token prompts and `decodes` sequences
 // decoding at 1,000 keys, with the prompts first and the hint set or not.
 void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tail = "") {
@@ -436,134 +368,6 @@ void bench_prompt_step(Bench& bench, int32_t decodes, bool hint, const char* tai
                         fmt::format("attention prompt step: 8 x 1000 prompts + {} decodes, {}{}",
                                     decodes, hint ? "num_prefill_seqs = 8" : "no hint", tail),
                         seqs, hint ? 8 : -1);
-}
-
-// Would a decode step gain from running one half of its batch's attention (memory-bound) beside
-// the other half's GEMMs (compute-bound) on a second stream? For a steady-state step of the
-// 1000 x 1000 run (`seqs` sequences of `ctx` keys), one layer's worth: attention over half the
-// sequences on backend `attn_side`, and the GEMMs of a layer (qkv, o_proj, gate_up, SwiGLU,
-// down) over the other half on backend `gemm_side`, each on its own stream; each iteration
-// forks and joins the two streams, as a layer would. Prints the two alone, one after the other
-// on one stream, side by side, and the whole batch unsplit (today's step).
-void bench_overlap(int iters, int32_t seqs, int32_t ctx, const char* gemm_env) {
-  const DType bf = DType::bf16;
-  Bench attn_side(iters);
-  Bench gemm_side(iters, gemm_env);  // with the experimental knobs in `gemm_env`
-  auto* sa = static_cast<cudaStream_t>(cuda_backend_of(attn_side.b())->stream());
-  auto* sg = static_cast<cudaStream_t>(cuda_backend_of(gemm_side.b())->stream());
-
-  const int32_t bs = 16;
-  struct Half {
-    Tensor q, out, x, qkv, o, gu, act, down;
-    AttentionBatch batch;
-  };
-  const int32_t blocks_per_seq = (ctx + bs - 1) / bs;
-  const int64_t cache_blocks = int64_t(seqs) * blocks_per_seq;
-  const Tensor kc = attn_side.floats(bf, {cache_blocks, bs, kKvHeads, kDim});
-  const Tensor vc = attn_side.floats(bf, {cache_blocks, bs, kKvHeads, kDim});
-  const Tensor w_qkv = attn_side.floats(bf, {6144, kHidden}, 0.02f);
-  const Tensor w_o = attn_side.floats(bf, {kHidden, kHidden}, 0.02f);
-  const Tensor w_gu = attn_side.floats(bf, {2 * kInter, kHidden}, 0.02f);
-  const Tensor w_down = attn_side.floats(bf, {kHidden, kInter}, 0.02f);
-  auto make = [&](int32_t first, int32_t n) {
-    Half h;
-    h.q = attn_side.floats(bf, {n, kHeads * kDim});
-    h.out = attn_side.alloc(bf, {n, kHeads * kDim});
-    h.x = attn_side.floats(bf, {n, kHidden});
-    h.qkv = attn_side.alloc(bf, {n, 6144});
-    h.o = attn_side.alloc(bf, {n, kHidden});
-    h.gu = attn_side.alloc(bf, {n, 2 * kInter});
-    h.act = attn_side.alloc(bf, {n, kInter});
-    h.down = attn_side.alloc(bf, {n, kHidden});
-    std::vector<int32_t> qsl, lens, tables;
-    for (int32_t s = 0; s <= n; ++s) qsl.push_back(s);
-    for (int32_t s = 0; s < n; ++s) {
-      lens.push_back(ctx);
-      for (int32_t b = 0; b < blocks_per_seq; ++b)
-        tables.push_back((first + s) * blocks_per_seq + b);
-    }
-    h.batch.query_start_loc = attn_side.ints({n + 1}, qsl);
-    h.batch.seq_lens = attn_side.ints({n}, lens);
-    h.batch.block_tables = attn_side.ints({n, blocks_per_seq}, tables);
-    h.batch.num_seqs = n;
-    h.batch.max_query_len = 1;
-    h.batch.max_seq_len = ctx;
-    h.batch.num_prefill_seqs = 0;
-    return h;
-  };
-  const Half a = make(0, seqs / 2), g = make(seqs / 2, seqs - seqs / 2), all = make(0, seqs);
-  const AttentionShape shape{int32_t(kHeads), int32_t(kKvHeads), int32_t(kDim), bs,
-                             1.0f / std::sqrt(float(kDim))};
-  auto attention = [&](Backend& b, const Half& h) {
-    b.attention(h.q, kc, vc, h.batch, shape, h.out);
-  };
-  auto gemms = [&](Backend& b, const Half& h) {
-    b.linear(h.x, w_qkv, nullptr, h.qkv);
-    b.linear(h.x, w_o, nullptr, h.o);
-    b.linear(h.x, w_gu, nullptr, h.gu);
-    b.act_mul(GatedActivation::silu, h.gu, h.act);
-    b.linear(h.act, w_down, nullptr, h.down);
-  };
-  cudaEvent_t start = nullptr, stop = nullptr, fork = nullptr, join = nullptr;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
-  cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
-  // Times `step` (which enqueues on sa and/or sg, starting after and ending before sa's work).
-  auto timed = [&](const std::string& name, const std::function<void()>& step) {
-    for (int i = 0; i < 3; ++i) step();
-    attn_side.b().synchronize();
-    gemm_side.b().synchronize();
-    cudaEventRecord(start, sa);
-    for (int i = 0; i < iters; ++i) step();
-    cudaEventRecord(stop, sa);
-    cudaEventSynchronize(stop);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
-    std::printf("%-78s %10.1f us\n", name.c_str(), double(ms) * 1e3 / iters);
-    std::fflush(stdout);
-  };
-  // Work on sg ordered inside sa's sequence: sg waits for sa's past, sa for sg's work.
-  auto on_gemm_stream = [&](const std::function<void()>& work) {
-    cudaEventRecord(fork, sa);
-    cudaStreamWaitEvent(sg, fork, 0);
-    work();
-    cudaEventRecord(join, sg);
-    cudaStreamWaitEvent(sa, join, 0);
-  };
-  const std::string tag = fmt::format("{} seqs x {} keys, GEMM side [{}]", seqs, ctx,
-                                      *gemm_env != '\0' ? gemm_env : "default");
-  timed("overlap " + tag + ": half attention alone", [&] { attention(attn_side.b(), a); });
-  timed("overlap " + tag + ": half GEMMs alone",
-        [&] { on_gemm_stream([&] { gemms(gemm_side.b(), g); }); });
-  timed("overlap " + tag + ": both halves, one stream", [&] {
-    attention(attn_side.b(), a);
-    gemms(attn_side.b(), g);
-  });
-  timed("overlap " + tag + ": side by side, attention launched first", [&] {
-    cudaEventRecord(fork, sa);
-    cudaStreamWaitEvent(sg, fork, 0);
-    attention(attn_side.b(), a);
-    gemms(gemm_side.b(), g);
-    cudaEventRecord(join, sg);
-    cudaStreamWaitEvent(sa, join, 0);
-  });
-  timed("overlap " + tag + ": side by side, GEMMs launched first", [&] {
-    on_gemm_stream([&] {
-      gemms(gemm_side.b(), g);
-      attention(attn_side.b(), a);
-    });
-  });
-  timed("overlap " + tag + ": today's layer (whole batch, one stream)", [&] {
-    attention(attn_side.b(), all);
-    gemms(attn_side.b(), all);
-  });
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaEventDestroy(fork);
-  cudaEventDestroy(join);
-  attn_side.release();
-  gemm_side.release();
 }
 
 // Sampler row kinds: each line of the bench uses one kind for every row.
@@ -655,28 +459,26 @@ int main(int argc, char** argv) {
     }
     const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
     // A second argument picks one group: "dense" (dense and fused ops only), "decode" (the
-    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/ncu_decode.sh)
-    // "prefill" (the prefill-attention cases, at both tile sizes), "overlap" (half a decode
-    // batch's attention beside the other half's GEMMs on a second stream), "sample" (the
+    // default decode-attention cases only, e.g. under Nsight Compute: tools/device/profile.sh
+    // ncu decode), "prefill" (the prefill-attention cases), "sample" (the
     // sampler at 256 rows: T = 1, T = 0.8, greedy), "gemm" (the model's GEMMs at the long
-    // run's row counts), "gemv" (the batch-1 GEMVs, with x read through L1 and staged) or
-    // "b1attn" (batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS) or "stream"
+    // run's row counts), "gemv" (the batch-1 GEMVs, attention and sampler row) or
+    // "b1attn" (batch-1 decode attention from 160 to 4,096 keys) or "stream"
     // (HBM read rates: the ceiling for decode attention; cuda/bench/stream.cu).
     const std::string only = argc > 2 ? std::string(argv[2]) : std::string();
     if (!only.empty() && only != "dense" && only != "decode" && only != "prefill" &&
-        only != "overlap" && only != "sample" && only != "gemm" && only != "gemv" &&
-        only != "b1attn" && only != "stream") {
+        only != "sample" && only != "gemm" && only != "gemv" && only != "b1attn" &&
+        only != "stream") {
       std::fprintf(stderr,
-                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, overlap, "
-                   "sample, gemm, gemv, b1attn, stream\n",
+                   "troupe_cuda_opbench: group = %s: allowed: dense, decode, prefill, sample, "
+                   "gemm, gemv, b1attn, stream\n",
                    only.c_str());
       return 2;
     }
     if (only == "gemv") {  // the batch-1 GEMVs: a decode layer's fused ones and lm_head
-      for (const char* stage : {"0", "1"}) {  // x read through L1, or staged (the default)
-        Bench bench(iters, std::string("TROUPE_GEMV_STAGE_X=") + stage);
-        std::printf("TROUPE_GEMV_STAGE_X=%s\n", stage);
-        bench_fused(bench, 1);
+      Bench bench(iters);
+      bench_fused(bench, 1);
+      {
         const Tensor w = bench.floats(DType::bf16, {kVocab, kHidden}, 0.02f);
         const Tensor x = bench.floats(DType::bf16, {1, kHidden});
         const Tensor out = bench.alloc(DType::f32, {1, kVocab});
@@ -685,7 +487,6 @@ int main(int argc, char** argv) {
                    [&] { bench.b().linear(x, w, nullptr, out); });
         bench.release();
       }
-      Bench bench(iters);
       // The rest of a batch-1 step of `troupe bench latency` (128 in / 128 out: contexts of
       // 129-256 keys): attention, the sampler's row (temperature 1), so that 32 x (the layer's
       // GEMVs + attention) + lm_head + sampling is the step's GPU time to compare with it.
@@ -703,34 +504,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (only == "sample") {  // 256 rows, the decode batches of the throughput runs
-      for (const char* per_sm : {"2", "1"}) {  // the kernel's launch bounds (kernels.hpp)
-        Bench bench(iters, std::string("TROUPE_SAMPLE_CTAS_PER_SM=") + per_sm);
-        std::printf("TROUPE_SAMPLE_CTAS_PER_SM=%s\n", per_sm);
-        for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
-          bench_sample(bench, 256, kind);
-      }
-      return 0;
-    }
-    if (only == "overlap") {
-      for (const char* env : {"", "TROUPE_STREAM_PRIORITY=high",
-                              "TROUPE_STREAM_PRIORITY=high TROUPE_GEMM_SM_TARGET=96",
-                              "TROUPE_STREAM_PRIORITY=high TROUPE_GEMM_SM_TARGET=64"})
-        bench_overlap(iters, 248, 1500, env);
-      bench_overlap(iters, 128, 1500, "TROUPE_STREAM_PRIORITY=high");
+      Bench bench(iters);
+      for (SampleKind kind : {SampleKind::unit, SampleKind::plain, SampleKind::greedy})
+        bench_sample(bench, 256, kind);
       return 0;
     }
     Bench bench(iters);
     std::printf("troupe_cuda_opbench on %s, %d iterations per op, bf16\n", bench.b().name().c_str(),
                 iters);
-    if (only == "b1attn") {  // batch-1 decode attention at each TROUPE_DECODE_MIN_SPLIT_KEYS
-      for (const char* keys : {"64", "128", "256", "512", "1024"}) {
-        Bench other(iters, std::string("TROUPE_DECODE_MIN_SPLIT_KEYS=") + keys);
-        for (int32_t ctx : {160, 256, 512, 1024, 4096})
-          bench_attention(other,
-                          "attention decode 1 seq x " + std::to_string(ctx) +
-                              " ctx, TROUPE_DECODE_MIN_SPLIT_KEYS=" + keys,
-                          1, 1, ctx);
-      }
+    if (only == "b1attn") {  // batch-1 decode attention (splits of at least 256 keys)
+      for (int32_t ctx : {160, 256, 512, 1024, 4096})
+        bench_attention(bench, "attention decode 1 seq x " + std::to_string(ctx) + " ctx", 1, 1,
+                        ctx);
       return 0;
     }
     if (only == "decode") {
@@ -744,7 +529,6 @@ int main(int argc, char** argv) {
       std::vector<std::pair<int32_t, int32_t>> spread;
       for (int32_t s = 0; s < 256; ++s) spread.emplace_back(1, 1000 + (s * 1000) / 255);
       std::shuffle(spread.begin(), spread.end(), std::mt19937_64(7));
-      const auto shuffled = spread;
       bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shuffled", spread);
       std::sort(spread.begin(), spread.end(),
                 [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -753,26 +537,6 @@ int main(int argc, char** argv) {
       std::reverse(spread.begin(), spread.end());
       bench_attention_batch(bench, "attention decode 256 seqs x 1000-2000 ctx, shortest first",
                             spread);
-      // A decode layer's rope and attention, two kernels against one (TROUPE_DECODE_ROPE).
-      for (const char* knob : {"", "TROUPE_DECODE_ROPE=fused"}) {
-        Bench other(iters, knob);
-        const std::string tail = *knob ? std::string(", ") + knob : std::string(", separate");
-        bench_rope_attention(other, "rope + attention decode 256 seqs x 1536 ctx" + tail, 256,
-                             1536);
-        bench_rope_attention(other, "rope + attention decode 64 seqs x 512 ctx" + tail, 64, 512);
-        bench_rope_attention(other, "rope + attention decode 8 seqs x 300 ctx" + tail, 8, 300);
-      }
-      {  // two-stage rings (three CTAs an SM) against the default's three stages
-        const char* knob = "TROUPE_DECODE_STAGES=2";
-        Bench other(iters, knob);
-        const std::string tail = std::string(", ") + knob;
-        bench_attention(other, "attention decode 1 seq x 160 ctx" + tail, 1, 1, 160);
-        bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-        bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
-        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-        bench_attention_batch(other, "attention decode 256 seqs x 1000-2000 ctx, shuffled" + tail,
-                              shuffled);
-      }
       return 0;
     }
     if (only != "prefill") {
@@ -788,64 +552,11 @@ int main(int argc, char** argv) {
     bench_attention(bench, "attention chunked prefill 8 x 512 new over 4096 ctx", 8, 512, 4096);
     bench_attention(bench, "attention prefill 8 x 1000 (causal; a 1000 x 1000 prompt step)", 8,
                     1000, 1000);
-    {
-      Bench other(iters, "TROUPE_PREFILL_KEYS=64");  // the prefill kernel's 64-key tiles
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_KEYS=64", 4,
-                      1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_KEYS=64", 8,
-                      1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, TROUPE_PREFILL_KEYS=64",
-                      8, 512, 4096);
-    }
-    {
-      // Query tiles in order (the default is heaviest first).
-      Bench other(iters, "TROUPE_PREFILL_ORDER=tiles");
-      bench_attention(other, "attention prefill 4 x 1024 (causal), TROUPE_PREFILL_ORDER=tiles",
-                      4, 1024, 1024);
-      bench_attention(other, "attention prefill 8 x 1000 (causal), TROUPE_PREFILL_ORDER=tiles",
-                      8, 1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096, tile order", 8, 512,
-                      4096);
-      bench_prompt_step(other, 128, true, ", tiles");
-    }
-    // 16 query rows per warp (the default's two m16 tiles, 128 a CTA, share each K/V fragment),
-    // and every K/V tile masked (the default masks only those crossing a warp's diagonal).
-    for (const char* knob : {"TROUPE_PREFILL_ROWS=16", "TROUPE_PREFILL_MASK=every"}) {
-      Bench other(iters, knob);
-      const std::string tail = std::string(", ") + knob;
-      bench_attention(other, "attention prefill 4 x 1024 (causal)" + tail, 4, 1024, 1024);
-      bench_attention(other, "attention prefill 1 x 8192 (causal)" + tail, 1, 8192, 8192);
-      bench_attention(other, "attention prefill 8 x 1000 (causal)" + tail, 8, 1000, 1000);
-      bench_attention(other, "attention chunked prefill 8 x 512 over 4096" + tail, 8, 512, 4096);
-      bench_prompt_step(other, 128, true, tail.c_str());
-    }
     for (int32_t decodes : {0, 128})
       for (bool hint : {false, true}) bench_prompt_step(bench, decodes, hint);
     if (only == "prefill") return 0;
-    bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232,
-                    1, 1536);
-    // The tensor-core kernel's experimental knobs (docs/engine.md).
-    for (const auto& [name, value] : {std::pair{"TROUPE_DECODE_STAGES", "2"},
-                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "512"},
-                                      std::pair{"TROUPE_DECODE_SPLIT_KEYS", "1024"}}) {
-      Bench other(iters, std::string(name) + "=" + value);
-      const std::string tail = std::string(", ") + name + "=" + value;
-      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-      bench_attention(other, "attention decode 232 seqs x 1536 ctx" + tail, 232, 1, 1536);
-      if (std::string_view(name) == "TROUPE_DECODE_STAGES") {
-        bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-        bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1,
-                        160);
-      }
-    }
-    for (const char* kernel : {"registers", "pipelined"}) {  // the CUDA-core decode kernels
-      Bench other(iters, std::string("TROUPE_DECODE_ATTENTION=") + kernel);
-      const std::string tail = std::string(", ") + kernel;
-      bench_attention(other, "attention decode 1 seq x 160 ctx (batch-1 step)" + tail, 1, 1, 160);
-      bench_attention(other, "attention decode 64 seqs x 1024 ctx" + tail, 64, 1, 1024);
-      bench_attention(other, "attention decode 256 seqs x 1024 ctx" + tail, 256, 1, 1024);
-      bench_attention(other, "attention decode 4 seqs x 32768 ctx" + tail, 4, 1, 32768);
-    }
+    bench_attention(bench, "attention decode 232 seqs x 1536 ctx (1000x1000 steady state)", 232, 1,
+                    1536);
     bench_attention(bench, "attention decode 1 seq x 160 ctx (batch-1 step)", 1, 1, 160);
     for (SampleKind kind : {SampleKind::greedy, SampleKind::plain, SampleKind::unit,
                             SampleKind::top_k_top_p, SampleKind::penalties})

@@ -32,17 +32,6 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
 }
 
-void Backend::rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
-                             int32_t head_dim, int32_t rotary_dim, RopeStyle style,
-                             int32_t num_heads, int32_t num_kv_heads, const Tensor& k_cache,
-                             const Tensor& v_cache, const Tensor& slot_mapping,
-                             const Tensor& q_out, const AttentionBatch& batch,
-                             const AttentionShape& shape, const Tensor& out) {
-  rope_qkv_to_cache(qkv, positions, cos_sin, head_dim, rotary_dim, style, num_heads, num_kv_heads,
-                    k_cache, v_cache, slot_mapping, q_out);
-  attention(q_out, k_cache, v_cache, batch, shape, out);
-}
-
 // A default rather than a pure virtual for the same reason as rope_qkv_to_cache's.
 void Backend::add(const Tensor& /*residual*/, const Tensor& /*x*/) {
   fail("add: the {} backend does not implement this op", name());

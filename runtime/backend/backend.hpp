@@ -272,18 +272,6 @@ class Backend {
                                  const Tensor& k_cache, const Tensor& v_cache,
                                  const Tensor& slot_mapping, const Tensor& q_out);
 
-  /// rope_qkv_to_cache, then attention over q_out into out: one layer's attention inputs and
-  /// the attention itself, which a backend may run as one kernel (CUDA, for decode-only
-  /// batches with TROUPE_DECODE_ROPE=fused: the decode kernel rotates its query heads from qkv
-  /// and the split that holds a sequence's last key writes its new key and value, so q_out is
-  /// not written). Same arguments, checks and results as the two ops; the default runs them.
-  virtual void rope_attention(const Tensor& qkv, const Tensor& positions, const Tensor& cos_sin,
-                              int32_t head_dim, int32_t rotary_dim, RopeStyle style,
-                              int32_t num_heads, int32_t num_kv_heads, const Tensor& k_cache,
-                              const Tensor& v_cache, const Tensor& slot_mapping,
-                              const Tensor& q_out, const AttentionBatch& batch,
-                              const AttentionShape& shape, const Tensor& out);
-
   // ---- graphs (optional) ----
 
   /// True when capture() records graphs on this backend (CUDA); false when it returns nullptr.

@@ -413,10 +413,10 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
       else  // the previous layer's MLP output joins the residual here
         backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);
       backend_.linear(h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
-      // rope_qkv_to_cache (q [T, nh d]), then attention [T, nh d]: one kernel on CUDA when asked
-      backend_.rope_attention(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
-                              RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
-                              in.slot_mapping, q, in.attention, shape, attn);
+      backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
+                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
+                                 in.slot_mapping, q);                        // q [T, nh d]
+      backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     }
     if (fused) {
       backend_.linear_add(attn, Lw.o_w, bias_of(Lw.o_b), residual,

@@ -472,62 +472,6 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
   }
 }
 
-TEST_CASE("the pipelined executor gives the tokens and logprobs of whole steps",
-          "[engine][async][pipelined]") {
-  // By default the executor enqueues step N+1's forward before it reads step N's tokens
-  // (ModelRunner::launch); TROUPE_EXECUTOR_PIPELINE=0 runs each step whole. The tokens must
-  // agree; the results come back at other times, so the scheduler may cut batches differently
-  // and float sums round differently (the runner-level test, test_model_runner_pipelined.cpp,
-  // checks the same steps bit for bit).
-  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
-  const Reference ref = load_reference("llama_gqa");
-  EngineArgs a = fixture_args("llama_gqa");
-  a.async_scheduling = true;
-  SamplingParams p;
-  p.temperature = 0.8;
-  p.seed = 5;
-  p.n = 2;
-  p.max_tokens = 16;
-  p.frequency_penalty = 0.4;
-  p.logprobs = 1;
-  p.detokenize = false;
-  p.ignore_eos = true;
-  std::vector<RequestOutput> outs[2];
-  for (int i = 0; i < 2; ++i) {
-    if (i == 1) ::setenv("TROUPE_EXECUTOR_PIPELINE", "0", 1);
-    try {
-      LLM llm(a);
-      ::unsetenv("TROUPE_EXECUTOR_PIPELINE");
-      outs[i] = llm.generate(prompts_of(ref), p, {.use_tqdm = false});
-      CHECK(llm.scheduler_stats().steps_planned_ahead > 0);
-    } catch (...) {
-      ::unsetenv("TROUPE_EXECUTOR_PIPELINE");
-      throw;
-    }
-  }
-  REQUIRE(outs[0].size() == outs[1].size());
-  for (size_t r = 0; r < outs[0].size(); ++r)
-    for (size_t c = 0; c < 2; ++c) {
-      const auto& x = outs[0][r].outputs.at(c);
-      const auto& y = outs[1][r].outputs.at(c);
-      CHECK(x.token_ids == y.token_ids);
-      REQUIRE(x.cumulative_logprob);
-      REQUIRE(y.cumulative_logprob);
-      CHECK(*x.cumulative_logprob == Approx(*y.cumulative_logprob).epsilon(1e-5));
-    }
-  // A bad value is refused by name when the engine starts.
-  ::setenv("TROUPE_EXECUTOR_PIPELINE", "yes", 1);
-  std::string what;
-  try {
-    LLM llm(a);
-  } catch (const std::exception& e) {
-    what = e.what();
-  }
-  ::unsetenv("TROUPE_EXECUTOR_PIPELINE");
-  CHECK(what.find("TROUPE_EXECUTOR_PIPELINE") != std::string::npos);
-  CHECK(what.find("'yes'") != std::string::npos);
-}
-
 TEST_CASE("a detokenizer error fails exactly its requests, with the reason", "[engine][detok]") {
   // A model's vocabulary may be larger than its tokenizer's (padded embeddings): here the
   // llama_gqa fixture (256 ids) runs with the tiny fixture tokenizer cut to ids 0..248. Its

@@ -194,6 +194,24 @@ TEST_CASE("act_mul (silu, gelu, gelu tanh) matches float64", "[cpu][ops]") {
   }
 }
 
+TEST_CASE("the shared op checks refuse outputs that overlap their inputs", "[cpu][ops]") {
+  // runtime/backend/op_checks.cpp holds the rules both backends share; the CPU backend did not
+  // check these three before it used them.
+  OpHarness h;
+  const Tensor gate_up = h.f32({2, 8}, std::vector<float>(16, 1.0f));
+  const Tensor in_gate_up(gate_up.data, DType::f32, gate_up.device, {2, 4});
+  CHECK_THROWS_WITH(h.backend().act_mul(GatedActivation::silu, gate_up, in_gate_up),
+                    Catch::Contains("act_mul: out [2, 4]") && Catch::Contains("overlaps gate_up"));
+  const Tensor x = h.f32({4, 3}, std::vector<float>(12, 1.0f));
+  const Tensor in_x(x.data, DType::f32, x.device, {2, 3});
+  CHECK_THROWS_WITH(h.backend().gather_rows(x, h.i32({2}, {0, 1}), in_x),
+                    Catch::Contains("gather_rows: out [2, 3]") && Catch::Contains("overlaps x"));
+  const Tensor cache = h.f32_nan({2, 4, 1, 8});
+  const Tensor k = h.f32({1, 8}, std::vector<float>(8, 1.0f));
+  CHECK_THROWS_WITH(h.backend().write_kv(k, k, cache, cache, h.i32({1}, {0})),
+                    Catch::Contains("write_kv: k_cache") && Catch::Contains("overlaps v_cache"));
+}
+
 TEST_CASE("gather_rows picks rows and rejects bad indices", "[cpu][ops]") {
   OpHarness h;
   std::mt19937_64 rng(5);

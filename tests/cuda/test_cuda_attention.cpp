@@ -3,8 +3,6 @@
 // long decodes (split-KV with a reduction), shuffled block tables, padding rows past the last
 // sequence (which both backends zero).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <numeric>
 
 #include "cuda/kernels.hpp"
@@ -154,9 +152,6 @@ TEST_CASE("cuda attention: MHA, MQA, long decodes, big batches, long prefills",
     for (const AttnCase& c : shape_cases()) run_case(p, dt, c, rng);
 }
 
-// The CUDA-core decode kernels (TROUPE_DECODE_ATTENTION=registers: K/V through registers;
-// =pipelined: a two-stage cp.async ring), the default being the tensor-core one: every case
-// above again, with every head dim and block size.
 // The model runner's order (prompts and chunks first) with AttentionBatch::num_prefill_seqs
 // set: the prefill grid spans the first sequences only, the decode kernel the rest.
 TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "[cuda][attention]") {
@@ -174,266 +169,30 @@ TEST_CASE("cuda attention: prompts-first batches with the prefill-count hint", "
                     Catch::Contains("num_prefill_seqs = 2"));
 }
 
-TEST_CASE("cuda attention: the CUDA-core decode kernels match the CPU too", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  for (const char* kernel : {"registers", "pipelined"}) {
-    ::setenv("TROUPE_DECODE_ATTENTION", kernel, 1);
-    Pair p;  // its CUDA backend reads the variable once, when it is made
-    ::unsetenv("TROUPE_DECODE_ATTENTION");
-    std::mt19937_64 rng(13);
-    for (DType dt : kFloatTypes) {
-      for (int d : {16, 32, 64, 80, 96, 128, 256})
-        for (int bs : {8, 16, 32})
-          run_case(p, dt, {8, 2, d, bs, kMixed, 3, std::string(kernel) + " decode, mixed GQA"},
-                   rng);
-      for (const AttnCase& c : shape_cases()) {
-        AttnCase pc = c;
-        pc.label = std::string(kernel) + " decode, " + c.label;
-        run_case(p, dt, pc, rng);
-      }
-    }
-  }
-}
-
 TEST_CASE("decode split counts fill one wave of CTAs without spilling into a second",
           "[cuda][attention]") {
   // A host function: runs without a GPU too. 132 SMs (the H200), two CTAs resident per SM.
-  const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len,
-                       int32_t long_split_keys = 0, int32_t min_split_keys = 0) {
+  const auto plan = [](int32_t seqs, int32_t kv_heads, int32_t max_seq_len) {
     cuda::AttentionArgs a{};
     a.num_seqs = seqs;
     a.num_kv_heads = kv_heads;
     a.num_heads = 4 * kv_heads;
     a.head_dim = 128;
     a.max_seq_len = max_seq_len;
-    cuda::DecodeOptions o;
-    o.long_split_keys = long_split_keys;
-    o.min_split_keys = min_split_keys;
-    return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, o);
+    return cuda::plan_decode(a, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20});
   };
-  CHECK(plan(1, 8, 200).splits == 4);       // bound by the length: 4 splits of >= 64 keys
-  CHECK(plan(1, 8, 200).split_keys == 64);
+  // Below a wave: splits of at least 256 keys (a batch-1 context of up to 256 keys in one).
+  CHECK(plan(1, 8, 200).splits == 1);
+  CHECK(plan(1, 8, 200).split_keys == 256);
+  CHECK(plan(1, 8, 1000).splits == 4);      // bound by the length: 4 splits of >= 256 keys
   CHECK(plan(1, 8, 100000).splits == 33);   // 264 CTAs
+  CHECK(plan(1, 8, 4096).splits == 16);     // a CUDA graph's bound at batch 1
   CHECK(plan(4, 8, 32768).splits == 8);     // 256 CTAs, not 9 x 32 = 288 (a second wave of 24)
-  CHECK(plan(64, 8, 4096).splits == 1);     // 512 CTAs already
   CHECK(plan(200, 1, 4096).splits == 1);    // 200 <= 264: one split each, no partials
   CHECK(plan(1, 8, 0).splits == 1);
-  // A full wave with long_split_keys: splits of that many keys, up to the length's.
-  CHECK(plan(64, 8, 4096, 512).splits == 8);
-  CHECK(plan(64, 8, 4096, 512).split_keys == 512);
-  CHECK(plan(64, 8, 300, 512).splits == 1);
-  CHECK(plan(4, 8, 32768, 512).splits == 8);  // below a wave: the wave rule still decides
-  // Below a wave with min_split_keys: splits of at least that many keys.
-  CHECK(plan(1, 8, 200, 0, 256).splits == 1);
-  CHECK(plan(1, 8, 200, 0, 256).split_keys == 256);
-  CHECK(plan(1, 8, 1000, 0, 256).splits == 4);
-  CHECK(plan(1, 8, 100000, 0, 256).splits == 33);
-  CHECK(plan(64, 8, 4096, 0, 256).splits == 1);  // a full wave: not this knob's
-  CHECK(plan(64, 8, 4096, 0, 256).split_keys == 64);
-  // The default: 256-key splits below a wave (a batch-1 context of up to 256 keys in one).
-  CHECK(cuda::DecodeOptions{}.min_split_keys == 256);
-  cuda::AttentionArgs b1{};
-  b1.num_seqs = 1;
-  b1.num_kv_heads = 8;
-  b1.num_heads = 32;
-  b1.head_dim = 128;
-  b1.max_seq_len = 4096;  // a CUDA graph's bound
-  const cuda::DecodePlan d = cuda::plan_decode(b1, 132, cuda::DecodeWorkspace{nullptr, size_t(64) << 20}, {});
-  CHECK(d.splits == 16);
-  CHECK(d.split_keys == 256);
-}
-
-TEST_CASE("cuda backend: bad decode attention knobs are refused by name", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  const auto refused = [](const char* name, const char* value, const char* allowed) {
-    ::setenv(name, value, 1);
-    try {
-      Pair p;
-      ::unsetenv(name);
-      FAIL("a backend was made with " << name << "=" << value);
-    } catch (const std::invalid_argument& e) {
-      ::unsetenv(name);
-      const std::string what = e.what();
-      CHECK(what.find(name) != std::string::npos);
-      CHECK(what.find(std::string("'") + value + "'") != std::string::npos);
-      CHECK(what.find(allowed) != std::string::npos);
-    }
-  };
-  refused("TROUPE_DECODE_ATTENTION", "flash", "registers, pipelined or mma");
-  refused("TROUPE_DECODE_SPLIT_KEYS", "300", "0, 256, 512, 1024 or 2048");
-  refused("TROUPE_DECODE_MIN_SPLIT_KEYS", "100", "64, 128, 256 (the default), 512 or 1024");
-  refused("TROUPE_DECODE_STAGES", "4x", "2 or 3");
-  refused("TROUPE_PREFILL_KEYS", "16", "0 or 32 (the default) or 64");
-  refused("TROUPE_PREFILL_ORDER", "backwards", "heavy_first, the default, or tiles");
-  refused("TROUPE_PREFILL_MASK", "none", "diagonal, the default, or every");
-  refused("TROUPE_PREFILL_ROWS", "64", "16 or 32 (the default) query rows per warp");
-  refused("TROUPE_DECODE_ROPE", "yes", "separate (the default) or fused");
-  refused("TROUPE_SAMPLE_CTAS_PER_SM", "3", "1 or 2");
-}
-
-// TROUPE_PREFILL_ORDER=tiles: the prefill grid in tile order, per head (the default starts
-// from the last query tiles); the same mixed batches, long prefills and tile edges against the
-// CPU.
-TEST_CASE("cuda attention: the tile-order prefill grid matches the CPU", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_ORDER", "tiles", 1);
-  Pair p;
-  ::unsetenv("TROUPE_PREFILL_ORDER");
-  std::mt19937_64 rng(16);
-  for (DType dt : kFloatTypes) {
-    for (int d : {64, 128, 256})
-      for (int bs : {8, 16}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "tile order"}, rng);
-    run_case(p, dt, {8, 8, 128, 32, {{300, 300}, {2, 2}, {65, 700}}, 0,
-                     "tile order, long prefill and chunks"}, rng);
-  }
-}
-
-// Each case run on a backend made with the knob NAME=VALUE and on a default one: both match
-// the CPU (run_case), and each other bit for bit.
-void check_knob_keeps_bits(const char* name, const char* value, const std::vector<int>& dims,
-                           const std::vector<int>& block_sizes, const std::vector<SeqSpec>& seqs,
-                           uint64_t seed) {
-  ::setenv(name, value, 1);
-  Pair knob;
-  ::unsetenv(name);
-  Pair plain;
-  for (DType dt : kFloatTypes)
-    for (int d : dims)
-      for (int bs : block_sizes) {
-        const AttnCase c{8, 2, d, bs, seqs, 1, std::string(name) + "=" + value};
-        std::mt19937_64 rng_a(seed), rng_b(seed);
-        const std::vector<float> a = run_case(knob, dt, c, rng_a);
-        const std::vector<float> b = run_case(plain, dt, c, rng_b);
-        REQUIRE(a.size() == b.size());
-        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-      }
-}
-
-// TROUPE_PREFILL_MASK=every: the prefill kernel masks every K/V tile, as before the default
-// skipped the mask on the tiles a warp sees whole (the skipped mask only ever kept every score).
-TEST_CASE("cuda attention: masking every prefill tile gives the same bits", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  check_knob_keeps_bits("TROUPE_PREFILL_MASK", "every", {64, 128, 256}, {16},
-                        {{300, 300}, {20, 90}, {65, 700}, {1, 130}, {64, 128}}, 17);
-}
-
-// By default each prefill warp owns two m16 tiles of query rows (128 a CTA) that share every
-// K/V fragment; TROUPE_PREFILL_ROWS=16 gives each warp one tile. Every row's sums run in the
-// same order and the extra tiles a row walks past its diagonal are fully masked, so the bits
-// are the same: prompts, chunks over context, lengths on and off the 128-row tiles, a decode in
-// the batch, and d = 256, which keeps 16 rows either way.
-TEST_CASE("cuda attention: 16 and 32 query rows per prefill warp give the same bits",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  check_knob_keeps_bits(
-      "TROUPE_PREFILL_ROWS", "16", {64, 80, 96, 128, 256}, {8, 16},
-      {{300, 300}, {20, 90}, {129, 700}, {1, 130}, {128, 128}, {2, 2}, {127, 200}}, 19);
-}
-
-// TROUPE_DECODE_ROPE=fused: Backend::rope_attention runs a decode-only batch as one kernel
-// that rotates the query heads in registers and writes each sequence's new key and value from
-// the split that reads it. The output and both caches must equal rope_qkv_to_cache followed by
-// attention (TROUPE_DECODE_ROPE unset) bit for bit: one-key sequences, split long ones (so the
-// last split writes), padding rows (slot -1), every head dim it takes and one it does not (80,
-// which falls back to the two ops).
-TEST_CASE("cuda attention: rope fused into decode attention gives the bits of the two ops",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_DECODE_ROPE", "fused", 1);
-  Pair fused;
-  ::unsetenv("TROUPE_DECODE_ROPE");
-  Pair separate;
-  const int nh = 8, nkv = 2, bs = 16, padding = 2;
-  const std::vector<SeqSpec> seqs = {{1, 1}, {1, 17}, {1, 130}, {1, 700}, {1, 4000}, {1, 33}};
-  for (DType dt : {DType::bf16, DType::f16})
-    for (int d : {32, 64, 80, 96, 128}) {
-      std::mt19937_64 rng(21);
-      const HostBatch b = make_batch(seqs, bs, padding, rng);
-      const int64_t qkv_row = int64_t(nh + 2 * nkv) * d;
-      const auto qkv = rounded(random_floats(rng, size_t(b.tokens * qkv_row), -2.0f, 2.0f), dt);
-      const size_t cache_elems = size_t(b.num_blocks) * bs * nkv * size_t(d);
-      const auto kc = rounded(random_floats(rng, cache_elems), dt);
-      const auto vc = rounded(random_floats(rng, cache_elems), dt);
-      const int64_t max_pos = 4096;
-      const auto cs = rope_cos_sin(max_pos, d);
-      std::vector<int32_t> positions(size_t(b.tokens), 0), slots(size_t(b.tokens), -1);
-      for (size_t i = 0; i < seqs.size(); ++i) {  // the new token is each sequence's last key
-        const int32_t last = seqs[i].kv_len - 1;
-        positions[i] = last;
-        slots[i] = b.tables[i * size_t(b.max_blocks) + size_t(last / bs)] * bs + last % bs;
-      }
-      const AttentionShape shape{nh, nkv, d, bs, 1.0f / std::sqrt(float(d))};
-      std::vector<float> results[2][3];
-      Pair* pairs[2] = {&fused, &separate};
-      for (int w = 0; w < 2; ++w) {
-        Pair& p = *pairs[w];
-        const Tensor g_qkv = p.gpu_floats(dt, {b.tokens, qkv_row}, qkv);
-        const Tensor gk = p.gpu_floats(dt, {b.num_blocks, bs, nkv, d}, kc);
-        const Tensor gv = p.gpu_floats(dt, {b.num_blocks, bs, nkv, d}, vc);
-        const Tensor g_cs = p.gpu_floats(DType::f32, {max_pos, d}, cs);
-        const Tensor g_pos = p.gpu_i32({b.tokens}, positions);
-        const Tensor g_slots = p.gpu_i32({b.tokens}, slots);
-        const Tensor q_out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
-        const Tensor out = p.gpu_nan(dt, {b.tokens, int64_t(nh) * d});
-        const AttentionBatch gb = batch_on(p, true, b);
-        p.gpu().rope_attention(g_qkv, g_pos, g_cs, d, d, RopeStyle::neox, nh, nkv, gk, gv, g_slots,
-                               q_out, gb, shape, out);
-        results[w][0] = p.read(out);
-        results[w][1] = p.read(gk);
-        results[w][2] = p.read(gv);
-      }
-      for (int r = 0; r < 3; ++r) {
-        INFO("dtype " << dname(dt) << ", d = " << d << ", "
-                      << (r == 0   ? "out"
-                          : r == 1 ? "k"
-                                   : "v"));
-        REQUIRE(results[0][r].size() == results[1][r].size());
-        CHECK(std::memcmp(results[0][r].data(), results[1][r].data(),
-                          results[0][r].size() * sizeof(float)) == 0);
-      }
-    }
-}
-
-// TROUPE_PREFILL_KEYS=64: the prefill kernel walks the keys in tiles of 64 (the default is 32)
-// up to d = 128; the mixed batches and the long prefill against the CPU at every head dim.
-TEST_CASE("cuda attention: 64-key prefill tiles match the CPU", "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  ::setenv("TROUPE_PREFILL_KEYS", "64", 1);
-  Pair p;
-  ::unsetenv("TROUPE_PREFILL_KEYS");
-  std::mt19937_64 rng(15);
-  for (DType dt : kFloatTypes) {
-    for (int d : {16, 32, 64, 80, 96, 128, 256})
-      for (int bs : {8, 16, 32}) run_case(p, dt, {8, 2, d, bs, kMixed, 3, "64-key tiles"}, rng);
-    run_case(p, dt, {8, 8, 128, 32, {{300, 300}}, 0, "64-key tiles, long prefill"}, rng);
-    run_case(p, dt, {8, 2, 96, 8, {{2, 2}, {3, 500}, {65, 65}, {64, 128}}, 0,
-                     "64-key tiles, short chunks and tile edges"}, rng);
-  }
-}
-
-// The experimental knobs of the tensor-core kernel: two-stage rings, large batches split
-// every 256 keys (so the mixed batch below, padded to a full wave, takes the long-split path),
-// and small batches split every 64 keys (the default is 256).
-TEST_CASE("cuda attention: the tensor-core decode kernel's knobs keep it exact",
-          "[cuda][attention]") {
-  TROUPE_REQUIRE_GPU();
-  for (const auto& [name, value] :
-       {std::pair{"TROUPE_DECODE_STAGES", "2"}, std::pair{"TROUPE_DECODE_SPLIT_KEYS", "256"},
-        std::pair{"TROUPE_DECODE_MIN_SPLIT_KEYS", "64"}}) {
-    ::setenv(name, value, 1);
-    Pair p;
-    ::unsetenv(name);
-    std::mt19937_64 rng(14);
-    std::vector<SeqSpec> wave;  // 300 decodes x 1 KV head: a full wave without splitting
-    for (int s = 0; s < 300; ++s) wave.push_back({1, 1 + (s * 97) % 1500});
-    for (DType dt : kFloatTypes) {
-      for (int d : {64, 128, 256})
-        run_case(p, dt, {8, 2, d, 16, kMixed, 3, std::string(name) + " mixed GQA"}, rng);
-      run_case(p, dt, {4, 1, 128, 16, wave, 0, std::string(name) + " 300 decodes"}, rng);
-      run_case(p, dt, {8, 2, 128, 16, {{1, 2000}, {1, 3001}}, 0,
-                       std::string(name) + " long decodes"}, rng);
-    }
-  }
+  // A batch that fills a wave by itself: one split per sequence.
+  CHECK(plan(64, 8, 4096).splits == 1);  // 512 CTAs already
+  CHECK(plan(300, 1, 2000).splits == 1);
 }
 
 TEST_CASE("cuda attention with max_seq_len and max_query_len above the batch's",

@@ -170,19 +170,6 @@ void check_all_plans(Pair& p, const std::vector<float>& logits, int64_t vocab,
     else
       check_identical(reference, got, label);
   }
-  // The kernel built for one CTA per SM (TROUPE_SAMPLE_CTAS_PER_SM=1: up to 128 registers):
-  // the same bits under the automatic plan and the widest uncached one.
-  cuda::set_sample_ctas_per_sm(1);
-  for (const PlanCase& plan : {PlanCase{0, -1}, PlanCase{16, 0}}) {
-    const ForcedPlan forced(plan.cluster, plan.cached);
-    cuda::SamplePlan used{};
-    REQUIRE(cuda::plan_sample(vocab, int32_t(rows.size()), &used) == cudaSuccess);
-    CHECK(used.ctas_per_sm == 1);
-    check_identical(reference, p.gpu().sample(g, rows),
-                    fmt::format("{} (one CTA per SM, forced cluster {} cached {})", name,
-                                plan.cluster, plan.cached));
-  }
-  cuda::set_sample_ctas_per_sm(2);
 }
 
 /// Every kind of row the engine sends, cycled over `n` rows.

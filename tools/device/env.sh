@@ -1,7 +1,19 @@
-# Sourced by the GPU-machine scripts: where run_cuda_tests.sh unpacks the bundle ($root), and
-# LD_LIBRARY_PATH with the bundle's libraries plus the machine's own cuBLASLt ($cublas; the
-# bundle leaves it out, ~500 MB).
+# Sourced by the GPU-machine scripts of tools/device (not run by itself). After sourcing:
+#   out      $OUT (the device tool's folder that comes back) or /tmp/troupe_cuda_out, created
+#   here     this folder
+#   root     where unpack_bundle puts the bundle (bin/ and lib/)
+#   cublas   the folder of the machine's own libcublasLt.so.13 (the bundle leaves it out,
+#            ~500 MB), already on LD_LIBRARY_PATH with the bundle's lib/
+#   model_args, long_args, b1_args   `troupe bench` arguments of the benchmark model and runs
+# and the functions below. Every script runs from the repository root, with .carry/cuda
+# (tools/device/bundle.sh) carried along.
+set -uo pipefail
+out=${OUT:-/tmp/troupe_cuda_out}
+mkdir -p "$out"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=/tmp/troupe_cuda
+bundle=.carry/cuda/troupe_cuda.tar.gz
+
 cublas=""
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
            /usr/lib/x86_64-linux-gnu; do
@@ -13,31 +25,50 @@ if [[ -z $cublas ]]; then
 fi
 export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# The Llama-3-8B benchmark model and the issue's 1000 prompts x 1000 in / 1000 out throughput
-# run, as `troupe bench` arguments (bench_long.sh, long_variants.sh).
+# The benchmark model: Llama-3-8B's shape with dummy bf16 weights (16.06 GB), and the runs of
+# docs/benchmarks.md: batch-1 decode at 128 in / 128 out, and 1000 prompts x 1000 in / 1000 out.
 model_args=(--model configs/models/llama-3-8b --load-format dummy --dtype bfloat16
             --max-model-len 4096)
-long_args=(throughput "${model_args[@]}" --num-prompts 1000 --input-len 1000 --output-len 1000)
+b1_args=(latency "${model_args[@]}" --async-scheduling --batch-size 1 --input-len 128
+         --output-len 128 --num-iters-warmup 1 --num-iters 3)
+long_args=(throughput "${model_args[@]}" --async-scheduling --num-prompts 1000 --input-len 1000
+           --output-len 1000)
 
-# split_variant "WORDS": a variant of the A/B scripts (variants.sh, long_variants.sh) into
-# envs (the NAME=VALUE words) and flags (every other word, e.g. "--max-num-seqs 440");
-# "default" gives neither.
-split_variant() {
-  local words=() w
-  envs=(); flags=()
-  [[ $1 != default ]] && read -ra words <<< "$1"
-  for w in "${words[@]}"; do
-    if [[ $w != -* && $w == *=* ]]; then envs+=("$w"); else flags+=("$w"); fi
-  done
+# unpack_bundle: the bundle unpacked into $root (again only when it changed); fails, saying
+# so, when it was not carried. Also makes the paths the test binaries were built with (the
+# source and build folders bundle.sh recorded) lead to this checkout, for their fixtures and
+# `troupe worker`.
+unpack_bundle() {
+  if [[ ! -f $bundle ]]; then
+    echo "$bundle is missing: run tools/device/bundle.sh here and carry .carry/cuda" >&2
+    return 2
+  fi
+  local stamp
+  stamp=$(stat -c '%s %Y' "$bundle")
+  if [[ ! -f $root/stamp || $(cat "$root/stamp") != "$stamp" ]]; then
+    rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle" || return 2
+    echo "$stamp" > "$root/stamp"
+  fi
+  local src build
+  src=$(sed -n 1p "$root/paths" 2>/dev/null)
+  build=$(sed -n 2p "$root/paths" 2>/dev/null)
+  if [[ -n $src && $src != "$PWD" && ! -e $src ]]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+  fi
+  if [[ -n $build && ! -x $build/tools/troupe ]]; then
+    mkdir -p "$build/tools" && cp "$root/bin/troupe" "$build/tools/troupe"
+  fi
+  return 0
 }
 
-# long_run BIN VARIANT JSON: the 1000 x 1000 run (--async-scheduling) with $root/bin/BIN and
-# VARIANT's knobs and flags (split_variant), its log on stdout, its results in JSON;
-# LONG_TIMEOUT seconds at most (default 280).
-long_run() {
-  split_variant "$2"
-  env "${envs[@]}" timeout "${LONG_TIMEOUT:-280}" "$root/bin/$1" --log-level info bench \
-    "${long_args[@]}" --async-scheduling "${flags[@]}" --output-json "$3" 2>&1
+# bench NAME SECONDS ARGS...: `troupe bench ARGS` with the bundle's troupe, SECONDS at most,
+# its log in $out/NAME.log and its results in $out/NAME.json; BENCH_BIN picks another binary
+# of $root/bin (ab.sh's old build).
+bench() {
+  local name=$1 secs=$2
+  shift 2
+  timeout "$secs" "$root/bin/${BENCH_BIN:-troupe}" --log-level info bench "$@" \
+    --output-json "$out/$name.json" > "$out/$name.log" 2>&1
 }
 
 # field FILE KEY [SCALE]: a number from a bench JSON, times SCALE, or n/a.
@@ -46,33 +77,30 @@ field() {
     "$1" "$2" "${3:-1}" 2>/dev/null || echo n/a
 }
 
-# session_tests OUT: the CUDA test cases (run_cuda_tests.sh, which unpacks the bundle into
-# $root), logged to OUT/tests.txt, with their exit status and summary printed: the first step
-# of every session script.
-session_tests() {
-  OUT=$1 bash "$(dirname "${BASH_SOURCE[0]}")/run_cuda_tests.sh" tests > "$1/tests.txt" 2>&1
-  echo "tests: exit $?"
-  grep -E "test cases|assertions|FAILED" "$1/tests.txt" | tail -n 5
+# steps FILE: the bench log's split of the run (prompt steps, decode-only steps, the executor).
+steps() {
+  grep -E "elapsed|output tokens/s|model TFLOP/s|decode time per output|steps with prompt|decode-only" \
+    "$1" | sed 's/^ *//'
 }
 
-# unpack_bundle: .carry/cuda/troupe_cuda.tar.gz (bundle_cuda_tests.sh) unpacked into $root;
-# fails, saying so, when the bundle was not carried.
-unpack_bundle() {
-  local bundle=.carry/cuda/troupe_cuda.tar.gz
-  if [[ ! -f $bundle ]]; then
-    echo "$bundle is missing: run tools/device/bundle_cuda_tests.sh here and carry .carry/cuda"
-    return 2
-  fi
-  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$bundle"
+# smi_start LOG samples nvidia-smi every 200 ms into LOG until smi_stop LABEL, which prints
+# smi_summary.py's line: SM clock, power and the active clock-event reasons (a power-capped
+# run shows "sw power cap"), which tell a slow kernel from a slow clock.
+smi_start() {
+  smi_log=$1
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 200 > "$smi_log" 2>&1 &
+  smi_pid=$!
+}
+smi_stop() {
+  kill "$smi_pid" 2>/dev/null
+  wait "$smi_pid" 2>/dev/null
+  python3 "$here/smi_summary.py" "$smi_log" "$1"
 }
 
-# session_init [unpack]: the start of a session script after it sourced this file: `out`
-# ($OUT or /tmp/troupe_cuda_out, created) and `here` (this folder); with "unpack", the bundle
-# (.carry/cuda/troupe_cuda.tar.gz) unpacked into $root, for scripts that skip session_tests.
-session_init() {
-  set -uo pipefail
-  out=${OUT:-/tmp/troupe_cuda_out}
-  mkdir -p "$out"
-  here=$(dirname "${BASH_SOURCE[0]}")
-  if [[ ${1:-} == unpack ]]; then unpack_bundle; fi
+# find_tool NAME: the path of an NVIDIA tool (ncu, nsys, compute-sanitizer), or nothing.
+find_tool() {
+  command -v "$1" 2>/dev/null ||
+    ls /usr/local/cuda*/bin/"$1" /opt/nvidia/nsight-compute/*/"$1" \
+       /opt/nvidia/nsight-compute/*/host/target-linux-x64/"$1" 2>/dev/null | head -n 1
 }
