@@ -37,9 +37,13 @@ set(_troupe_header_dirs runtime actors cpu transport)
 if(TARGET troupe_cuda)
   list(APPEND _troupe_header_dirs cuda)
 endif()
+# The OpenAI server (actors/api_server, request_sink, transport/http: the troupe_server and
+# troupe_http libraries, which need Boost) belongs to the command and is not installed.
 foreach(_d ${_troupe_header_dirs})
   install(DIRECTORY ${TROUPE_SOURCE_DIR}/${_d} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe
-          FILES_MATCHING PATTERN "*.hpp")
+          FILES_MATCHING PATTERN "*.hpp"
+          PATTERN "api_server.hpp" EXCLUDE PATTERN "request_sink.hpp" EXCLUDE
+          PATTERN "http" EXCLUDE)
 endforeach()
 install(DIRECTORY ${TROUPE_SOURCE_DIR}/models/troupe-fortunes
         DESTINATION ${CMAKE_INSTALL_DATADIR}/troupe/models)
