@@ -12,16 +12,12 @@
 #include <thread>
 
 #include "actors/request_sink.hpp"
+#include "runtime/chat/chat_template.hpp"
 #include "runtime/error.hpp"
 #include "runtime/openai/api_error.hpp"
 #include "runtime/openai/metrics.hpp"
 #include "runtime/openai/responses.hpp"
 #include "transport/http/http_server.hpp"
-
-#if __has_include("runtime/chat/chat_template.hpp")
-#include "runtime/chat/chat_template.hpp"
-#define TROUPE_HAVE_CHAT_TEMPLATE 1
-#endif
 
 namespace troupe {
 
@@ -70,10 +66,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
   std::string failure;
   std::set<std::string> logged_fields;  // unknown request fields already logged
   std::shared_ptr<spdlog::logger> access_log;
-#ifdef TROUPE_HAVE_CHAT_TEMPLATE
-  std::optional<ChatTemplate> default_template;
-  std::string default_template_error;
-#endif
+  std::optional<ChatTemplate> default_template;  // --chat-template, else the tokenizer's
+  // The tokenizer's bos_token, eos_token, ...: transformers gives them to every template,
+  // also to one passed apart from the tokenizer (--chat-template, a request's chat_template).
+  nlohmann::json special_tokens = nlohmann::json::object();
 
   Impl(caf::actor_system& s, Engine& e, ApiServerConfig c)
       : sys(s),
@@ -450,8 +446,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
 
   /// The chat prompt: the template rendered over the messages.
   std::string render_chat(const openai::ChatRequest& r) {
-#ifdef TROUPE_HAVE_CHAT_TEMPLATE
-    nlohmann::json context = nlohmann::json::object();
+    nlohmann::json context = special_tokens;
     if (config.args.default_chat_template_kwargs.is_object())
       for (const auto& [k, v] : config.args.default_chat_template_kwargs.items()) context[k] = v;
     for (const auto& [k, v] : r.template_context.items()) context[k] = v;
@@ -467,11 +462,12 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                               "untrusted chat template.");
         text = ChatTemplate(*r.chat_template).render(r.messages, r.add_generation_prompt, context);
       } else {
+        // vLLM's answer when the tokenizer has no template and --chat-template was not given.
         if (!default_template)
-          openai::bad_request("messages",
-                              default_template_error.empty()
-                                  ? std::string("no chat template: pass --chat-template")
-                                  : default_template_error);
+          throw ApiException(openai::make_error(
+              400,
+              "As of transformers v4.44, default chat template is no longer allowed, so you "
+              "must provide a chat template if the tokenizer does not define one."));
         text = default_template->render(r.messages, r.add_generation_prompt, context);
       }
     } catch (const ApiException&) {
@@ -493,10 +489,6 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
       text.resize(at + final_content.size());
     }
     return text;
-#else
-    (void)r;
-    openai::bad_request("messages", "chat templates are not built into this troupe yet");
-#endif
   }
 
   void chat(const http::Request& req, const std::shared_ptr<http::Responder>& out,
@@ -566,20 +558,18 @@ ApiServer::ApiServer(caf::actor_system& sys, Engine& engine, ApiServerConfig con
   Impl& m = *impl_;
   if (m.config.served_model_names.empty())
     m.config.served_model_names.push_back(m.config.model_root);
-#ifdef TROUPE_HAVE_CHAT_TEMPLATE
+  // The template a chat request renders: --chat-template's, else the tokenizer directory's
+  // (chat_template.jinja or tokenizer_config.json); none is fine until a chat request comes.
   try {
+    if (m.tokenizer)
+      m.special_tokens = ChatTemplate::special_tokens_of_dir(engine.info().tokenizer_dir);
     if (!m.config.chat_template.empty())
       m.default_template.emplace(m.config.chat_template);
     else if (m.tokenizer && !m.tokenizer->chat_template().empty())
-      m.default_template.emplace(ChatTemplate::from_tokenizer_dir(engine.info().model_dir));
-    else
-      m.default_template_error =
-          "As of transformers v4.44, default chat template is no longer allowed, so you must "
-          "provide a chat template if the tokenizer does not define one (--chat-template)";
+      m.default_template.emplace(ChatTemplate::from_tokenizer_dir(engine.info().tokenizer_dir));
   } catch (const std::exception& e) {
     throw Error(fmt::format("chat template: {}", e.what()));
   }
-#endif
   // The access log: one line per response, as uvicorn writes them.
   m.access_log = spdlog::default_logger()->clone("http");
   const std::string& level = m.config.args.uvicorn_log_level;
@@ -618,9 +608,10 @@ ApiServer::ApiServer(caf::actor_system& sys, Engine& engine, ApiServerConfig con
           out->respond(503, "text/plain", "shutting down", {});
       });
 
-  m.access_log->info("troupe API server on http://{}:{} serving {} (max_model_len {})",
-                     m.config.args.host.value_or("0.0.0.0"), m.http->port(),
-                     m.config.served_model_names.front(), m.max_model_len);
+  // On the main logger, as vLLM's "Starting vLLM API server": --uvicorn-log-level does not hide it.
+  spdlog::info("troupe API server on http://{}:{} serving {} (max_model_len {})",
+               m.config.args.host.value_or("0.0.0.0"), m.http->port(),
+               m.config.served_model_names.front(), m.max_model_len);
 
   m.watcher = sys.spawn([weak, h = m.engine_handle](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(h);

@@ -111,8 +111,8 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   else if (args.generation_config != "vllm") gen = load_generation_config(args.generation_config);
   m.defaults = sampling_defaults_from(gen);
 
-  if (!args.skip_tokenizer_init)
-    m.tokenizer = Tokenizer::load(args.tokenizer ? *args.tokenizer : dir);
+  m.info.tokenizer_dir = args.tokenizer ? *args.tokenizer : dir;
+  if (!args.skip_tokenizer_init) m.tokenizer = Tokenizer::load(m.info.tokenizer_dir);
 
   // max_model_len: the model's, or a smaller one asked for.
   const auto model_len = int32_t(m.model.max_position_embeddings);

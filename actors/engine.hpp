@@ -25,6 +25,7 @@ namespace troupe {
 /// What the engine resolved from its arguments at start-up.
 struct EngineInfo {
   std::string model_dir;
+  std::string tokenizer_dir;  // --tokenizer, else model_dir (its tokenizer_config.json, ...)
   std::string device;  // "cpu" or "cuda"
   int32_t max_model_len = 0;
   int32_t num_kv_blocks = 0;

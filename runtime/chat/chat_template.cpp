@@ -85,6 +85,19 @@ nlohmann::ordered_json special_tokens_of(const nlohmann::json& config, const std
   return out;
 }
 
+/// tokenizer_config.json as a JSON object ({} when the file does not exist).
+nlohmann::json read_tokenizer_config(const std::filesystem::path& path) {
+  nlohmann::json config = nlohmann::json::object();
+  if (!std::filesystem::exists(path)) return config;
+  try {
+    config = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    input_error(path.string(), fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!config.is_object()) input_error(path.string(), "must hold a JSON object");
+  return config;
+}
+
 void check_list_of_objects(const nlohmann::ordered_json& v, const char* field,
                            const std::string& origin) {
   if (v.is_null()) return;
@@ -121,14 +134,8 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& dir, 
   const auto jinja_path = dir / "chat_template.jinja";
   // A sorted json: Gemma's config has thousands of added tokens, which an ordered_json
   // would insert in quadratic time; the order of its keys does not reach the template.
-  nlohmann::json config = nlohmann::json::object();
+  const nlohmann::json config = read_tokenizer_config(config_path);
   if (std::filesystem::exists(config_path)) {
-    try {
-      config = nlohmann::json::parse(read_file(config_path));
-    } catch (const nlohmann::json::exception& e) {
-      input_error(config_path.string(), fmt::format("not valid JSON: {}", e.what()));
-    }
-    if (!config.is_object()) input_error(config_path.string(), "must hold a JSON object");
     t.special_tokens_ = special_tokens_of(config, config_path.string());
   } else if (!std::filesystem::exists(jinja_path)) {
     fail("no tokenizer_config.json or chat_template.jinja in {}", dir.string());
@@ -162,6 +169,11 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& dir, 
                 fmt::format("chat_template must be a string or a list, got {}", it->type_name()));
   }
   return t;
+}
+
+nlohmann::ordered_json ChatTemplate::special_tokens_of_dir(const std::filesystem::path& dir) {
+  const auto config_path = dir / "tokenizer_config.json";
+  return special_tokens_of(read_tokenizer_config(config_path), config_path.string());
 }
 
 const std::string& ChatTemplate::source() const {

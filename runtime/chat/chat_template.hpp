@@ -120,6 +120,11 @@ class ChatTemplate {
   /// left out, as transformers' special_tokens_map does) and additional_special_tokens.
   static ChatTemplate from_tokenizer_dir(const std::filesystem::path& dir, Limits limits = {});
 
+  /// The special tokens of `dir`'s tokenizer_config.json as from_tokenizer_dir reads them
+  /// ({} when there is no such file): what transformers gives a template passed apart from the
+  /// tokenizer (apply_chat_template(chat_template=...)); pass them in render's extra_context.
+  static nlohmann::ordered_json special_tokens_of_dir(const std::filesystem::path& dir);
+
   /// apply_chat_template(messages, tokenize=False, add_generation_prompt=...): the template
   /// sees messages, add_generation_prompt, tools and documents (none unless extra_context has
   /// them; each must be a list of objects), the special tokens, and every other key of

@@ -597,6 +597,113 @@ def case_bench_serving():
         assert ok == 24 + 2, ok  # the warm-ups too
 
 
+def case_sampling_fields():
+    """vLLM's sampling fields reach the engine: for each set, /v1/completions answers what
+    `troupe generate` answers for the same SamplingParams (the offline path); prompt_logprobs,
+    continuous usage stats and vLLM's plain POST /generate as well."""
+    prompt = "Once upon a time"
+    with Server() as s:
+        ids = http(s.url + "/tokenize", {"prompt": " the"})[1]["tokens"][1:]
+        greedy = generate("--temperature", "0", "--max-tokens", "16", "--ignore-eos",
+                          prompt)[0]["outputs"][0]
+        third = greedy["token_ids"][2]
+        sets = [
+            {"temperature": 0, "repetition_penalty": 1.5},
+            {"temperature": 0, "presence_penalty": 1.5, "frequency_penalty": 1.0},
+            {"temperature": 1.0, "top_k": 5, "seed": 7},
+            {"temperature": 1.0, "top_p": 0.9, "min_p": 0.2, "seed": 11},
+            {"temperature": 0, "logit_bias": {str(ids[0]): 100}},
+            {"temperature": 0, "min_tokens": 6, "logit_bias": {"1": 100}},  # 1: <|eos|>
+            {"temperature": 0, "stop_token_ids": [third], "ignore_eos": True},
+            {"temperature": 0, "logit_bias": {"0": 100}, "skip_special_tokens": False},
+            {"temperature": 0, "logit_bias": {"0": 100}, "skip_special_tokens": True},
+            {"temperature": 0, "prompt_logprobs": 2},
+        ]
+        inputs = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+        for fields in sets:
+            inputs.write(json.dumps({"prompt": prompt, "max_tokens": 16, **fields}) + "\n")
+        inputs.close()
+        refs = generate("--input", inputs.name)
+        os.unlink(inputs.name)
+        for fields, ref in zip(sets, refs):
+            st, r = http(s.url + "/v1/completions", {"prompt": prompt, "max_tokens": 16, **fields})
+            assert st == 200, (fields, r)
+            c, want = r["choices"][0], ref["outputs"][0]
+            assert c["text"] == want["text"], (fields, c, want)
+            assert c["finish_reason"] == want["finish_reason"], (fields, c, want)
+            assert r["usage"]["completion_tokens"] == len(want["token_ids"]), (fields, r, want)
+            if "stop_token_ids" in fields:
+                assert c["finish_reason"] == "stop" and c["stop_reason"] == third, c
+                assert len(want["token_ids"]) == 3, want  # vLLM keeps the stop token's id
+            if "min_tokens" in fields:
+                assert r["usage"]["completion_tokens"] == 7 and c["finish_reason"] == "stop", r
+            if "prompt_logprobs" in fields:
+                got, ref_lp = c["prompt_logprobs"], ref["prompt_logprobs"]
+                assert got[0] is None and len(got) == len(ref["prompt_token_ids"]), got
+                for g, w in zip(got[1:], ref_lp[1:]):
+                    assert set(g) == {str(k) for k in w}, (g, w)
+                    for k, v in g.items():
+                        want_lp = w[k]["logprob"] if k in w else w[int(k)]["logprob"]
+                        assert abs(v["logprob"] - want_lp) < 1e-5, (k, v, w)
+        special = [r for f, r in zip(sets, refs) if "skip_special_tokens" in f]
+        assert "<|bos|>" in special[0]["outputs"][0]["text"], special
+        assert "<|bos|>" not in special[1]["outputs"][0]["text"], special
+        # stream_options.continuous_usage_stats: every chunk carries the usage so far.
+        st, body = http(s.url + "/v1/completions",
+                        {"prompt": prompt, "max_tokens": 5, "ignore_eos": True, "stream": True,
+                         "temperature": 0, "stream_options": {"include_usage": True,
+                                                              "continuous_usage_stats": True}})
+        chunks = [json.loads(e) for e in sse_data(body)[:-1]]
+        counts = [c["usage"]["completion_tokens"] for c in chunks if c["choices"]]
+        assert counts == [1, 2, 3, 4, 5], chunks
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+        # vLLM's plain api_server: {"text": [prompt + output]}.
+        st, g = http(s.url + "/generate", {"prompt": prompt, "max_tokens": 16, "temperature": 0,
+                                           "ignore_eos": True})
+        assert st == 200 and g == {"text": [prompt + greedy["text"]]}, (g, greedy)
+
+
+def case_chat_template_flags():
+    """The chat template: a tokenizer without one answers vLLM's 400 for chat (and for /tokenize
+    with messages); --chat-template FILE renders instead, with the tokenizer's special tokens;
+    a request's chat_template needs --trust-request-chat-template. --uvicorn-log-level warning
+    silences the access log but not the start line."""
+    with tempfile.TemporaryDirectory() as d:
+        tok = pathlib.Path(d, "tokenizer")
+        tok.mkdir()
+        (tok / "tokenizer.json").write_bytes((MODEL / "tokenizer.json").read_bytes())
+        config = json.loads((MODEL / "tokenizer_config.json").read_text())
+        del config["chat_template"]
+        (tok / "tokenizer_config.json").write_text(json.dumps(config))
+        template = pathlib.Path(d, "template.jinja")
+        template.write_text("{{ bos_token }}{% for m in messages %}[{{ m.role | upper }}] "
+                            "{{ m.content | trim }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}[ASSISTANT]{% endif %}")
+        messages = [{"role": "user", "content": " Will it rain? "}]
+        chat = {"messages": messages, "max_tokens": 4}
+        with Server("--tokenizer", str(tok), "--uvicorn-log-level", "warning") as s:
+            for path, body in (("/v1/chat/completions", chat), ("/tokenize", chat)):
+                st, e = http(s.url + path, body)
+                assert st == 400, (path, st, e)
+                assert e == {"error": {
+                    "message": "As of transformers v4.44, default chat template is no longer "
+                               "allowed, so you must provide a chat template if the tokenizer "
+                               "does not define one.",
+                    "type": "BadRequestError", "param": None, "code": 400}}, e
+            assert http(s.url + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+            assert "POST /v1/completions HTTP/1.1\" 200" not in s.log(), s.log()
+        with Server("--tokenizer", str(tok), "--chat-template", str(template)) as s:
+            st, t = http(s.url + "/tokenize", {"messages": messages})
+            assert st == 200, t
+            st, d2 = http(s.url + "/detokenize", {"tokens": t["tokens"]})
+            assert d2["prompt"] == "<|bos|>[USER] Will it rain?\n[ASSISTANT]", d2
+            st, r = http(s.url + "/v1/chat/completions", chat)
+            assert st == 200 and r["usage"]["prompt_tokens"] == t["count"], r
+            st, e = http(s.url + "/v1/chat/completions", {**chat, "chat_template": "{{ 'x' }}"})
+            assert st == 400 and "--trust-request-chat-template" in e["error"]["message"], e
+            assert "POST /v1/chat/completions HTTP/1.1\" 200" in s.log(), s.log()
+
+
 def case_readme_examples():
     """README's `troupe serve` examples run as written (the port aside): the curl completion
     gives `troupe generate`'s greedy text, and the openai client example streams a reply."""
