@@ -317,7 +317,8 @@ TEST_CASE("openai: max_tokens against max_model_len, as vLLM decides it", "[open
 
 TEST_CASE("openai: bodies that are not JSON objects", "[openai]") {
   for (const char* bad :
-       {"", "{", "[1, 2]", "\"text\"", "null", "{\"prompt\": \"x\",}", "\xff\xfe"}) {
+       {"", "{", "[1, 2]", "\"text\"", "null", "{\"prompt\": \"x\",}", "\xff\xfe",
+        "{\"max_tokens\": 1e400}", "{\"temperature\": -1e999}"}) {
     INFO(bad);
     const auto e = error_of([&] { (void)parse_body(bad); });
     CHECK(e.status == 400);

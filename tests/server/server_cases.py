@@ -348,6 +348,7 @@ def case_bad_inputs():
         cases = [
             (400, None, b"{not json", "/v1/completions"),
             (400, None, b"[1, 2]", "/v1/completions"),
+            (400, None, b'{"prompt": "x", "max_tokens": 1e400}', "/v1/completions"),
             (400, "max_tokens", {"prompt": "x", "max_tokens": "many"}, "/v1/completions"),
             (400, "temperature", {"prompt": "x", "temperature": -0.5}, "/v1/completions"),
             (400, "top_p", {"prompt": "x", "top_p": 2}, "/v1/completions"),
