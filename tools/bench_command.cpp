@@ -95,14 +95,6 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
   return j;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * double(v.size() - 1);
-  const auto lo = size_t(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
-}
 
 /// Parameters (for FLOP counts): embeddings, attention, MLP and norms of a Llama-family model.
 double parameter_count(const ModelConfig& c) {
@@ -292,6 +284,16 @@ void add_common(CLI::App& sub, BenchOptions& o) {
 }
 
 }  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  // numpy's default (linear interpolation), which vLLM's benchmark uses.
+  const double idx = p / 100.0 * double(v.size() - 1);
+  const auto lo = size_t(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
+}
 
 Runner add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();

@@ -98,16 +98,6 @@ struct Result {
   int prompt_len = 0;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  // numpy's default (linear interpolation), which vLLM's benchmark uses.
-  const double idx = p / 100.0 * double(v.size() - 1);
-  const auto lo = size_t(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
-}
-
 double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
 }

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace troupe::cli {
 
@@ -18,6 +19,10 @@ Runner add_bench_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 /// `troupe bench serving` (tools/bench_serving.cpp), registered by add_bench_command.
 Runner add_bench_serving(CLI::App& app);
+
+/// The p-th percentile (0..100) of `v` as numpy computes it by default (linear interpolation
+/// between the two nearest ranks), as vLLM's benchmarks report them; 0 for an empty `v`.
+double percentile(std::vector<double> v, double p);
 
 /// "troupe 0.1.0 (git 8a50b50)": CMake's project version and the commit the binary was built
 /// from ("-dirty" with uncommitted changes), when git was available at build time.
