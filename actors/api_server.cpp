@@ -608,10 +608,14 @@ ApiServer::ApiServer(caf::actor_system& sys, Engine& engine, ApiServerConfig con
           out->respond(503, "text/plain", "shutting down", {});
       });
 
-  // On the main logger, as vLLM's "Starting vLLM API server": --uvicorn-log-level does not hide it.
-  spdlog::info("troupe API server on http://{}:{} serving {} (max_model_len {})",
-               m.config.args.host.value_or("0.0.0.0"), m.http->port(),
-               m.config.served_model_names.front(), m.max_model_len);
+  // vLLM prints its address twice, through its own logger and through uvicorn's: it shows
+  // unless both --log-level and --uvicorn-log-level are above info. The same here, once.
+  spdlog::logger& start_log = spdlog::default_logger()->should_log(spdlog::level::info)
+                                  ? *spdlog::default_logger()
+                                  : *m.access_log;
+  start_log.info("troupe API server on http://{}:{} serving {} (max_model_len {})",
+                 m.config.args.host.value_or("0.0.0.0"), m.http->port(),
+                 m.config.served_model_names.front(), m.max_model_len);
 
   m.watcher = sys.spawn([weak, h = m.engine_handle](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(h);

@@ -35,10 +35,10 @@ NAME = str(MODEL)  # the default served model name: the model path
 class Server:
     """`troupe serve` on an ephemeral loopback port; stderr kept for the log checks."""
 
-    def __init__(self, *args, env=None, start_timeout=90):
+    def __init__(self, *args, env=None, start_timeout=90, log_level="info"):
         self.lines = []
         self.proc = subprocess.Popen(
-            [TROUPE, "--log-level", "info", "serve", "--host", "127.0.0.1", "--port", "0",
+            [TROUPE, "--log-level", log_level, "serve", "--host", "127.0.0.1", "--port", "0",
              *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
             env=env or ENV)
@@ -668,7 +668,7 @@ def case_chat_template_flags():
     """The chat template: a tokenizer without one answers vLLM's 400 for chat (and for /tokenize
     with messages); --chat-template FILE renders instead, with the tokenizer's special tokens;
     a request's chat_template needs --trust-request-chat-template. --uvicorn-log-level warning
-    silences the access log but not the start line."""
+    silences the access log but not the start line; --log-level warn alone does neither."""
     with tempfile.TemporaryDirectory() as d:
         tok = pathlib.Path(d, "tokenizer")
         tok.mkdir()
@@ -682,7 +682,8 @@ def case_chat_template_flags():
                             "{% if add_generation_prompt %}[ASSISTANT]{% endif %}")
         messages = [{"role": "user", "content": " Will it rain? "}]
         chat = {"messages": messages, "max_tokens": 4}
-        with Server("--tokenizer", str(tok), "--uvicorn-log-level", "warning") as s:
+        # The model as vLLM's positional argument.
+        with Server(str(MODEL), "--tokenizer", str(tok), "--uvicorn-log-level", "warning") as s:
             for path, body in (("/v1/chat/completions", chat), ("/tokenize", chat)):
                 st, e = http(s.url + path, body)
                 assert st == 400, (path, st, e)
@@ -703,6 +704,9 @@ def case_chat_template_flags():
             st, e = http(s.url + "/v1/chat/completions", {**chat, "chat_template": "{{ 'x' }}"})
             assert st == 400 and "--trust-request-chat-template" in e["error"]["message"], e
             assert "POST /v1/chat/completions HTTP/1.1\" 200" in s.log(), s.log()
+        with Server("--tokenizer", str(tok), log_level="warn") as s:
+            assert http(s.url + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+            assert "POST /v1/completions HTTP/1.1\" 200" in s.log(), s.log()
 
 
 def case_readme_examples():
