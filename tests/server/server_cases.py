@@ -701,6 +701,11 @@ def case_chat_template_flags():
             assert d2["prompt"] == "<|bos|>[USER] Will it rain?\n[ASSISTANT]", d2
             st, r = http(s.url + "/v1/chat/completions", chat)
             assert st == 200 and r["usage"]["prompt_tokens"] == t["count"], r
+            # max_completion_tokens: the chat API's name for max_tokens.
+            st, r = http(s.url + "/v1/chat/completions",
+                         {"messages": messages, "max_completion_tokens": 3, "ignore_eos": True})
+            assert st == 200 and r["usage"]["completion_tokens"] == 3, r
+            assert r["choices"][0]["finish_reason"] == "length", r
             st, e = http(s.url + "/v1/chat/completions", {**chat, "chat_template": "{{ 'x' }}"})
             assert st == 400 and "--trust-request-chat-template" in e["error"]["message"], e
             assert "POST /v1/chat/completions HTTP/1.1\" 200" in s.log(), s.log()
