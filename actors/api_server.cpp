@@ -357,6 +357,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
     if (p.n > config.max_num_seqs)
       openai::bad_request("n", fmt::format("n = {}: allowed: <= max_num_seqs ({}) of this server",
                                            p.n, config.max_num_seqs));
+    if (p.best_of && *p.best_of > config.max_num_seqs)
+      openai::bad_request("best_of",
+                          fmt::format("best_of = {}: allowed: <= max_num_seqs ({}) of this server",
+                                      *p.best_of, config.max_num_seqs));
   }
 
   openai::ResponseContext context(const openai::GenerationRequest& r, std::string id) const {
@@ -375,6 +379,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
       ctx.include_usage = config.args.enable_force_include_usage;
     }
     ctx.response_role = config.args.response_role;
+    ctx.prompt_tokens_details = config.args.enable_prompt_tokens_details;
     return ctx;
   }
 

@@ -165,6 +165,14 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   // independent sequences here), so a default engine pins no host memory.
   const bool swap = args.preemption_mode == "swap";
   init.swap_space_bytes = swap ? int64_t(args.swap_space * double(int64_t(1) << 30)) : 0;
+  // The engine loads the plug-ins too (to check the names requests give), first, so that a bad
+  // path is one error before any executor loads; executors (remote ones too) load the same paths.
+  std::shared_ptr<const LogitsProcessorPlugins> plugins;
+  if (!args.logits_processor_plugin.empty()) {
+    plugins = std::make_shared<const LogitsProcessorPlugins>(args.logits_processor_plugin);
+    for (const auto& p : args.logits_processor_plugin)
+      init.logits_processor_plugins.push_back(fs::absolute(p).string());
+  }
 
   int32_t num_blocks = INT32_MAX;
   int32_t num_cpu_blocks = INT32_MAX;
@@ -199,6 +207,8 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     rq.eos_token_ids.push_back(*m.tokenizer->eos_token_id());
   rq.log_requests = args.enable_log_requests;
   rq.max_log_len = int32_t(args.max_log_len.value_or(0));
+  rq.plugins = plugins;
+  rq.in_process_executors = args.executor_endpoints.empty();
   ctx.tokenizer = m.tokenizer;
   if (m.tokenizer)
     ctx.tokenizers = TokenizerPool(sys, m.tokenizer,

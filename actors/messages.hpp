@@ -88,7 +88,8 @@ typename Inspector::result_type inspect(Inspector& f, SeqSampling& x) {
   // crosses to remote executors without a change here.
   return with_knobs(static_cast<SamplingKnobs&>(x), [&](auto&... knobs) {
     return f(caf::meta::type_name("seq_sampling"), knobs..., x.num_logprobs, x.num_prompt_logprobs,
-             x.min_tokens, x.stop_ids, x.logit_bias);
+             x.min_tokens, x.stop_ids, x.logit_bias, x.allowed_token_ids, x.bad_words_ids,
+             x.logits_processors);  // logits_processor_fns stay in-process
   });
 }
 template <class Inspector>
@@ -133,8 +134,8 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
            x.device_index, x.tp_rank, x.tp_size, x.pp_rank, x.pp_size, x.block_size,
            x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
            x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
-           x.enforce_eager, x.max_seq_len_to_capture, x.cudagraph_capture_sizes,
-           x.swap_space_bytes);
+           x.enforce_eager, x.max_seq_len_to_capture, x.cudagraph_capture_sizes, x.swap_space_bytes,
+           x.logits_processor_plugins);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {

@@ -41,7 +41,7 @@ endif()
 # troupe_http libraries, which need Boost) belongs to the command and is not installed.
 foreach(_d ${_troupe_header_dirs})
   install(DIRECTORY ${TROUPE_SOURCE_DIR}/${_d} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe
-          FILES_MATCHING PATTERN "*.hpp"
+          FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
           PATTERN "api_server.hpp" EXCLUDE PATTERN "request_sink.hpp" EXCLUDE
           PATTERN "http" EXCLUDE)
 endforeach()

@@ -42,6 +42,54 @@ void OutputProcessor::check(const SamplingParams& p) const {
     if (t < 0 || t >= config_.vocab_size)
       fail("logit_bias: {} is not a token id (vocabulary size {})", t, config_.vocab_size);
   }
+  for (auto t : p.allowed_token_ids)
+    if (t < 0 || t >= config_.vocab_size)
+      fail("allowed_token_ids: {} is not a token id (vocabulary size {})", t, config_.vocab_size);
+  for (const auto& spec : p.logits_processors) {
+    if (!config_.plugins)
+      fail(
+          "logits_processors: \"{}\": no such processor; allowed: none loaded (load plug-ins "
+          "with --logits-processor-plugin)",
+          spec);
+    config_.plugins->check(spec);
+  }
+  if (!p.logits_processor_fns.empty() && !config_.in_process_executors)
+    fail(
+        "logits_processor_fns: {} C++ callables; allowed only with in-process executors "
+        "(executor_endpoints is set); name plug-in processors in logits_processors instead",
+        p.logits_processor_fns.size());
+  for (const auto& fn : p.logits_processor_fns)
+    if (!fn) fail("logits_processor_fns: an empty callable; allowed: callables");
+  if (!p.bad_words.empty() && !tokenizer_)
+    fail("bad_words = {}: needs the tokenizer (skip_tokenizer_init is set); not allowed without",
+         nlohmann::json(p.bad_words).dump());
+}
+
+std::vector<std::vector<int32_t>> OutputProcessor::bad_words_ids(
+    const std::vector<std::string>& words) const {
+  // vLLM's SamplingParams.update_from_tokenizer: each word as written (less leading spaces),
+  // and with one leading space when that spells it with other tokens of the same count, so the
+  // word is banned at the start of the text and after a space alike.
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string word =
+        words[i].substr(std::min(words[i].size(), words[i].find_first_not_of(" \t\n\r\f\v")));
+    if (word.empty())
+      fail("bad_words[{}] = {}: allowed: words with a character other than whitespace", i,
+           nlohmann::json(words[i]).dump());
+    std::vector<int32_t> plain = tokenizer_->encode(word, false);
+    std::vector<int32_t> spaced = tokenizer_->encode(" " + word, false);
+    for (const auto* v : {&plain, &spaced})
+      for (int32_t t : *v)
+        if (t < 0 || t >= config_.vocab_size)
+          fail("bad_words[{}] = {}: token {} is outside the model's vocabulary (size {})", i,
+               nlohmann::json(words[i]).dump(), t, config_.vocab_size);
+    const bool spaced_differs =
+        !plain.empty() && !spaced.empty() && spaced[0] != plain[0] && spaced.size() == plain.size();
+    if (!plain.empty()) ids.push_back(std::move(plain));
+    if (spaced_differs) ids.push_back(std::move(spaced));
+  }
+  return ids;
 }
 
 void OutputProcessor::check_prompt(const std::vector<int32_t>& ids) const {
@@ -58,15 +106,24 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
                                                 std::vector<int32_t> ids, const SamplingParams& p,
                                                 bool stream) {
   check(p);
-  if (p.truncate_prompt_tokens && int32_t(ids.size()) > *p.truncate_prompt_tokens)
-    ids.erase(ids.begin(), ids.end() - *p.truncate_prompt_tokens);
+  if (p.truncate_prompt_tokens) {
+    // vLLM: keep the last k tokens; -1 keeps the last max_model_len.
+    const auto keep =
+        size_t(*p.truncate_prompt_tokens == -1 ? config_.max_model_len : *p.truncate_prompt_tokens);
+    if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
+  }
   check_prompt(ids);
   std::string id = request_id.empty() ? std::to_string(next_request_++) : std::move(request_id);
   if (requests_.contains(id)) fail("request_id = '{}': already in use", id);
 
+  const int32_t n = std::max<int32_t>(1, int32_t(p.n));
+  const int32_t samples = p.best_of ? std::max<int32_t>(n, int32_t(*p.best_of)) : n;
+  const bool ranked = samples > n;
+
   Request r;
   r.id = id;
-  r.stream = stream;
+  r.stream = stream && !ranked;  // the best n are only known at the end
+  r.num_returned = size_t(n);
   r.detokenize = p.detokenize && tokenizer_ != nullptr;
   r.prompt = std::move(prompt);
   r.prompt_ids = ids;
@@ -74,7 +131,6 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
   for (const auto& s : p.stop) r.max_stop_len = std::max(r.max_stop_len, s.size());
   if (p.prompt_logprobs) r.prompt_logprobs.emplace(1);  // the first token has none
 
-  const int32_t n = std::max<int32_t>(1, int32_t(p.n));
   const int32_t max_tokens =
       p.max_tokens ? int32_t(*p.max_tokens) : config_.max_model_len - int32_t(ids.size());
   const std::vector<int32_t> eos = p.ignore_eos ? std::vector<int32_t>{} : config_.eos_token_ids;
@@ -82,23 +138,32 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
   // vLLM's -1 (allowed when max_logprobs = -1) is the whole vocabulary; the executor's -1 means
   // none.
   const auto count = [&](int64_t k) { return k < 0 ? config_.vocab_size : int32_t(k); };
+  std::vector<int32_t> allowed(p.allowed_token_ids.begin(), p.allowed_token_ids.end());
+  std::sort(allowed.begin(), allowed.end());
+  allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+  const std::vector<std::vector<int32_t>> bad_words = bad_words_ids(p.bad_words);
 
   Admission a;
   a.request_id = id;
-  for (int32_t i = 0; i < n; ++i) {
+  for (int32_t i = 0; i < samples; ++i) {
     SeqSpec s;
     s.seq_id = next_seq_++;
     s.prompt_token_ids = ids;
     SeqSampling& sp = s.sampling;
     static_cast<SamplingKnobs&>(sp) =
         sampling_knobs(p, p.seed ? uint64_t(*p.seed) + uint64_t(i) : rng_());
-    sp.num_logprobs = p.logprobs ? count(*p.logprobs) : -1;
+    // Ranking needs each sampled token's logprob (num_logprobs 0: that one, no top-N).
+    sp.num_logprobs = p.logprobs ? count(*p.logprobs) : (ranked ? 0 : -1);
     // Prompt logprobs are the same for every sample: only the first computes them.
     sp.num_prompt_logprobs = (p.prompt_logprobs && i == 0) ? count(*p.prompt_logprobs) : -1;
     sp.min_tokens = int32_t(p.min_tokens);
     sp.stop_ids = eos;
     sp.stop_ids.insert(sp.stop_ids.end(), stop_ids.begin(), stop_ids.end());
     for (const auto& [t, b] : p.logit_bias) sp.logit_bias.emplace_back(int32_t(t), float(b));
+    sp.allowed_token_ids = allowed;
+    sp.bad_words_ids = bad_words;
+    sp.logits_processors = p.logits_processors;
+    sp.logits_processor_fns = p.logits_processor_fns;
     s.stop.max_tokens = max_tokens;
     s.stop.min_tokens = int32_t(p.min_tokens);
     s.stop.eos_token_ids = eos;
@@ -117,12 +182,12 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
           DetokOpen{s.seq_id, ids, p.skip_special_tokens, p.spaces_between_special_tokens});
     a.seqs.push_back(std::move(s));
   }
-  r.unfinished = size_t(n);
+  r.unfinished = size_t(samples);
   for (size_t i = 0; i < r.seqs.size(); ++i)
     owner_.emplace(r.seqs[i].seq_id, std::make_pair(id, i));
   if (config_.log_requests)
     spdlog::info("Received request {}: prompt: '{}', prompt_token_ids: {}, n: {}, max_tokens: {}",
-                 id, clip(r.prompt, config_.max_log_len), ids.size(), n, max_tokens);
+                 id, clip(r.prompt, config_.max_log_len), ids.size(), samples, max_tokens);
   requests_.emplace(id, std::move(r));
   ++submitted_;
   return a;
@@ -153,10 +218,54 @@ RequestOutput OutputProcessor::assemble(const Request& r) {
   o.prompt = r.prompt;
   o.prompt_token_ids = r.prompt_ids;
   o.prompt_logprobs = r.prompt_logprobs;
-  for (const auto& s : r.seqs) o.outputs.push_back(s.out);
+  o.num_cached_tokens = std::max(0, r.num_cached_tokens);
+  if (r.seqs.size() <= r.num_returned) {
+    for (const auto& s : r.seqs) o.outputs.push_back(s.out);
+  } else {
+    std::vector<const Sequence*> best;
+    for (const auto& s : r.seqs)
+      if (!s.dropped) best.push_back(&s);
+    std::stable_sort(best.begin(), best.end(),
+                     [](const Sequence* a, const Sequence* b) { return a->score > b->score; });
+    best.resize(std::min(best.size(), r.num_returned));
+    for (size_t i = 0; i < best.size(); ++i) {
+      o.outputs.push_back(best[i]->out);
+      o.outputs.back().index = int32_t(i);
+    }
+  }
   o.finished = r.unfinished == 0;
   o.error = r.error;
   return o;
+}
+
+bool OutputProcessor::drop_hopeless(Request& r, Actions& act) {
+  if (r.seqs.size() <= r.num_returned) return false;
+  // A score is final once the scheduler finished the sequence (its text may still be coming).
+  const auto final_score = [](const Sequence& s) {
+    return s.finished || s.pending_finish != FinishReason::none;
+  };
+  std::vector<double> done;
+  for (const Sequence& s : r.seqs)
+    if (!s.dropped && final_score(s)) done.push_back(s.score);
+  if (done.size() < r.num_returned) return false;
+  const auto nth = done.begin() + std::ptrdiff_t(r.num_returned - 1);
+  std::nth_element(done.begin(), nth, done.end(), std::greater<double>());
+  const double bar = *nth;  // the n-th best final score: nothing below it can be returned
+  bool aborted = false;
+  for (Sequence& s : r.seqs) {
+    if (s.dropped || !(s.score < bar)) continue;
+    if (!final_score(s)) {  // still running: its score can only fall further
+      act.abort.push_back(s.seq_id);
+      if (r.detokenize) act.close_detok.push_back(s.seq_id);
+      finish(r, s, FinishReason::abort);
+      aborted = true;
+    } else if (!s.finished) {
+      continue;  // its last text is on the way; dropped once it arrives
+    }
+    s.dropped = true;
+    s.out = CompletionOutput{};
+  }
+  return aborted;
 }
 
 void OutputProcessor::emit(const std::string& request_id, Actions& act) {
@@ -229,15 +338,19 @@ void OutputProcessor::fail_request(Request& r, const std::string& why, Actions& 
 OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> updates) {
   Actions act;
   std::set<std::string> touched;  // requests to emit now (no text to wait for)
+  std::set<std::string> seen;
   for (SeqUpdate& u : updates) {
     auto [r, s] = find(u.seq_id);
     if (r == nullptr || s->finished) continue;
+    seen.insert(r->id);
+    if (r->num_cached_tokens < 0) r->num_cached_tokens = u.num_cached_tokens;
     try {
       if (!u.prompt_logprobs.empty() && r->prompt_logprobs)
         for (const auto& p : u.prompt_logprobs) r->prompt_logprobs->push_back(to_map(p));
       for (size_t k = 0; k < u.new_token_ids.size(); ++k) {
         s->out.token_ids.push_back(u.new_token_ids[k]);
         if (k < u.logprobs.size()) {
+          s->score += double(u.logprobs[k].chosen.logprob);
           if (s->out.cumulative_logprob)
             *s->out.cumulative_logprob += double(u.logprobs[k].chosen.logprob);
           if (s->out.logprobs) s->out.logprobs->push_back(to_map(u.logprobs[k]));
@@ -260,6 +373,8 @@ OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> upda
       touched.insert(r->id);
     }
   }
+  for (const auto& id : seen)
+    if (drop_hopeless(requests_.at(id), act)) touched.insert(id);
   for (const auto& id : touched) emit(id, act);
   return act;
 }
@@ -274,6 +389,7 @@ OutputProcessor::Actions OutputProcessor::on_text(
     apply_text(*r, *s, text, act);
     touched.insert(r->id);
   }
+  for (const auto& id : touched) drop_hopeless(requests_.at(id), act);
   for (const auto& id : touched) emit(id, act);
   return act;
 }

@@ -21,9 +21,19 @@
 //
 // Sequences that fork. A request holds its sequences (Sequence, one CompletionOutput each) in a
 // list, each found by its sequence id; assemble() alone turns that list into the RequestOutput.
-// Beam search and best_of > n (not supported yet: validate() refuses them) fit that shape: a
-// fork copies its parent's Sequence (text, tokens, logprobs, where the stop-string scan stands)
-// under a new sequence id, and assemble() picks which sequences the caller sees.
+// Beam search (not supported yet: validate() refuses it) fits that shape: a fork copies its
+// parent's Sequence (text, tokens, logprobs, where the stop-string scan stands) under a new
+// sequence id, and assemble() picks which sequences the caller sees.
+//
+// best_of > n (vLLM V0's semantics): best_of sequences are sampled (seeds seed + i, as for n) and
+// assemble() returns the n with the highest cumulative logprob of their sampled tokens (raw
+// logprobs, as every logprob troupe returns; ties by lower sample index), best first, indexed
+// 0..n-1 in that order. Every sequence computes its sampled token's logprob for the ranking even
+// without `logprobs` (cumulative_logprob is still None then, as for n). A sampled logprob is
+// <= 0, so a sequence's score only falls: once n sequences have finished, a running one already
+// below the n-th best finished score can never be returned and is aborted at once (its KV blocks
+// freed), and a finished one below it drops its output. Such a request streams nothing until it
+// finishes: the ranking is only known then.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +63,11 @@ struct OutputProcessorConfig {
   uint64_t seed = 0;  // seeds the generator that unseeded requests draw their seeds from
   bool log_requests = false;
   int32_t max_log_len = 0;  // 0: whole prompts in the request log
+  /// The logits-processor plug-ins the executors load too (null: none): request names are
+  /// checked against them.
+  std::shared_ptr<const LogitsProcessorPlugins> plugins;
+  /// False when the executors are in other processes: C++ callables cannot reach them.
+  bool in_process_executors = true;
 };
 
 /// A new sequence's incremental detokenizer; opened before any of its tokens are pushed.
@@ -126,6 +141,8 @@ class OutputProcessor {
     bool finished = false;
     FinishReason pending_finish = FinishReason::none;  // applied once its text caught up
     std::optional<int32_t> pending_stop_token;
+    double score = 0.0;    // cumulative raw logprob of its sampled tokens (best_of > n ranks it)
+    bool dropped = false;  // best_of > n: can no longer be among the best n
   };
 
   struct Request {
@@ -135,7 +152,9 @@ class OutputProcessor {
     std::string prompt;
     std::vector<int32_t> prompt_ids;
     SamplingParams params;
-    std::vector<Sequence> seqs;  // out.index order
+    std::vector<Sequence> seqs;      // sample-index order
+    size_t num_returned = 1;         // n; fewer than seqs.size() when best_of > n ranks them
+    int32_t num_cached_tokens = -1;  // from the first update that knows it
     std::optional<std::vector<PositionLogprobMap>> prompt_logprobs;
     size_t unfinished = 0;
     size_t max_stop_len = 0;
@@ -145,15 +164,22 @@ class OutputProcessor {
   /// A sequence and the request it belongs to; null when either is gone.
   std::pair<Request*, Sequence*> find(uint64_t seq_id);
   void check_prompt(const std::vector<int32_t>& ids) const;
+  /// The token ids of `words` that the executors ban (vLLM's rule, see the .cpp).
+  [[nodiscard]] std::vector<std::vector<int32_t>> bad_words_ids(
+      const std::vector<std::string>& words) const;
   [[nodiscard]] PositionLogprobMap to_map(const PositionLogprobs& p) const;
   void finish(Request& r, Sequence& s, FinishReason why);
   /// Appends text, applies stop strings, then a pending finish.
   void apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act);
   /// Fails request `r` with `why`: every unfinished sequence ends with an error.
   void fail_request(Request& r, const std::string& why, Actions& act);
+  /// best_of > n: aborts running sequences and drops finished ones that can no longer be among
+  /// the best n (see the header comment). True when it aborted any.
+  bool drop_hopeless(Request& r, Actions& act);
   /// Sends `r`'s output when due (streaming, or finished); forgets it once finished.
   void emit(const std::string& request_id, Actions& act);
-  /// The caller's view of a request: today every sequence, in index order.
+  /// The caller's view of a request: every sequence in index order, or the best n when
+  /// best_of > n.
   [[nodiscard]] static RequestOutput assemble(const Request& r);
 
   OutputProcessorConfig config_;

@@ -40,6 +40,9 @@ struct RequestOutput {
   /// One entry per prompt token; the first is empty (nothing predicts it).
   std::optional<std::vector<PositionLogprobMap>> prompt_logprobs;
   std::vector<CompletionOutput> outputs;
+  /// Prompt tokens served from the prefix cache (vLLM's num_cached_tokens): the cache hit of
+  /// the request's first admitted sequence; 0 until it is known.
+  int32_t num_cached_tokens = 0;
   bool finished = false;
   std::string error;  // set when the request failed after it was accepted
 };

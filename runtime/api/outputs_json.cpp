@@ -42,6 +42,7 @@ nlohmann::ordered_json to_json(const RequestOutput& out) {
     outputs.push_back(std::move(o));
   }
   j["outputs"] = std::move(outputs);
+  j["num_cached_tokens"] = out.num_cached_tokens;
   if (!out.error.empty()) j["error"] = out.error;
   return j;
 }

@@ -234,6 +234,11 @@ std::vector<FieldInfo> build_table(Arena& a) {
     }
     return true;
   }}));
+  add(member(a, &E::logits_processor_plugin, {.name = "logits_processor_plugin", .help = "Shared libraries of logits processors (runtime/sampling/logits_processor_plugin.h) for requests to name in logits_processors; repeat the flag for several.", .allowed = "paths of plug-in libraries", .valid = [](const json& v) {
+    for (const auto& e : v)
+      if (e.get_ref<const std::string&>().empty()) return false;
+    return true;
+  }, .text_items = true}));
   // ---- legacy flags: no member of their own ----
   add(legacy<E, bool>(a, {.name = "worker_use_ray", .help = "Old vLLM flag: run workers as Ray actors.", .note = "no Ray in troupe: executors are actors already"}, "false",
       [](E&, const bool&) { return std::string("--worker-use-ray: no Ray in troupe; executors are already actors (in-process, or `troupe worker` processes listed in executor_endpoints); ignored"); }));

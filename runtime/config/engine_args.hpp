@@ -202,6 +202,9 @@ struct EngineArgs {
   // ---- troupe ----
   /// "host:port" of `troupe worker` processes to use as executors instead of in-process ones.
   std::vector<std::string> executor_endpoints;
+  /// Logits-processor plug-ins (runtime/sampling/logits_processor_plugin.h) that the engine and
+  /// every executor load; requests name their processors in SamplingParams.logits_processors.
+  std::vector<std::string> logits_processor_plugin;
 
   bool operator==(const EngineArgs&) const = default;
 };

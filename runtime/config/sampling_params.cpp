@@ -55,19 +55,25 @@ std::vector<FieldInfo> build_table(Arena& a) {
     }
     return true;
   };
+  // A list of strings, none empty (stop strings, processor names).
+  Predicate non_empty_items = [](const json& v) {
+    for (const auto& e : v)
+      if (e.get_ref<const std::string&>().empty()) return false;
+    return true;
+  };
   std::vector<FieldInfo> t;
   t.push_back(member(a, &S::n,
                      {.name = "n",
                       .help = "Number of output sequences to return for the prompt.",
                       .allowed = ">= 1",
                       .valid = at_least(1)}));
-  t.push_back(member(
-      a, &S::best_of,
-      {.name = "best_of",
-       .help = "Number of sequences to generate, of which the n best are returned; unset means n.",
-       .allowed = "None or >= 1",
-       .valid = at_least(1),
-       .note = "best_of > n needs ranking by cumulative logprob; only unset or == n"}));
+  t.push_back(
+      member(a, &S::best_of,
+             {.name = "best_of",
+              .help = "Number of sequences to generate, of which the n with the highest cumulative "
+                      "logprob are returned; unset means n.",
+              .allowed = "None or >= n",
+              .valid = at_least(1)}));
   t.push_back(member(a, &S::presence_penalty,
                      {.name = "presence_penalty",
                       .help = "Penalises tokens that already appear in the output: > 0 favours new "
@@ -117,12 +123,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
       {.name = "stop",
        .help = "Strings that end the output when generated; they are not in the output text.",
        .allowed = "non-empty strings",
-       .valid =
-           [](const json& v) {
-             for (const auto& e : v)
-               if (e.get_ref<const std::string&>().empty()) return false;
-             return true;
-           },
+       .valid = non_empty_items,
        .text_items = true}));
   t.push_back(member(
       a, &S::stop_token_ids,
@@ -170,13 +171,15 @@ std::vector<FieldInfo> build_table(Arena& a) {
   t.push_back(member(a, &S::spaces_between_special_tokens,
                      {.name = "spaces_between_special_tokens",
                       .help = "Put spaces between special tokens in the output text."}));
-  t.push_back(member(
-      a, &S::logits_processors,
-      {.name = "logits_processors",
-       .help = "Functions that change the logits before sampling.",
-       .status = Status::not_yet,
-       .note = "no Python runs in troupe; custom logits processors need a C++ plugin interface",
-       .flag = "sampling-logits-processors"}));
+  t.push_back(
+      member(a, &S::logits_processors,
+             {.name = "logits_processors",
+              .help = "Logits processors of the loaded plug-ins (--logits-processor-plugin), each "
+                      "\"name\" or \"name:argument\", applied in order before sampling.",
+              .allowed = "names of loaded processors",
+              .valid = non_empty_items,
+              .flag = "sampling-logits-processors",
+              .text_items = true}));
   t.push_back(member(a, &S::include_stop_str_in_output,
                      {.name = "include_stop_str_in_output",
                       .help = "Keep the stop string that ended a sequence in its output text."}));
@@ -213,20 +216,30 @@ std::vector<FieldInfo> build_table(Arena& a) {
                       }}));
   t.push_back(member(a, &S::allowed_token_ids,
                      {.name = "allowed_token_ids",
-                      .help = "Only these token ids may be generated.",
-                      .status = Status::not_yet,
-                      .note = "needs an allow-list logits mask"}));
+                      .help = "Only these token ids may be generated (every other one is masked).",
+                      .allowed = "token ids >= 0",
+                      .valid = token_ids}));
   t.push_back(member(a, &S::extra_args,
                      {.name = "extra_args",
                       .help = "Free-form arguments for custom sampling code (JSON object).",
                       .status = Status::not_yet,
                       .note = "no custom sampling plugins yet"}));
-  t.push_back(member(a, &S::bad_words,
-                     {.name = "bad_words",
-                      .help = "Words that must not be generated.",
-                      .status = Status::not_yet,
-                      .note = "needs a bad-words logits processor",
-                      .text_items = true}));
+  t.push_back(member(
+      a, &S::bad_words,
+      {.name = "bad_words",
+       .help = "Words that must not be generated: the last token of a word is banned whenever "
+               "the output ends with the word's other tokens (each word also with a leading "
+               "space).",
+       .allowed = "words with a character other than whitespace",
+       .valid =
+           [](const json& v) {
+             for (const auto& e : v)
+               if (e.get_ref<const std::string&>().find_first_not_of(" \t\n\r\f\v") ==
+                   std::string::npos)
+                 return false;
+             return true;
+           },
+       .text_items = true}));
   return t;
 }
 
@@ -254,12 +267,6 @@ void validate(const SamplingParams& p) {
   if (p.best_of) {
     if (*p.best_of < p.n) {
       fail("best_of = {}: allowed: None or >= n (n = {})", *p.best_of, p.n);
-    }
-    if (*p.best_of != p.n) {
-      fail(
-          "best_of = {}: not supported yet in troupe (best_of > n needs ranking by cumulative "
-          "logprob; only unset or == n)",
-          *p.best_of);
     }
   }
   if (p.max_tokens && p.min_tokens > *p.max_tokens) {

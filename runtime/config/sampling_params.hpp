@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/config/field_info.hpp"
+#include "runtime/sampling/logits_processors.hpp"
 #include "runtime/sampling/sampling_knobs.hpp"
 
 namespace troupe {
@@ -58,15 +59,21 @@ struct SamplingParams {
   bool detokenize = true;
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
-  std::vector<std::string> logits_processors;  // not supported yet
+  // Processors named from the loaded plug-ins ("name" or "name:argument"; logits_processors.hpp).
+  std::vector<std::string> logits_processors;
   bool include_stop_str_in_output = false;
   std::optional<int64_t> truncate_prompt_tokens;  // keep the last k prompt tokens; -1 = model max
   RequestOutputKind output_kind = RequestOutputKind::cumulative;
   nlohmann::json structured_outputs;       // not supported yet (null = none)
   std::map<int32_t, double> logit_bias;    // token id -> bias added to its logit, [-100, 100]
-  std::vector<int32_t> allowed_token_ids;  // not supported yet
+  std::vector<int32_t> allowed_token_ids;  // only these may be sampled; empty = every token
   nlohmann::json extra_args;               // not supported yet (null = none)
-  std::vector<std::string> bad_words;      // not supported yet
+  std::vector<std::string> bad_words;      // words never generated (see the field table)
+  /// C++ only (vLLM's callables in logits_processors): each sees (prompt ids, output ids so
+  /// far, logits row) and may change the row; after the named processors, in order. Needs
+  /// in-process executors (a callable cannot reach a `troupe worker`). Not in the field table:
+  /// no text form.
+  std::vector<LogitsProcessorFn> logits_processor_fns;
 
   bool operator==(const SamplingParams&) const = default;
 };

@@ -8,9 +8,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/error.hpp"
 #include "runtime/exec/memory_fit.hpp"
+#include "runtime/sampling/logit_masks.hpp"
 
 namespace troupe {
 
@@ -50,6 +51,8 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
       max_model_len_(init.max_model_len) {
   const auto t0 = Clock::now();
   if (!backend_) fail("ModelRunner: no backend");
+  if (!init.logits_processor_plugins.empty())
+    plugins_ = std::make_unique<LogitsProcessorPlugins>(init.logits_processor_plugins);
   backend_->synchronize();
   const MemoryInfo at_start = backend_->memory_info();
   config_ = load_model_config(init.model_dir);
@@ -682,9 +685,10 @@ void ModelRunner::start_sampling() {
       const SeqSampling& sp = s.sampling;
       const int32_t n_out = int32_t(s.tokens.size()) - s.num_prompt;
       auto& bias = biases[r];
-      bias = sp.logit_bias;
-      if (n_out < sp.min_tokens)
-        for (int32_t t : sp.stop_ids) bias.emplace_back(t, -INFINITY);
+      sequence_row_bias(sp, std::span<const int32_t>(s.tokens.data() + s.num_prompt, size_t(n_out)),
+                        int32_t(config_.vocab_size), bias);
+      if (sp.has_processors())
+        apply_processors(step.logits.rows(int64_t(r), int64_t(r) + 1), s, bias);
       SamplingRow& row = rows[r];
       row.temperature = sp.temperature;
       row.top_k = sp.top_k;
@@ -737,6 +741,27 @@ void ModelRunner::start_sampling() {
   stats_.sample_seconds += seconds_since(t_sample);
   p.busy_seconds += seconds_since(t_sample);
   pending_ = std::move(p);
+}
+
+void ModelRunner::apply_processors(const Tensor& logits_row, const LiveSeq& s,
+                                   std::vector<std::pair<int32_t, float>>& bias) {
+  // Only this row comes to the host; the processors' changes go back as bias entries ahead of
+  // the others, so the sampler sums them in vLLM's order (processors, then logit_bias).
+  const auto v = size_t(config_.vocab_size);
+  processor_raw_.resize(v);
+  backend_->download(processor_raw_.data(), logits_row, v * sizeof(float));
+  processor_work_ = processor_raw_;
+  const std::span<const int32_t> prompt(s.tokens.data(), size_t(s.num_prompt));
+  const std::span<const int32_t> output(s.tokens.data() + s.num_prompt,
+                                        s.tokens.size() - size_t(s.num_prompt));
+  for (const auto& spec : s.sampling.logits_processors) {
+    if (!plugins_) fail("logits_processors: \"{}\": this executor loaded no plug-ins", spec);
+    plugins_->apply(spec, prompt, output, processor_work_);
+  }
+  for (const auto& fn : s.sampling.logits_processor_fns) fn(prompt, output, processor_work_);
+  std::vector<std::pair<int32_t, float>> changes;
+  append_changes_as_bias(processor_raw_, processor_work_, changes, "a logits processor");
+  bias.insert(bias.begin(), changes.begin(), changes.end());
 }
 
 bool ModelRunner::pending_done() {

@@ -240,6 +240,10 @@ class ModelRunner {
   /// Runs the padded step whose inputs are in graph_inputs_: replays its graph, or runs it
   /// eagerly (and records it, the first time, when graphs are on). Returns the logits.
   Tensor run_padded_step(int32_t size, const ForwardInputs& in);
+  /// Runs `s`'s logits processors on its row of the step's logits and puts what they changed
+  /// at the front of `bias` (logits_processors.hpp).
+  void apply_processors(const Tensor& logits_row, const LiveSeq& s,
+                        std::vector<std::pair<int32_t, float>>& bias);
   [[nodiscard]] PositionLogprobs prompt_logprobs_row(const float* row, int32_t next_token,
                                                      int32_t top_n) const;
 
@@ -279,6 +283,9 @@ class ModelRunner {
   std::optional<Launched> launched_;
   std::optional<Pending> pending_;
   std::vector<TokenFeed> token_feeds_;  // staging
+
+  std::unique_ptr<LogitsProcessorPlugins> plugins_;    // null: none loaded
+  std::vector<float> processor_raw_, processor_work_;  // staging: one row [vocab]
 
   RunnerStats stats_;
   Tensor last_logits_;

@@ -247,11 +247,11 @@ void read_common(Fields& f, GenerationRequest& r, const SamplingDefaults& d) {
        {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
         "guided_whitespace_pattern", "structural_tag", "structured_outputs"})
     refuse_if_set(f, k, kNoStructured);
-  refuse_if_set(f, "logits_processors",
-                "no Python runs in troupe; custom logits processors need a C++ plugin interface");
-  refuse_if_set(f, "allowed_token_ids", "needs an allow-list logits mask");
-  if (const json* bw = f.raw("bad_words"); bw && !(bw->is_array() && bw->empty()))
-    not_yet("bad_words", *bw, "needs a bad-words logits processor");
+  // Names of processors from the server's --logits-processor-plugin libraries (the engine
+  // checks them); vLLM's {qualname, args} objects name Python classes, which troupe has none of.
+  p.logits_processors = f.string_list("logits_processors");
+  p.allowed_token_ids = f.int_list("allowed_token_ids");
+  p.bad_words = f.string_list("bad_words");
   refuse_if_set(f, "cache_salt", "per-request prefix-cache salts are not wired to the API yet");
   refuse_if_set(f, "kv_transfer_params", "no disaggregated prefill yet");
   refuse_if_set(f, "vllm_xargs", "no custom sampling plugins yet");

@@ -6,10 +6,10 @@
 // Field rules, as vLLM's pydantic models apply them:
 // - Fields troupe does not know are accepted and listed in `ignored_fields` (the server logs
 //   each name once), never a 400.
-// - Fields troupe knows but cannot honour yet (use_beam_search, best_of > n, logits_processors,
-//   guided decoding, response_format json_object/json_schema, prompt_embeds, suffix, tool
-//   choice, cache_salt, ...) are refused with a 400 naming them when set to anything but their
-//   default.
+// - Fields troupe knows but cannot honour yet (use_beam_search, guided decoding,
+//   response_format json_object/json_schema, prompt_embeds, suffix, tool choice, cache_salt,
+//   ...) are refused with a 400 naming them when set to anything but their default.
+//   logits_processors are names of the server's plug-in processors (the engine checks them).
 // - Numbers and booleans are read leniently, as pydantic's lax mode does ("2" is 2, 2.0 is an
 //   integer, "true" is true); strings must be strings. null means "not given".
 // - Sampling fields left unset take the model's generation_config.json defaults

@@ -151,12 +151,19 @@ ojson chat_logprobs(const CompletionOutput& c, size_t from, size_t to, int64_t t
   return j;
 }
 
-ojson usage(size_t prompt_tokens, size_t completion_tokens, bool with_details) {
+/// vLLM's UsageInfo. `cached`: the prompt tokens the prefix cache served; with
+/// --enable-prompt-tokens-details and cached > 0, prompt_tokens_details carries them (vLLM's
+/// rule), else it is null where `with_details` and absent otherwise.
+ojson usage(size_t prompt_tokens, size_t completion_tokens, bool with_details,
+            const ResponseContext& ctx, int32_t cached) {
   ojson u;
   u["prompt_tokens"] = prompt_tokens;
   u["total_tokens"] = prompt_tokens + completion_tokens;
   u["completion_tokens"] = completion_tokens;
-  if (with_details) u["prompt_tokens_details"] = null();
+  if (ctx.prompt_tokens_details && cached > 0)
+    u["prompt_tokens_details"] = ojson{{"cached_tokens", cached}};
+  else if (with_details)
+    u["prompt_tokens_details"] = null();
   return u;
 }
 
@@ -279,7 +286,8 @@ ojson completion_response(const CompletionRequest& req, const ResponseContext& c
   j["choices"] = std::move(choices);
   j["service_tier"] = null();
   j["system_fingerprint"] = null();
-  j["usage"] = usage(prompt_tokens, completion_tokens, true);
+  j["usage"] = usage(prompt_tokens, completion_tokens, true, ctx,
+                     finals.empty() ? 0 : finals.back().num_cached_tokens);
   j["kv_transfer_params"] = null();
   return j;
 }
@@ -300,6 +308,7 @@ std::string CompletionStream::on_output(size_t prompt_index, const RequestOutput
   std::string events;
   if (prompt_index >= prompt_tokens_.size()) return events;
   prompt_tokens_[prompt_index] = out.prompt_token_ids.size();
+  cached_ = out.num_cached_tokens;
   const size_t n = choices_.size() / prompt_tokens_.size();
   for (const auto& c : out.outputs) {
     const size_t i = prompt_index * n + size_t(c.index);
@@ -351,8 +360,9 @@ std::string CompletionStream::on_output(size_t prompt_index, const RequestOutput
     chunk["created"] = ctx_.created;
     chunk["model"] = ctx_.model;
     chunk["choices"] = ojson::array({std::move(choice)});
-    chunk["usage"] =
-        ctx_.continuous_usage ? usage(prompt_tokens_[prompt_index], ch.tokens_sent, true) : null();
+    chunk["usage"] = ctx_.continuous_usage
+                         ? usage(prompt_tokens_[prompt_index], ch.tokens_sent, true, ctx_, cached_)
+                         : null();
     events += sse_event(dump(chunk));
   }
   return events;
@@ -370,7 +380,7 @@ std::string CompletionStream::finish() {
     chunk["created"] = ctx_.created;
     chunk["model"] = ctx_.model;
     chunk["choices"] = ojson::array();
-    chunk["usage"] = usage(p, c, false);
+    chunk["usage"] = usage(p, c, false, ctx_, cached_);
     events += sse_event(dump(chunk));
   }
   return events + sse_done();
@@ -414,7 +424,8 @@ ojson chat_response(const ChatRequest& req, const ResponseContext& ctx,
   j["choices"] = std::move(choices);
   j["service_tier"] = null();
   j["system_fingerprint"] = null();
-  j["usage"] = usage(final_output.prompt_token_ids.size(), completion_tokens, true);
+  j["usage"] = usage(final_output.prompt_token_ids.size(), completion_tokens, true, ctx,
+                     final_output.num_cached_tokens);
   j["prompt_logprobs"] = prompt_logprobs_json(final_output);
   if (req.return_token_ids) j["prompt_token_ids"] = final_output.prompt_token_ids;
   j["kv_transfer_params"] = null();
@@ -436,6 +447,7 @@ ChatStream::ChatStream(const ChatRequest& req, ResponseContext ctx, std::string 
 std::string ChatStream::on_output(const RequestOutput& out) {
   std::string events;
   prompt_tokens_ = out.prompt_token_ids.size();
+  cached_ = out.num_cached_tokens;
   const auto chunk_of = [&](ojson choice, std::optional<size_t> completion_tokens) {
     ojson chunk;
     chunk["id"] = ctx_.id;
@@ -444,7 +456,7 @@ std::string ChatStream::on_output(const RequestOutput& out) {
     chunk["model"] = ctx_.model;
     chunk["choices"] = ojson::array({std::move(choice)});
     if (ctx_.continuous_usage && completion_tokens)
-      chunk["usage"] = usage(prompt_tokens_, *completion_tokens, false);
+      chunk["usage"] = usage(prompt_tokens_, *completion_tokens, false, ctx_, cached_);
     return sse_event(dump(chunk));
   };
   if (first_) {
@@ -509,7 +521,7 @@ std::string ChatStream::finish() {
     chunk["created"] = ctx_.created;
     chunk["model"] = ctx_.model;
     chunk["choices"] = ojson::array();
-    chunk["usage"] = usage(prompt_tokens_, c, false);
+    chunk["usage"] = usage(prompt_tokens_, c, false, ctx_, cached_);
     events += sse_event(dump(chunk));
   }
   return events + sse_done();

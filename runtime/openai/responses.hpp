@@ -38,6 +38,7 @@ struct ResponseContext {
   bool tokens_as_ids = false;            // tokens as "token_id:N" (return_tokens_as_token_ids)
   bool include_usage = false;            // a usage event before [DONE]
   bool continuous_usage = false;         // usage in every event
+  bool prompt_tokens_details = false;    // --enable-prompt-tokens-details: cached tokens in usage
   std::string response_role = "assistant";
 };
 
@@ -78,6 +79,7 @@ class CompletionStream {
   ResponseContext ctx_;
   std::vector<std::string> prompt_texts_;
   std::vector<size_t> prompt_tokens_;
+  int32_t cached_ = 0;           // the last output's num_cached_tokens
   std::vector<Choice> choices_;  // prompt_index * n + output index
 };
 
@@ -102,6 +104,7 @@ class ChatStream {
   std::string echo_text_;
   bool first_ = true;
   size_t prompt_tokens_ = 0;
+  int32_t cached_ = 0;  // the last output's num_cached_tokens
   std::vector<Choice> choices_;
 };
 

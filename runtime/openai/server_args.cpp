@@ -51,7 +51,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &S::tool_parser_plugin, {.name = "tool_parser_plugin", .help = "Python plugin with a tool parser.", .status = kNotYet, .note = "no Python runs in troupe"}));
   add(member(a, &S::tool_server, {.name = "tool_server", .help = "Tool servers for the Responses API.", .status = kNotYet, .note = "no Responses API yet"}));
   add(member(a, &S::log_config_file, {.name = "log_config_file", .help = "Python logging config file.", .status = kNotYet, .note = "troupe logs with spdlog: use --log-level and --uvicorn-log-level"}));
-  add(member(a, &S::enable_prompt_tokens_details, {.name = "enable_prompt_tokens_details", .help = "Add prompt_tokens_details (cached tokens) to usage.", .status = kNotYet, .note = "the engine does not report cached tokens per request yet"}));
+  add(member(a, &S::enable_prompt_tokens_details, {.name = "enable_prompt_tokens_details", .help = "Add prompt_tokens_details (the prompt tokens the prefix cache served) to usage when there are any."}));
   add(member(a, &S::enable_server_load_tracking, {.name = "enable_server_load_tracking", .help = "Track server load for /load.", .status = kNotYet, .note = "no /load endpoint yet"}));
   add(member(a, &S::enable_force_include_usage, {.name = "enable_force_include_usage", .help = "Send usage at the end of every stream, asked for or not."}));
   add(member(a, &S::enable_tokenizer_info_endpoint, {.name = "enable_tokenizer_info_endpoint", .help = "Serve /tokenizer_info.", .status = kNotYet, .note = "no /tokenizer_info endpoint yet"}));

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/sampling/logits_processors.hpp"
 #include "runtime/sampling/sampling_knobs.hpp"
 
 namespace troupe {
@@ -49,6 +50,15 @@ struct SeqSampling : SamplingKnobs {
   int32_t min_tokens = 0;            // before this many outputs, `stop_ids` are banned
   std::vector<int32_t> stop_ids;     // eos (unless ignore_eos) and stop_token_ids
   std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> allowed_token_ids;           // sorted, unique; empty: every token
+  std::vector<std::vector<int32_t>> bad_words_ids;  // each bad word's tokens (logit_masks.hpp)
+  std::vector<std::string> logits_processors;       // plug-in processors, "name[:argument]"
+  // C++ callables: in-process executors only (not serialised; the engine refuses them when
+  // executors are remote).
+  std::vector<LogitsProcessorFn> logits_processor_fns;
+  [[nodiscard]] bool has_processors() const {
+    return !logits_processors.empty() || !logits_processor_fns.empty();
+  }
 };
 
 /// A sequence the executors have not seen (or must forget and re-learn after preemption).
@@ -141,6 +151,7 @@ struct ExecutorInit {
   int32_t max_seq_len_to_capture = 8192;  // longest sequence a decode step replays a graph for
   std::vector<int32_t> cudagraph_capture_sizes;  // empty: the default sizes (model_runner.hpp)
   int64_t swap_space_bytes = 0;  // host memory for swapped-out KV blocks (0: no swap space)
+  std::vector<std::string> logits_processor_plugins;  // shared libraries to load (absolute)
 };
 
 /// What it reports once loaded: the cache it can hold.

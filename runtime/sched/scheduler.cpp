@@ -244,6 +244,7 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.running = true;
     running_.push_back(a.seq_id);
     s.num_computed = a.num_cached_tokens;
+    if (s.num_cached_tokens < 0) s.num_cached_tokens = a.num_cached_tokens;
     s.pending_kv.clear();
     s.pending_exec.clear();
     s.known_to_executors = true;
@@ -304,6 +305,7 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
     if (b.samples) --s.samples_in_flight;
     SeqUpdate u;
     u.seq_id = out.seq_id;
+    u.num_cached_tokens = s.num_cached_tokens;
     // Prompt logprobs: entry j belongs to position chunk_start + j (predicting the token after
     // it); positions delivered before a preemption are not sent twice.
     for (size_t j = 0; j < out.prompt_logprobs.size(); ++j) {

@@ -93,6 +93,9 @@ struct SeqUpdate {
   std::vector<PositionLogprobs> prompt_logprobs;  // prompt positions not delivered before
   FinishReason finish = FinishReason::none;
   std::optional<int32_t> stop_token;  // the stop_token_ids entry that ended it
+  // Prompt tokens the prefix cache served when the sequence was first admitted (vLLM's
+  // num_cached_tokens; a later recompute does not change it); -1 before that.
+  int32_t num_cached_tokens = -1;
 };
 
 struct SchedulerStats {
@@ -171,6 +174,7 @@ class Scheduler {
     int32_t prompt_logprobs_sent = 0;  // prompt positions delivered (after position 0)
     std::vector<int32_t> pending_kv;    // sampled tokens the cache manager has not heard of
     std::vector<int32_t> pending_exec;  // sampled tokens the executors have not had confirmed
+    int32_t num_cached_tokens = -1;     // SeqUpdate::num_cached_tokens
     bool known_to_executors = false;
     bool running = false;
     bool swapped = false;  // in swapped_: its KV is in CPU blocks

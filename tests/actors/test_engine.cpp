@@ -155,6 +155,44 @@ TEST_CASE("seeded sampling is reproducible and n > 1 gives distinct samples", "[
   CHECK(distinct.size() == 3);
 }
 
+TEST_CASE("best_of > n returns the n best samples by cumulative logprob", "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  const Reference ref = load_reference("llama_gqa");
+  LLM llm(fixture_args("llama_gqa"));
+  SamplingParams all;
+  all.temperature = 1.0;
+  all.seed = 99;
+  all.max_tokens = 8;
+  all.n = 6;
+  all.logprobs = 0;
+  all.detokenize = false;
+  all.ignore_eos = true;
+  // Every sample (seeds 99..104, the same ones best_of draws), ranked here exhaustively.
+  const auto every = llm.generate({Prompt(ref.prompts[1])}, all, {.use_tqdm = false});
+  REQUIRE(every[0].outputs.size() == 6);
+  std::vector<std::pair<double, std::vector<int32_t>>> ranked;
+  for (const auto& o : every[0].outputs) ranked.emplace_back(*o.cumulative_logprob, o.token_ids);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (bool with_logprobs : {true, false}) {
+    SamplingParams best = all;
+    best.n = 2;
+    best.best_of = 6;
+    if (!with_logprobs) best.logprobs.reset();
+    const auto out = llm.generate({Prompt(ref.prompts[1])}, best, {.use_tqdm = false});
+    REQUIRE(out[0].outputs.size() == 2);
+    for (size_t i = 0; i < 2; ++i) {
+      INFO("rank " << i << ", logprobs " << with_logprobs);
+      CHECK(out[0].outputs[i].index == int32_t(i));
+      CHECK(out[0].outputs[i].token_ids == ranked[i].second);
+      CHECK(out[0].outputs[i].finish_reason == "length");
+      CHECK(bool(out[0].outputs[i].cumulative_logprob) == with_logprobs);
+      if (with_logprobs) CHECK(*out[0].outputs[i].cumulative_logprob == Approx(ranked[i].first));
+    }
+  }
+  CHECK(llm.kv_stats().num_free_blocks == llm.kv_stats().num_blocks);  // nothing leaked
+}
+
 TEST_CASE("bad requests get one clear error and leave the engine working", "[engine]") {
   if (!fs::exists(kFixtures / "llama_gqa")) return;
   const Reference ref = load_reference("llama_gqa");

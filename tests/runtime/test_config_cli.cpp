@@ -201,8 +201,11 @@ TEST_CASE("command-line errors name the flag, file errors the file and line", "[
              Contains("--dtype = \"int8\": allowed:"));
   CHECK_THAT(cli_error({"--model", "m", "--top-p", "0"}),
              Contains("--top-p = 0.0: allowed: (0, 1]"));
-  CHECK_THAT(cli_error({"--model", "m", "--bad-words", "x"}),
-             Contains("--bad-words = [\"x\"]: not supported yet"));
+  CHECK_THAT(cli_error({"--model", "m", "--flat-logprobs"}),
+             Contains("--flat-logprobs = true: not supported yet"));
+  CHECK_THAT(cli_error({"--model", "m", "--bad-words", " "}),
+             Contains("--bad-words = [\" \"]: allowed: words with a character other than "
+                      "whitespace"));
   CHECK_THAT(cli_error({"--config", "/nonexistent/engine.toml"}),
              Contains("--config /nonexistent/engine.toml: cannot open"));
   TempFile file("model = \"m\"\nblock_sise = 8\n");
@@ -309,7 +312,7 @@ TEST_CASE("--help shows what works with its real defaults, the rest once at the 
   const auto footer = help.find("Engine flags of vLLM not supported yet");
   REQUIRE(footer != std::string::npos);
   for (const char* flag : {"--enable-lora", "--kv-cache-dtype", "--speculative-config",
-                           "--bad-words", "--structured-outputs", "--worker-use-ray"}) {
+                           "--flat-logprobs", "--structured-outputs", "--worker-use-ray"}) {
     INFO(flag);
     const std::regex named(std::string(flag) + "(\\s|$)");
     const auto all = std::distance(std::sregex_iterator(help.begin(), help.end(), named),

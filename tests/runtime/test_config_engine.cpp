@@ -609,9 +609,10 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   CHECK(j["block_size"] == 16);
   CHECK(j["compilation_config"] == nlohmann::json::object());
   CHECK_FALSE(j.contains("worker_use_ray"));
-  CHECK(j.size() == kVllmEngineFields.size() + 5);  // + device, max_seq_len_to_capture,
+  CHECK(j.size() == kVllmEngineFields.size() + 6);  // + device, max_seq_len_to_capture,
                                                     // enable_log_requests, max_log_len,
-                                                    // executor_endpoints
+                                                    // executor_endpoints,
+                                                    // logits_processor_plugin
 }
 
 TEST_CASE("preemption_mode: None, recompute or swap, and swap needs swap space", "[config][swap]") {

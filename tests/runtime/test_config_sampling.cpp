@@ -203,23 +203,18 @@ TEST_CASE("SamplingParams cross-field checks", "[config]") {
   CHECK(error_of({.max_tokens = std::nullopt, .min_tokens = 500}).empty());
   CHECK_THAT(error_of({.n = 3, .best_of = 2}),
              Contains("best_of = 2: allowed: None or >= n (n = 3)"));
-  CHECK_THAT(error_of({.n = 2, .best_of = 4}),
-             Contains("best_of = 4: not supported yet in troupe"));
+  CHECK(error_of({.n = 2, .best_of = 4}).empty());  // the best 2 of 4 samples
   CHECK(error_of({.n = 2, .best_of = 2}).empty());
   CHECK_THAT(error_of({.stop = {"x"}, .detokenize = false}),
              Contains("stop = [\"x\"]: allowed only with detokenize = true"));
+  CHECK(error_of({.allowed_token_ids = {1, 2}, .bad_words = {"darn"}}).empty());
 }
 
 TEST_CASE("not-yet SamplingParams fields are refused, naming the field", "[config]") {
-  CHECK_THAT(error_of({.bad_words = {"darn"}}),
-             Contains("bad_words = [\"darn\"]: not supported yet in troupe (needs a bad-words "
-                      "logits processor)"));
-  CHECK_THAT(error_of({.allowed_token_ids = {1, 2}}),
-             Contains("allowed_token_ids = [1,2]: not supported yet in troupe"));
   CHECK_THAT(error_of({.structured_outputs = {{"regex", "[0-9]+"}}}),
              Contains("structured_outputs = {\"regex\":\"[0-9]+\"}: not supported yet"));
-  CHECK_THAT(error_of({.logits_processors = {"my.proc"}}),
-             Contains("logits_processors = [\"my.proc\"]: not supported yet"));
+  CHECK_THAT(error_of({.logits_processors = {""}}),
+             Contains("logits_processors = [\"\"]: allowed: names of loaded processors"));
   CHECK_THAT(error_of({.extra_args = {{"k", 1}}}),
              Contains("extra_args = {\"k\":1}: not supported yet"));
   CHECK_THAT(error_of({.flat_logprobs = true}),
@@ -269,8 +264,11 @@ TEST_CASE("sampling_params_from_json errors name the key", "[config]") {
   CHECK_THAT(json_error({{"output_kind", "sometimes"}}),
              Contains("output_kind = \"sometimes\": allowed: cumulative|delta|final_only"));
   CHECK_THAT(json_error({{"top_p", 0}}), Contains("top_p = 0.0: allowed: (0, 1]"));
-  CHECK_THAT(json_error({{"bad_words", {"x"}}}),
-             Contains("bad_words = [\"x\"]: not supported yet"));
+  CHECK_THAT(json_error({{"bad_words", {"x", " "}}}),
+             Contains("bad_words = [\"x\",\" \"]: allowed: words with a character other than "
+                      "whitespace"));
+  CHECK_THAT(json_error({{"allowed_token_ids", {3, -1}}}),
+             Contains("allowed_token_ids = [3,-1]: allowed: token ids >= 0"));
   CHECK_THAT(json_error(json::array({1})), Contains("expected a JSON object"));
 }
 
@@ -325,8 +323,8 @@ TEST_CASE("set_sampling_param takes command-line text", "[config]") {
                     Contains("--top-k = ten: expected an integer"));
   CHECK_THROWS_WITH(troupe::set_sampling_param(q, "logit-bias", "5"),
                     Contains("--logit-bias = 5: expected TOKEN_ID:BIAS"));
-  CHECK_THROWS_WITH(troupe::set_sampling_param(q, "bad-words", "x"),
-                    Contains("--bad-words = [\"x\"]: not supported yet in troupe"));
+  CHECK_THROWS_WITH(troupe::set_sampling_param(q, "flat-logprobs", "true"),
+                    Contains("--flat-logprobs = true: not supported yet in troupe"));
   CHECK_THROWS_WITH(troupe::set_sampling_param(q, "topp", "0.5"),
                     Contains("unknown sampling parameter 'topp' (did you mean 'top_p'?)"));
   CHECK(q == SamplingParams{});

@@ -109,9 +109,10 @@ TEST_CASE("wrong TOML types and refused values carry the position", "[config]") 
                                                     "supported yet in troupe"));
   CHECK_THAT(toml_error("model = \"m\"\n[sampling]\ntop_p = 0\n"),
              Contains("engine.toml:3:9: sampling.top_p = 0.0: allowed: (0, 1]"));
-  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nbad_words = [\"x\"]\n"),
-             Contains("engine.toml:3:") && Contains("sampling.bad_words = [\"x\"]: not supported "
-                                                    "yet in troupe"));
+  CHECK_THAT(
+      toml_error("model = \"m\"\n[sampling]\nextra_args = { k = 1 }\n"),
+      Contains("engine.toml:3:") && Contains("sampling.extra_args = {\"k\":1}: not supported "
+                                             "yet in troupe"));
 }
 
 TEST_CASE("cross-field checks run on the loaded file", "[config]") {

@@ -160,17 +160,14 @@ TEST_CASE("openai: unknown fields are accepted and listed, never a 400", "[opena
 }
 
 TEST_CASE("openai: fields troupe cannot honour yet are refused by name", "[openai]") {
-  for (const char* field :
-       {"use_beam_search", "logits_processors", "guided_json", "guided_regex", "guided_choice",
-        "guided_grammar", "structured_outputs", "allowed_token_ids", "suffix", "prompt_embeds",
-        "cache_salt", "vllm_xargs", "kv_transfer_params", "priority", "bad_words"}) {
+  for (const char* field : {"use_beam_search", "guided_json", "guided_regex", "guided_choice",
+                            "guided_grammar", "structured_outputs", "suffix", "prompt_embeds",
+                            "cache_salt", "vllm_xargs", "kv_transfer_params", "priority"}) {
     json body = {{"prompt", "x"}};
     if (std::string(field) == "use_beam_search")
       body[field] = true;
     else if (std::string(field) == "priority")
       body[field] = 1;
-    else if (std::string(field) == "bad_words")
-      body[field] = {"no"};
     else
       body[field] = "something";
     INFO(body.dump());
@@ -179,16 +176,41 @@ TEST_CASE("openai: fields troupe cannot honour yet are refused by name", "[opena
     CHECK(e.param == field);
     CHECK(contains(e.message, field));
   }
-  auto e = completion_error(R"({"prompt": "x", "best_of": 3})");
-  CHECK(e.param == "best_of");
-  CHECK(contains(e.message, "not supported yet"));
-  e = completion_error(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  auto e = completion_error(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
   CHECK(e.param == "response_format");
   // Their defaults are fine.
   const auto r = parse_completion_request(parse_body(
       R"({"prompt": "x", "use_beam_search": false, "best_of": 1, "priority": 0, "bad_words": [],
           "response_format": {"type": "text"}, "length_penalty": 1.0})"));
   CHECK(r.params.best_of == 1);
+}
+
+TEST_CASE("openai: best_of, bad_words and allowed_token_ids reach SamplingParams", "[openai]") {
+  const auto r = parse_completion_request(parse_body(
+      R"({"prompt": "x", "n": 2, "best_of": 3, "bad_words": ["no", "never"],
+          "allowed_token_ids": [5, 7]})"));
+  CHECK(r.params.n == 2);
+  CHECK(r.params.best_of == 3);
+  CHECK(r.params.bad_words == std::vector<std::string>{"no", "never"});
+  CHECK(r.params.allowed_token_ids == std::vector<int32_t>{5, 7});
+  auto e = completion_error(R"({"prompt": "x", "n": 3, "best_of": 2})");
+  CHECK(e.param == "best_of");
+  CHECK(contains(e.message, ">= n"));
+  e = completion_error(R"({"prompt": "x", "allowed_token_ids": [1, -4]})");
+  CHECK(e.param == "allowed_token_ids");
+  e = completion_error(R"({"prompt": "x", "bad_words": ["  "]})");
+  CHECK(e.param == "bad_words");
+  const auto c = parse_chat_request(parse_body(
+      R"({"messages": [{"role": "user", "content": "hi"}], "bad_words": ["x"],
+          "allowed_token_ids": [1]})"));
+  CHECK(c.params.bad_words == std::vector<std::string>{"x"});
+  CHECK(c.params.allowed_token_ids == std::vector<int32_t>{1});
+  // Plug-in processor names pass through (the engine checks them); objects are refused.
+  CHECK(parse_completion_request(
+            parse_body(R"({"prompt": "x", "logits_processors": ["no_repeat_ngram:3"]})"))
+            .params.logits_processors == std::vector<std::string>{"no_repeat_ngram:3"});
+  e = completion_error(R"({"prompt": "x", "logits_processors": [{"qualname": "m.P"}]})");
+  CHECK(e.param == "logits_processors");
 }
 
 TEST_CASE("openai: vLLM's cross-field checks", "[openai]") {

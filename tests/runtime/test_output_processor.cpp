@@ -170,6 +170,49 @@ TEST_CASE("checks that need the model name the field, and a refused request leav
   const auto a = h.add(std::vector<int32_t>(100, 3), p, true, "t");
   CHECK(a.seqs[0].prompt_token_ids == std::vector<int32_t>{3, 3});
   CHECK_THROWS_WITH(h.add({1}, SamplingParams{}, true, "t"), Contains("'t': already in use"));
+  // -1 keeps the last max_model_len (64) tokens, as in vLLM.
+  p.truncate_prompt_tokens = -1;
+  std::vector<int32_t> long_prompt(100, 3);
+  long_prompt[36] = 7;
+  const auto m = h.add(long_prompt, p, true, "u");
+  REQUIRE(m.seqs[0].prompt_token_ids.size() == 64);
+  CHECK(m.seqs[0].prompt_token_ids.front() == 7);
+  Harness fresh;
+  p = SamplingParams{};
+  p.allowed_token_ids = {5, 276};
+  CHECK_THROWS_WITH(fresh.add({1}, p), Contains("allowed_token_ids: 276 is not a token id"));
+  p = SamplingParams{};
+  p.bad_words = {"x", " \t"};
+  CHECK_THROWS_WITH(fresh.add({1}, p),
+                    Contains("bad_words = [\"x\",\" \\t\"]: allowed: words with a character"));
+  CHECK(fresh.proc.num_requests() == 0);
+  OutputProcessor no_text(config(), nullptr);
+  p.bad_words = {"hi"};
+  CHECK_THROWS_WITH(no_text.add("", "", {1}, p, false),
+                    Contains("bad_words = [\"hi\"]: needs the tokenizer"));
+}
+
+TEST_CASE("allowed_token_ids and bad_words reach every sequence as the executors use them",
+          "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 2;
+  p.allowed_token_ids = {9, 4, 9, 200};
+  p.bad_words = {"  hello", "i"};
+  const auto a = h.add({1}, p);
+  // vLLM's rule: each word less its leading spaces, and with one leading space when that is
+  // spelt with other tokens of the same count. The ids come from the tokenizer (HF-checked).
+  std::vector<std::vector<int32_t>> want;
+  for (std::string w : {"hello", "i"}) {
+    const auto plain = tiny()->encode(w, false), spaced = tiny()->encode(" " + w, false);
+    want.push_back(plain);
+    if (spaced.size() == plain.size() && spaced[0] != plain[0]) want.push_back(spaced);
+  }
+  REQUIRE(want.size() >= 2);
+  for (const SeqSpec& s : a.seqs) {
+    CHECK(s.sampling.allowed_token_ids == std::vector<int32_t>{4, 9, 200});  // sorted, unique
+    CHECK(s.sampling.bad_words_ids == want);
+  }
 }
 
 TEST_CASE("text arrives incrementally, and a finish waits for its last text", "[output]") {
@@ -254,6 +297,75 @@ TEST_CASE("n > 1: one output per request, finished when every sequence is", "[ou
   CHECK(outs[0].outputs[0].text == "a");
   CHECK(outs[0].outputs[1].index == 1);
   CHECK(outs[0].outputs[1].text == "bc");
+}
+
+/// One token with the given logprob for its sampled token.
+SeqUpdate scored(uint64_t seq, int32_t token, float logprob,
+                 FinishReason finish = FinishReason::none) {
+  SeqUpdate u = tokens(seq, {token}, finish);
+  u.logprobs[0].chosen.logprob = logprob;
+  return u;
+}
+
+TEST_CASE("best_of > n: the n best by cumulative logprob, hopeless samples dropped early",
+          "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 2;
+  p.best_of = 4;
+  p.seed = 3;
+  const auto a = h.add({1}, p, /*stream=*/true);
+  REQUIRE(a.seqs.size() == 4);  // best_of samples, seeds seed + i as for n
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(a.seqs[i].sampling.seed == 3 + i);
+    CHECK(a.seqs[i].sampling.num_logprobs == 0);  // the sampled token's logprob, for ranking
+  }
+  const uint64_t s0 = a.seqs[0].seq_id, s1 = a.seqs[1].seq_id, s2 = a.seqs[2].seq_id,
+                 s3 = a.seqs[3].seq_id;
+  // Scores after this step: s0 -1, s1 -3, s2 -0.5, s3 -2. Nothing streams: the ranking is only
+  // known at the end. One finished sequence is fewer than n: nothing can be dropped yet.
+  CHECK(h.update({scored(s0, 97, -1.0f, FinishReason::length), scored(s1, 98, -3.0f),
+                  scored(s2, 99, -0.5f), scored(s3, 100, -2.0f)})
+            .empty());
+  CHECK(h.aborted.empty());
+  // s2 finishes at -0.5 - 0.25: two final scores (-0.75, -1); s1 (-3) and s3 (-2.5) can only
+  // fall further, so both are aborted at once (their KV freed) and the request is complete.
+  const auto outs = h.update(
+      {scored(s1, 97, -0.1f), scored(s2, 98, -0.25f, FinishReason::length), scored(s3, 99, -0.5f)});
+  CHECK(h.aborted == std::vector<uint64_t>{s1, s3});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  REQUIRE(outs[0].outputs.size() == 2);
+  CHECK(outs[0].outputs[0].index == 0);
+  CHECK(outs[0].outputs[0].token_ids == std::vector<int32_t>{99, 98});  // s2: -0.75
+  CHECK(outs[0].outputs[0].finish_reason == "length");
+  CHECK(outs[0].outputs[1].index == 1);
+  CHECK(outs[0].outputs[1].token_ids == std::vector<int32_t>{97});  // s0: -1
+  CHECK_FALSE(outs[0].outputs[0].cumulative_logprob);  // None without logprobs, as for n
+  CHECK(h.proc.num_requests() == 0);
+}
+
+TEST_CASE("best_of > n: a running sample that may still win is not dropped", "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.n = 1;
+  p.best_of = 3;
+  p.logprobs = 0;
+  const auto a = h.add({1}, p, /*stream=*/false);
+  const uint64_t s0 = a.seqs[0].seq_id, s1 = a.seqs[1].seq_id, s2 = a.seqs[2].seq_id;
+  // s0 finishes at -2; s1 (-1) may still beat it, s2 (-4) cannot.
+  CHECK(h.update({scored(s0, 97, -2.0f, FinishReason::stop), scored(s1, 98, -1.0f),
+                  scored(s2, 99, -4.0f)})
+            .empty());
+  CHECK(h.aborted == std::vector<uint64_t>{s2});
+  // s1 ends at -1.5 and wins.
+  const auto outs = h.update({scored(s1, 100, -0.5f, FinishReason::length)});
+  REQUIRE(outs.size() == 1);
+  REQUIRE(outs[0].outputs.size() == 1);
+  CHECK(outs[0].outputs[0].token_ids == std::vector<int32_t>{98, 100});
+  REQUIRE(outs[0].outputs[0].cumulative_logprob);
+  CHECK(*outs[0].outputs[0].cumulative_logprob == Approx(-1.5));
+  CHECK(h.aborted == std::vector<uint64_t>{s2});
 }
 
 TEST_CASE("logprobs: cumulative sums and maps with decoded tokens, prompt logprobs once",

@@ -359,7 +359,7 @@ def case_bad_inputs():
             (400, "prompt", {"prompt": [1, 2, 999999]}, "/v1/completions"),
             (404, "model", {"prompt": "x", "model": "gpt-17"}, "/v1/completions"),
             (400, "use_beam_search", {"prompt": "x", "use_beam_search": True}, "/v1/completions"),
-            (400, "best_of", {"prompt": "x", "best_of": 4}, "/v1/completions"),
+            (400, "best_of", {"prompt": "x", "n": 3, "best_of": 2}, "/v1/completions"),
             (400, "logits_processors", {"prompt": "x", "logits_processors": ["m.P"]}, "/v1/completions"),
             (400, "guided_json", {"prompt": "x", "guided_json": {"type": "object"}}, "/v1/completions"),
             (400, "response_format", {"prompt": "x", "response_format": {"type": "json_object"}},
@@ -603,7 +603,7 @@ def case_sampling_fields():
     `troupe generate` answers for the same SamplingParams (the offline path); prompt_logprobs,
     continuous usage stats and vLLM's plain POST /generate as well."""
     prompt = "Once upon a time"
-    with Server() as s:
+    with Server("--enable-prompt-tokens-details") as s:
         ids = http(s.url + "/tokenize", {"prompt": " the"})[1]["tokens"][1:]
         greedy = generate("--temperature", "0", "--max-tokens", "16", "--ignore-eos",
                           prompt)[0]["outputs"][0]
@@ -619,6 +619,9 @@ def case_sampling_fields():
             {"temperature": 0, "logit_bias": {"0": 100}, "skip_special_tokens": False},
             {"temperature": 0, "logit_bias": {"0": 100}, "skip_special_tokens": True},
             {"temperature": 0, "prompt_logprobs": 2},
+            {"temperature": 0, "bad_words": [greedy["text"].split()[1]]},
+            {"temperature": 0, "allowed_token_ids": sorted(set(greedy["token_ids"][::2]))},
+            {"temperature": 0, "truncate_prompt_tokens": 2},
         ]
         inputs = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
         for fields in sets:
@@ -638,6 +641,12 @@ def case_sampling_fields():
                 assert len(want["token_ids"]) == 3, want  # vLLM keeps the stop token's id
             if "min_tokens" in fields:
                 assert r["usage"]["completion_tokens"] == 7 and c["finish_reason"] == "stop", r
+            if "bad_words" in fields:
+                assert c["text"] != greedy["text"], (fields, c)
+            if "allowed_token_ids" in fields:
+                assert set(want["token_ids"]) <= set(fields["allowed_token_ids"]), (fields, want)
+            if "truncate_prompt_tokens" in fields:
+                assert r["usage"]["prompt_tokens"] == 2, r
             if "prompt_logprobs" in fields:
                 got, ref_lp = c["prompt_logprobs"], ref["prompt_logprobs"]
                 assert got[0] is None and len(got) == len(ref["prompt_token_ids"]), got
@@ -649,6 +658,54 @@ def case_sampling_fields():
         special = [r for f, r in zip(sets, refs) if "skip_special_tokens" in f]
         assert "<|bos|>" in special[0]["outputs"][0]["text"], special
         assert "<|bos|>" not in special[1]["outputs"][0]["text"], special
+        # best_of > n: the n samples with the highest cumulative logprob of best_of, best first,
+        # as an exhaustive ranking of the same seeded samples (n = best_of) gives them.
+        sample = {"prompt": prompt, "max_tokens": 8, "ignore_eos": True, "temperature": 1.0,
+                  "seed": 5, "logprobs": 0}
+        st, every = http(s.url + "/v1/completions", {**sample, "n": 5})
+        assert st == 200 and len(every["choices"]) == 5, every
+        score = lambda c: sum(c["logprobs"]["token_logprobs"])
+        ranked = sorted(every["choices"], key=lambda c: -score(c))
+        for stream in (False, True):
+            st, body = http(s.url + "/v1/completions",
+                            {**sample, "n": 2, "best_of": 5, "stream": stream})
+            assert st == 200, body
+            if stream:  # the ranking is known at the end: one chunk per choice, then [DONE]
+                chunks = [json.loads(e) for e in sse_data(body)[:-1]]
+                texts = {}
+                for ch in chunks:
+                    for c in ch["choices"]:
+                        texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+                assert texts == {0: ranked[0]["text"], 1: ranked[1]["text"]}, (texts, ranked)
+            else:
+                got = body["choices"]
+                assert [c["index"] for c in got] == [0, 1], got
+                assert [c["text"] for c in got] == [ranked[0]["text"], ranked[1]["text"]], got
+                assert abs(score(got[0]) - score(ranked[0])) < 1e-5, (got, ranked)
+                # usage counts the returned samples only, as vLLM's
+                assert body["usage"]["completion_tokens"] == 16, body
+        # --enable-prompt-tokens-details: a prompt sent twice is served from the prefix cache
+        # the second time (vLLM's num_cached_tokens: full 16-token blocks of all but the last
+        # token); none cached is null, as vLLM writes it.
+        story = ("Once upon a time there was a little girl who lived in a village near the "
+                 "forest, and every day she walked")
+        n_ids = http(s.url + "/tokenize", {"prompt": story})[1]["count"]
+        assert n_ids > 17, n_ids
+        body = {"prompt": story, "max_tokens": 2, "temperature": 0}
+        first = http(s.url + "/v1/completions", body)[1]
+        assert first["usage"]["prompt_tokens_details"] is None, first
+        second = http(s.url + "/v1/completions", body)[1]
+        cached = (n_ids - 1) // 16 * 16
+        assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}, second
+        st, body = http(s.url + "/v1/completions",
+                        {**body, "stream": True, "stream_options": {"include_usage": True}})
+        last = json.loads(sse_data(body)[-2])
+        assert last["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}, last
+        st, chat = http(s.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": story}], "max_tokens": 2})
+        st, chat = http(s.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": story}], "max_tokens": 2})
+        assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] >= 16, chat
         # stream_options.continuous_usage_stats: every chunk carries the usage so far.
         st, body = http(s.url + "/v1/completions",
                         {"prompt": prompt, "max_tokens": 5, "ignore_eos": True, "stream": True,

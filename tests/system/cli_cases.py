@@ -117,6 +117,74 @@ def case_generate_stop():
     assert c["text"].endswith(" a") and c["text"].count(" a") == 1, c
 
 
+def case_generate_sampling_fields():
+    """best_of (flags and JSON input): the n best of best_of seeded samples by cumulative
+    logprob, as an exhaustive ranking of the same samples gives them; bad_words,
+    allowed_token_ids, truncate_prompt_tokens, a plug-in logits processor, num_cached_tokens."""
+    prompt = "Once upon a time"
+    common = ["--max-tokens", "8", "--ignore-eos", "--temperature", "1.0", "--sampling-seed", "3"]
+    every = jsonl(run("generate", *common, "--n", "5", "--logprobs", "0", prompt).stdout)[0]
+    ranked = sorted(every["outputs"], key=lambda c: -c["cumulative_logprob"])
+    best = jsonl(run("generate", *common, "--n", "2", "--best-of", "5", "--logprobs", "0",
+                     prompt).stdout)[0]["outputs"]
+    assert [c["index"] for c in best] == [0, 1], best
+    assert [c["token_ids"] for c in best] == [c["token_ids"] for c in ranked[:2]], (best, ranked)
+    assert abs(best[0]["cumulative_logprob"] - ranked[0]["cumulative_logprob"]) < 1e-6
+    with tempfile.TemporaryDirectory() as d:
+        src = pathlib.Path(d, "in.jsonl")
+        src.write_text(json.dumps({"prompt": prompt, "n": 1, "best_of": 5, "seed": 3,
+                                   "max_tokens": 8, "ignore_eos": True, "temperature": 1.0}))
+        one = jsonl(run("generate", "--input", str(src)).stdout)[0]["outputs"]
+    assert len(one) == 1 and one[0]["token_ids"] == ranked[0]["token_ids"], (one, ranked)
+    assert one[0]["cumulative_logprob"] is None, one  # None without logprobs, as for n
+    expect_error(["generate", "--n", "3", "--best-of", "2", prompt], "best_of = 2", ">= n")
+
+    greedy = ["--max-tokens", "24", "--ignore-eos", "--temperature", "0"]
+    free = jsonl(run("generate", *greedy, prompt).stdout)[0]
+    # bad_words: a word of the free run (with its leading space, as it was generated) is never
+    # generated once banned; the runs agree until it.
+    words = free["outputs"][0]["text"].split()
+    word = next(w for w in words[1:] if w.isalpha())
+    banned = jsonl(run("generate", *greedy, "--bad-words", word, prompt).stdout)[0]["outputs"][0]
+    assert re.search(r"\b" + word + r"\b", banned["text"]) is None, (word, banned)
+    assert banned["token_ids"] != free["outputs"][0]["token_ids"]
+    # allowed_token_ids: only those ids come out (comma-separated or repeated).
+    allowed = sorted(set(free["outputs"][0]["token_ids"][::3]))[:4] + [5, 6]
+    out = jsonl(run("generate", *greedy, "--allowed-token-ids", ",".join(map(str, allowed)),
+                    prompt).stdout)[0]["outputs"][0]
+    assert set(out["token_ids"]) <= set(allowed), (out, allowed)
+    # truncate_prompt_tokens keeps the last k prompt tokens.
+    t = jsonl(run("generate", *greedy, "--truncate-prompt-tokens", "2", prompt).stdout)[0]
+    assert t["prompt_token_ids"] == free["prompt_token_ids"][-2:], (t, free)
+    # A plug-in processor by name, on the command line and in JSON input.
+    def repeats(ids, n):
+        grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+        return len(grams) != len(set(grams))
+    long_run = ["--max-tokens", "64", "--ignore-eos", "--temperature", "0"]
+    free_long = jsonl(run("generate", *long_run, prompt).stdout)[0]
+    assert repeats(free_long["prompt_token_ids"] + free_long["outputs"][0]["token_ids"], 3)
+    plugin = ["--logits-processor-plugin", PLUGIN]
+    got = jsonl(run("generate", *plugin, *long_run, "--sampling-logits-processors",
+                    "no_repeat_ngram:3", prompt).stdout)[0]
+    assert not repeats(got["prompt_token_ids"] + got["outputs"][0]["token_ids"], 3), got
+    with tempfile.TemporaryDirectory() as d:
+        src = pathlib.Path(d, "in.jsonl")
+        src.write_text(json.dumps({"prompt": prompt, "logits_processors": ["no_repeat_ngram:3"],
+                                   "max_tokens": 64, "ignore_eos": True, "temperature": 0}) + "\n"
+                       + json.dumps({"prompt": prompt, "max_tokens": 4}) + "\n")
+        lines = jsonl(run("generate", *plugin, "--input", str(src)).stdout)
+    assert lines[0]["outputs"][0]["token_ids"] == got["outputs"][0]["token_ids"], lines
+    # vLLM's num_cached_tokens is in every result (a prompt shorter than a block has none cached;
+    # tests/actors and tests/server check real hits).
+    assert lines[0]["num_cached_tokens"] == 0 and lines[1]["num_cached_tokens"] == 0, lines
+    expect_error(["generate", "--sampling-logits-processors", "no_repeat_ngram:3", prompt],
+                 "logits_processors", "none loaded")
+    expect_error(["generate", *plugin, "--sampling-logits-processors", "no_such", prompt],
+                 "no such processor", "no_repeat_ngram")
+    expect_error(["generate", "--logits-processor-plugin", "/nonexistent.so", prompt],
+                 "logits_processor_plugin", "/nonexistent.so")
+
+
 def case_tokenize():
     ids = json.loads(run("tokenize", "Hello world").stdout)
     assert ids[0] == 0 and len(ids) > 1, ids
@@ -355,7 +423,7 @@ def case_help_tells_the_truth():
     lines = h.splitlines()
     assert len(lines) < 160, len(lines)
     footer = h.index("Engine flags of vLLM not supported yet")
-    for flag in ("--enable-lora", "--speculative-config", "--quantization", "--bad-words"):
+    for flag in ("--enable-lora", "--speculative-config", "--quantization", "--flat-logprobs"):
         assert h.count(flag + " ") + h.count(flag + "\n") == 1 and h.index(flag) > footer, flag
     assert "Default: the model's generation_config.json max_new_tokens, else 16." in h
     assert "Default: the model's generation_config.json temperature, else 1.0." in h
@@ -542,5 +610,6 @@ def case_readme_example():
 if __name__ == "__main__":
     name, TROUPE = sys.argv[1], os.path.abspath(sys.argv[2])
     EXAMPLE = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
+    PLUGIN = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
     globals()["case_" + name]()
     print(f"{name}: ok")
