@@ -24,7 +24,7 @@ Runner add_bench_serving(CLI::App& app);
 /// between the two nearest ranks), as vLLM's benchmarks report them; 0 for an empty `v`.
 double percentile(std::vector<double> v, double p);
 
-/// `troupe launch CLUSTER.toml -- COMMAND ARGS...` is COMMAND (generate, bench) with
+/// `troupe launch CLUSTER.toml -- COMMAND ARGS...` is COMMAND (generate, bench, serve) with
 /// `--cluster CLUSTER.toml`: the command line rewritten so, or `args` unchanged when it is not a
 /// launch. Throws troupe::Error naming what is wrong with a launch line.
 std::vector<std::string> rewrite_launch(const std::vector<std::string>& args);

@@ -1,6 +1,6 @@
-// troupe launch CLUSTER.toml -- generate ...: runs the command as the head of the cluster the
-// file describes (EngineArgs.cluster): the engine starts the file's workers, waits for each to
-// join, prints the topology and runs its ranks on them.
+// troupe launch CLUSTER.toml -- generate|bench|serve ...: runs the command as the head of the
+// cluster the file describes (EngineArgs.cluster): the engine starts the file's workers, waits for
+// each to join, prints the topology and runs its ranks on them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,13 +16,14 @@ std::vector<std::string> rewrite_launch(const std::vector<std::string>& args) {
   while (at < args.size() && args[at].starts_with("--log-level"))
     at += args[at].find('=') == std::string::npos ? 2 : 1;
   if (at >= args.size() || args[at] != "launch") return args;
-  const std::string usage = "usage: troupe launch CLUSTER.toml -- generate|bench [ARGS...]";
+  const std::string usage = "usage: troupe launch CLUSTER.toml -- generate|bench|serve [ARGS...]";
   if (at + 1 >= args.size() || args[at + 1] == "--" || args[at + 1].starts_with("-")) {
     if (at + 1 < args.size() && (args[at + 1] == "--help" || args[at + 1] == "-h"))
-      fail("{}\n  Starts the workers the cluster file names (configs/cluster/local.toml: a head and "
-           "two workers on this machine), waits for each to join, prints the topology and runs "
-           "the command's engine on them. docs/engine.md, \"The cluster file\", lists its keys.",
-           usage);
+      fail(
+          "{}\n  Starts the workers the cluster file names (configs/cluster/local.toml: a head and "
+          "two workers on this machine), waits for each to join, prints the topology and runs "
+          "the command's engine on them. docs/engine.md, \"The cluster file\", lists its keys.",
+          usage);
     fail("launch: the cluster file is missing; {}", usage);
   }
   const std::string file = args[at + 1];
@@ -30,9 +31,9 @@ std::vector<std::string> rewrite_launch(const std::vector<std::string>& args) {
     fail("launch {}: expected `--` and the command to run after the cluster file; {}", file, usage);
   if (at + 3 >= args.size()) fail("launch {}: no command after `--`; {}", file, usage);
   const std::string& command = args[at + 3];
-  if (command != "generate" && command != "bench")
-    fail("launch {}: command '{}' cannot run on a cluster; allowed: generate, bench{}", file,
-         command, command == "serve" ? " (troupe serve joins once it exists)" : "");
+  if (command != "generate" && command != "bench" && command != "serve")
+    fail("launch {}: command '{}' cannot run on a cluster; allowed: generate, bench, serve", file,
+         command);
   std::vector<std::string> out(args.begin(), args.begin() + ptrdiff_t(at));
   out.insert(out.end(), args.begin() + ptrdiff_t(at + 3), args.end());
   out.push_back("--cluster");

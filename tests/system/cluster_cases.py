@@ -14,10 +14,12 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODEL = REPO / "models" / "troupe-fortunes"
@@ -59,6 +61,45 @@ def case_launch_local():
     assert tokens(p) == want, f"{tokens(p)} != {want}"
     assert "every worker joined" in p.stderr, p.stderr[-2000:]
     # The workers exit with the head: none is left behind.
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"{TROUPE} worker --head"], capture_output=True,
+                          text=True).stdout.split()
+    assert not left, f"workers left running: {left}"
+
+
+def case_launch_serve():
+    """`troupe launch local.toml -- serve`: the OpenAI server on the cluster's two ranks answers
+    a greedy completion with one rank's tokens; SIGTERM stops it and its workers."""
+    with tempfile.TemporaryDirectory() as d:
+        log = pathlib.Path(d, "serve.log")
+        with open(log, "w") as err:
+            proc = subprocess.Popen([TROUPE, "--log-level", "info", "launch",
+                                     "configs/cluster/local.toml", "--", "serve", "--host",
+                                     "127.0.0.1", "--port", "0"], stdout=subprocess.DEVNULL,
+                                    stderr=err, env=ENV, cwd=REPO)
+        try:
+            url = None
+            deadline = time.time() + 60
+            while time.time() < deadline and proc.poll() is None and url is None:
+                for word in log.read_text().split():
+                    if word.startswith("http://127.0.0.1:"):
+                        url = word
+                time.sleep(0.1)
+            assert url, f"no server address:\n{log.read_text()[-3000:]}"
+            models = json.load(urllib.request.urlopen(url + "/v1/models", timeout=30))
+            body = json.dumps({"model": models["data"][0]["id"], "prompt": PROMPTS[2],
+                               "max_tokens": 24, "temperature": 0,
+                               "ignore_eos": True}).encode()
+            req = urllib.request.Request(url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            out = json.load(urllib.request.urlopen(req, timeout=60))
+            text = out["choices"][0]["text"]
+            local = json.loads(run("generate", *GREEDY, PROMPTS[2]).stdout.splitlines()[0])
+            assert text == local["outputs"][0]["text"], (text, local["outputs"][0]["text"])
+            assert "every worker joined" in log.read_text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", f"{TROUPE} worker --head"], capture_output=True,
                           text=True).stdout.split()
