@@ -65,6 +65,10 @@ unpack_bundle() {
   if [[ -n $build && ! -x $build/tools/troupe ]]; then
     mkdir -p "$build/tools" && cp "$root/bin/troupe" "$build/tools/troupe"
   fi
+  # The transport tests start their rank processes from the path they were built with.
+  if [[ -n $build && -x $root/bin/troupe_transport_peer && ! -x $build/tests/troupe_transport_peer ]]; then
+    mkdir -p "$build/tests" && cp "$root/bin/troupe_transport_peer" "$build/tests/"
+  fi
   return 0
 }
 
