@@ -10,10 +10,13 @@
 #include <thread>
 
 #include "actors/cache_manager_actor.hpp"
+#include "actors/cluster_launch.hpp"
 #include "actors/engine_actor.hpp"
 #include "actors/executor_actor.hpp"
-#include "runtime/error.hpp"
+#include "actors/executor_group.hpp"
 #include "runtime/checkpoint/generation_config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/models/model.hpp"
 
 namespace troupe {
 
@@ -25,74 +28,12 @@ struct Engine::Impl {
   ModelConfig model;
   std::shared_ptr<const Tokenizer> tokenizer;
   SamplingParams defaults;
-  std::vector<executor_actor> executors;
+  std::unique_ptr<ClusterLaunch> launch;  // a cluster file's workers (before the group: it
+                                          // goes after the group has left them)
+  std::unique_ptr<ExecutorGroup> group;
   engine_actor engine;
   explicit Impl(caf::actor_system& s) : sys(s) {}
 };
-
-namespace {
-
-std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep) {
-  const auto colon = ep.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == ep.size())
-    fail("executor_endpoints: '{}' is not host:port", ep);
-  int port = 0;
-  try {
-    port = std::stoi(ep.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (port <= 0 || port > 65535) fail("executor_endpoints: '{}': port must be 1..65535", ep);
-  return {ep.substr(0, colon), uint16_t(port)};
-}
-
-/// Asks `exec` to load the model and waits for its reply or its end, whichever comes first:
-/// CAF answers no pending request when a remote worker's connection drops (its process was
-/// killed while loading, or crashed), so a plain request would wait forever. `who` names the
-/// executor in the error.
-caf::expected<ExecutorInfo> init_executor(caf::actor_system& sys, const executor_actor& exec,
-                                          const ExecutorInit& init, const std::string& who) {
-  caf::scoped_actor self{sys};
-  const caf::actor waiter = caf::actor_cast<caf::actor>(self);
-  sys.spawn([exec, init, waiter, who](caf::event_based_actor* h) -> caf::behavior {
-    h->monitor(exec);
-    h->set_down_handler([=](caf::down_msg& dm) {
-      if (dm.source != exec.address()) return;
-      h->send(waiter, make_troupe_error(fmt::format("{} went down while loading the model ({})",
-                                                    who, caf::to_string(dm.reason))));
-      h->quit();
-    });
-    h->request(exec, caf::infinite, init_atom::value, init)
-        .then(
-            [=](const ExecutorInfo& info) {
-              h->send(waiter, info);
-              h->quit();
-            },
-            [=](caf::error& e) {
-              h->send(waiter, std::move(e));
-              h->quit();
-            });
-    return {[](caf::unit_t) {}};  // stays up until the reply or the down message
-  });
-  caf::expected<ExecutorInfo> out{caf::make_error(caf::sec::runtime_error)};
-  self->receive([&](const ExecutorInfo& info) { out = info; },
-                [&](caf::error& e) { out = std::move(e); });
-  return out;
-}
-
-executor_actor connect_executor(caf::actor_system& sys, const std::string& endpoint) {
-  auto [host, port] = parse_endpoint(endpoint);
-  caf::error last;
-  for (int attempt = 0; attempt < 50; ++attempt) {  // a worker may still be starting
-    auto h = sys.middleman().remote_actor<executor_actor>(host, port);
-    if (h) return *h;
-    last = h.error();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  fail("executor_endpoints: cannot reach a troupe worker at {}: {}", endpoint, error_text(last));
-}
-
-}  // namespace
 
 Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique<Impl>(sys)) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -139,12 +80,6 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     fail("max_num_batched_tokens = {}: without chunked prefill it must be >= max_model_len = {}",
          batched, max_len);
 
-  // Executors: in-process, or `troupe worker` processes reached over the middleman.
-  if (!args.executor_endpoints.empty()) {
-    for (const auto& ep : args.executor_endpoints) m.executors.push_back(connect_executor(sys, ep));
-  } else {
-    m.executors.push_back(spawn_executor(sys));
-  }
   ExecutorInit init;
   init.model_dir = fs::absolute(dir).string();
   init.load_format = args.load_format;
@@ -174,26 +109,50 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
       init.logits_processor_plugins.push_back(fs::absolute(p).string());
   }
 
-  int32_t num_blocks = INT32_MAX;
-  int32_t num_cpu_blocks = INT32_MAX;
-  for (size_t i = 0; i < m.executors.size(); ++i) {
-    init.tp_rank = int32_t(i);
-    const std::string who =
-        args.executor_endpoints.empty()
-            ? fmt::format("executor {}", i)
-            : fmt::format("executor {} (the worker at {})", i, args.executor_endpoints[i]);
-    const auto info = init_executor(sys, m.executors[i], init, who);
-    if (!info) {
-      for (auto& e : m.executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
-      throw Error(error_text(info.error()));
-    }
-    num_blocks = std::min(num_blocks, info->num_blocks);
-    num_cpu_blocks = std::min(num_cpu_blocks, info->num_cpu_blocks);
-    m.info.backend = info->backend;
+  check_parallel_layout(m.model, args.tensor_parallel_size, args.pipeline_parallel_size);
+  // Executors: in-process, `troupe worker` processes reached over the middleman (listed, or
+  // started here for a parallel layout), or workers that joined a launcher.
+  ExecutorGroupSpec spec;
+  spec.tp = int32_t(args.tensor_parallel_size);
+  spec.pp = int32_t(args.pipeline_parallel_size);
+  spec.device = device;
+  spec.endpoints = args.executor_endpoints;
+  if (auto cluster = cluster_of(args)) {
+    // A cluster file or vLLM's multi-node flags: its parallel sizes rule, and the command
+    // line may only repeat them.
+    const auto differs = [](int64_t flag, int32_t file) { return flag != 1 && flag != file; };
+    if (differs(args.tensor_parallel_size, cluster->tensor_parallel_size) ||
+        differs(args.pipeline_parallel_size, cluster->pipeline_parallel_size))
+      fail(
+          "tensor_parallel_size {} x pipeline_parallel_size {} on the command line, but the "
+          "cluster has {} x {}: give them in one place",
+          args.tensor_parallel_size, args.pipeline_parallel_size, cluster->tensor_parallel_size,
+          cluster->pipeline_parallel_size);
+    spec.tp = cluster->tensor_parallel_size;
+    spec.pp = cluster->pipeline_parallel_size;
+    check_parallel_layout(m.model, spec.tp, spec.pp);
+    m.launch = std::make_unique<ClusterLaunch>(sys, *cluster);
+    spec.joined_workers = m.launch->workers();
+    spec.joined_names = m.launch->names();
+    spec.joined_hosts = m.launch->hosts();
+    spec.collectives = cluster->collectives;
+    if (spec.collectives == "auto" && device != "cuda")
+      spec.collectives = m.launch->one_host() ? "shm" : "ucx";
+    spec.ucx_tls = cluster->ucx_tls;
+    spec.ucx_net_devices = cluster->net_device;
+    spec.timeout_ms = std::max(30000, cluster->heartbeat_timeout_ms);
   }
+  spec.max_parallel_loading = size_t(args.max_parallel_loading_workers.value_or(0));
+  spec.worker_args = {"--log-level", worker_log_level()};
+  m.group = std::make_unique<ExecutorGroup>(sys, spec, init);
+  const int32_t num_blocks = m.group->num_blocks();
+  m.info.backend = m.group->infos().front().backend;
   m.info.num_kv_blocks = num_blocks;
-  m.info.num_cpu_blocks = swap ? num_cpu_blocks : 0;
+  m.info.num_cpu_blocks = swap ? m.group->num_cpu_blocks() : 0;
   m.info.block_size = int32_t(args.block_size);
+  if (spec.tp * spec.pp > 1)
+    spdlog::info("engine: {} ranks (tensor_parallel_size {} x pipeline_parallel_size {}):\n{}",
+                 spec.tp * spec.pp, spec.tp, spec.pp, m.group->topology());
 
   EngineContext ctx;
   OutputProcessorConfig& rq = ctx.requests;
@@ -208,7 +167,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   rq.log_requests = args.enable_log_requests;
   rq.max_log_len = int32_t(args.max_log_len.value_or(0));
   rq.plugins = plugins;
-  rq.in_process_executors = args.executor_endpoints.empty();
+  rq.in_process_executors = m.group->in_process();
   ctx.tokenizer = m.tokenizer;
   if (m.tokenizer)
     ctx.tokenizers = TokenizerPool(sys, m.tokenizer,
@@ -217,7 +176,8 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     ctx.tokenizers = TokenizerPool();
   ctx.cache_manager = spawn_cache_manager(sys, num_blocks, int32_t(args.block_size),
                                           args.enable_prefix_caching, m.info.num_cpu_blocks);
-  ctx.executors = m.executors;
+  ctx.executors = ExecutorRanks{m.group->executors(), m.group->names(), m.group->driver()};
+  ctx.scheduler.policy.pipeline_parallel_size = int32_t(args.pipeline_parallel_size);
   ctx.scheduler.policy.max_num_batched_tokens = batched;
   ctx.scheduler.policy.max_num_seqs = int32_t(args.max_num_seqs);
   ctx.scheduler.policy.max_model_len = max_len;
@@ -242,7 +202,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
 Engine::~Engine() {
   if (!impl_) return;
   caf::anon_send_exit(impl_->engine, caf::exit_reason::user_shutdown);
-  for (auto& e : impl_->executors) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  if (impl_->group) impl_->group->shutdown();
 }
 
 engine_actor Engine::handle() const { return impl_->engine; }

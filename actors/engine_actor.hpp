@@ -35,7 +35,7 @@ struct EngineContext {
   std::shared_ptr<const Tokenizer> tokenizer;  // null with skip_tokenizer_init
   TokenizerPool tokenizers;
   cache_manager_actor cache_manager;
-  std::vector<executor_actor> executors;
+  ExecutorRanks executors;
   SchedulerLoopConfig scheduler;
 };
 

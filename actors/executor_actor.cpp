@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "actors/wires.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "runtime/error.hpp"
 #include "runtime/exec/model_runner.hpp"
@@ -19,6 +22,12 @@ namespace troupe {
 namespace {
 
 struct executor_state {
+  // A start in a parallel group (prepare, connect, init, start): the placement, this rank's
+  // ends of the wires, and once connected the backend (with its group) and the stage link.
+  ExecutorPlacement placement;
+  std::unique_ptr<PreparedWires> wires;
+  std::unique_ptr<Backend> backend;
+  std::optional<std::pair<std::shared_ptr<Collectives>, std::shared_ptr<StageLink>>> connected;
   std::unique_ptr<ModelRunner> runner;
   // The step whose sampling is in flight (ModelRunner::start_sampling) and its requester's
   // promise, delivered by the next execute (after enqueueing that step's forward) or by the
@@ -88,13 +97,65 @@ caf::result<StepResult> execute_step(self_ptr self, const StepPlan& plan) {
 
 executor_actor::behavior_type executor_behavior(self_ptr self) {
   return {
-      [=](init_atom, const ExecutorInit& init) -> caf::result<ExecutorInfo> {
+      [=](prepare_atom, const ExecutorPlacement& placement) -> caf::result<ExecutorEndpoints> {
+        auto& st = self->state;
         try {
-          if (self->state.waiting) finish_waiting(self);
-          self->state.runner.reset();  // a re-init replaces the model
-          self->state.runner =
-              std::make_unique<ModelRunner>(make_backend(init.device, init.device_index), init);
-          return self->state.runner->info();
+          if (st.waiting) finish_waiting(self);
+          st.runner.reset();  // a new start replaces the model and the wires
+          st.connected.reset();
+          st.wires = prepare_wires(placement);
+          st.placement = placement;
+          return st.wires->endpoints();
+        } catch (const std::exception& e) {
+          return make_troupe_error(e.what());
+        }
+      },
+      [=](connect_atom, const WirePeers& peers) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.wires) return make_troupe_error("executor: connect before prepare");
+        try {
+          // The backend is made here, on the executor's own thread, as the wires may live on
+          // its device (NCCL on its stream).
+          st.backend = make_backend(st.placement.device, st.placement.device_index,
+                                    st.placement.ranks_on_host);
+          st.connected = st.wires->connect(peers, *st.backend);
+          st.backend->set_collectives(st.connected->first);
+          return true;
+        } catch (const std::exception& e) {
+          st.backend.reset();
+          st.connected.reset();
+          return make_troupe_error(e.what());
+        }
+      },
+      [=](init_atom, const ExecutorInit& init) -> caf::result<ExecutorInfo> {
+        auto& st = self->state;
+        try {
+          if (st.waiting) finish_waiting(self);
+          st.runner.reset();  // a re-init replaces the model
+          std::unique_ptr<Backend> backend;
+          std::shared_ptr<StageLink> link;
+          RunnerOptions options;
+          if (st.connected) {  // prepared and connected in a group: start() follows
+            backend = std::move(st.backend);
+            link = st.connected->second;
+            options.defer_start = true;
+          } else {
+            backend = make_backend(init.device, init.device_index);
+          }
+          if (!backend)
+            return make_troupe_error("executor: init after a failed start; prepare it again");
+          st.runner = std::make_unique<ModelRunner>(std::move(backend), init, options, link);
+          return st.runner->info();
+        } catch (const std::exception& e) {
+          return make_troupe_error(e.what());
+        }
+      },
+      [=](start_atom) -> caf::result<ExecutorInfo> {
+        auto& st = self->state;
+        if (!st.runner) return make_troupe_error("executor: start before init");
+        try {
+          if (!st.runner->started()) st.runner->start();
+          return st.runner->info();
         } catch (const std::exception& e) {
           return make_troupe_error(e.what());
         }
@@ -125,8 +186,12 @@ executor_actor spawn_executor(caf::actor_system& sys) {
 int cuda_device_count() { return 0; }  // the CUDA build's is in cuda/cuda_backend.cpp
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int index) {
-  if (device == "cpu") return make_cpu_backend();
+std::unique_ptr<Backend> make_backend(const std::string& device, int index, int ranks_on_host) {
+  if (device == "cpu") {
+    if (ranks_on_host <= 1) return make_cpu_backend();  // every core
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    return make_cpu_backend(std::max(1, cores / ranks_on_host));
+  }
   if (device == "cuda") {
 #ifdef TROUPE_HAVE_CUDA
     if (index < 0 || index >= cuda_device_count())

@@ -8,6 +8,7 @@
 
 #include <unordered_map>
 
+#include "actors/cluster_launch.hpp"
 #include "actors/engine.hpp"
 #include "actors/messages.hpp"
 #include "runtime/api/progress_bar.hpp"
@@ -30,8 +31,14 @@ LLM::LLM(EngineArgs args) : impl_(std::make_unique<Impl>()) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   register_message_types(impl_->cfg);
   impl_->cfg.set("scheduler.max-threads", 4);
-  // Heartbeats so that a frozen remote worker is noticed (CAF's default is never).
-  impl_->cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+  // Heartbeats so that a frozen remote worker is noticed within 5 s (CAF's default is never),
+  // or within what the cluster file says.
+  auto interval = std::chrono::milliseconds(500), timeout = std::chrono::milliseconds(5000);
+  if (auto cluster = cluster_of(args)) {
+    interval = std::chrono::milliseconds(cluster->heartbeat_interval_ms);
+    timeout = std::chrono::milliseconds(cluster->heartbeat_timeout_ms);
+  }
+  set_heartbeat(impl_->cfg, interval, timeout);
   impl_->sys = std::make_unique<caf::actor_system>(impl_->cfg);
   impl_->engine = std::make_unique<Engine>(*impl_->sys, std::move(args));
 }

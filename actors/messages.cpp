@@ -16,7 +16,18 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<StepResult>("troupe_step_result");
   cfg.add_message_type<ExecutorInit>("troupe_executor_init");
   cfg.add_message_type<ExecutorInfo>("troupe_executor_info");
+  cfg.add_message_type<ExecutorPlacement>("troupe_executor_placement");
+  cfg.add_message_type<ExecutorEndpoints>("troupe_executor_endpoints");
+  cfg.add_message_type<WirePeers>("troupe_wire_peers");
+  cfg.add_message_type<WorkerJoin>("troupe_worker_join");
+  cfg.add_message_type<WorkerHello>("troupe_worker_hello");
   cfg.load<caf::io::middleman>();
+}
+
+void set_heartbeat(caf::actor_system_config& cfg, std::chrono::milliseconds interval,
+                   std::chrono::milliseconds timeout) {
+  cfg.set("middleman.heartbeat-interval", caf::timespan{interval});
+  cfg.set("middleman.connection-timeout", caf::timespan{timeout});
 }
 
 caf::error make_troupe_error(const std::string& what) {

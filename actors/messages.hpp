@@ -12,6 +12,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ using detok_atom = caf::atom_constant<caf::atom("detok")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using prepare_atom = caf::atom_constant<caf::atom("prepare")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 
 // ---- engine-local message types ----
@@ -60,6 +67,20 @@ struct SeqSpecs {
 };
 struct SeqUpdates {
   std::vector<SeqUpdate> items;
+};
+
+/// A head asking a `troupe worker` for an executor (actors/worker_actor.hpp).
+struct WorkerJoin {
+  std::string head;   // who asks: "<hostname> pid <pid>", for logs and the busy message
+  caf::actor anchor;  // lives as long as the head's engine: its end ends the session
+};
+
+/// A worker that dials the head (`troupe launch`, `--headless` nodes) says who it is.
+struct WorkerHello {
+  int32_t rank = -1;     // the rank its launcher gave it
+  std::string node;      // the cluster file's node name
+  std::string address;   // "host:port" it is known by, for error messages
+  int32_t pid = 0;
 };
 
 /// Work for one tokenizer member's incremental detokenizers (DetokOpen, DetokPush:
@@ -140,11 +161,39 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {
   return f(caf::meta::type_name("executor_info"), x.num_blocks, x.num_cpu_blocks, x.kv_block_bytes,
-           x.kv_cache_bytes, x.weight_bytes, x.backend, x.load_seconds);
+           x.kv_cache_bytes, x.weight_bytes, x.backend, x.load_seconds, x.checkpoint_fingerprint);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ExecutorPlacement& x) {
+  return f(caf::meta::type_name("executor_placement"), x.tp_rank, x.tp_size, x.pp_rank, x.pp_size,
+           x.device, x.device_index, x.collectives, x.stage_link, x.ucx_tls, x.ucx_net_devices,
+           x.timeout_ms, x.ranks_on_host);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ExecutorEndpoints& x) {
+  return f(caf::meta::type_name("executor_endpoints"), x.collectives, x.stage, x.hostname, x.pid);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WirePeers& x) {
+  return f(caf::meta::type_name("wire_peers"), x.tp, x.stages);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerJoin& x) {
+  return f(caf::meta::type_name("worker_join"), x.head, x.anchor);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerHello& x) {
+  return f(caf::meta::type_name("worker_hello"), x.rank, x.node, x.address, x.pid);
 }
 
 /// Registers the cross-process types (and loads the middleman). Call on every process's config.
 void register_message_types(caf::actor_system_config& cfg);
+
+/// Heartbeats between this process and its peers (CAF's middleman): one every `interval`, and a
+/// connection silent for `timeout` is dropped, so that a frozen peer (SIGSTOP, a hung host, a
+/// cut link) turns into down messages within `timeout`. Set on both sides. 0 turns each off.
+void set_heartbeat(caf::actor_system_config& cfg, std::chrono::milliseconds interval,
+                   std::chrono::milliseconds timeout);
 
 /// The user-facing text of an error that came back from an actor: the message a handler put
 /// in it, or CAF's rendering.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -17,13 +18,14 @@ struct scheduler_state {
   std::unique_ptr<Scheduler> sched;
   SchedulerLoopConfig config;
   cache_manager_actor cache_manager;
-  std::vector<executor_actor> executors;
+  ExecutorRanks ranks;  // every rank; the driver's results are applied
   engine_actor engine;
   bool planning = false;  // waiting for the cache manager's grant
   bool executors_lost = false;
   // Steps sent to the executors, oldest first (two with async scheduling: the one running and
-  // the one planned ahead). Each collects a result from every executor of the group; rank 0's
-  // is used. Results are applied in step order.
+  // the one planned ahead; up to pipeline_parallel_size micro-batches under PP). Each collects
+  // a result from every executor of the group; the driver's is used. Results are applied in
+  // step order.
   struct StepInFlight {
     uint64_t step_id = 0;
     std::vector<StepResult> results;
@@ -83,7 +85,7 @@ void fail_everything(self_ptr self, const std::string& why, bool fatal) {
 /// Applies the results of the oldest steps in flight that have all their replies.
 void finish_steps(self_ptr self) {
   auto& st = self->state;
-  while (!st.in_flight.empty() && st.in_flight.front().replies == st.executors.size()) {
+  while (!st.in_flight.empty() && st.in_flight.front().replies == st.ranks.handles.size()) {
     scheduler_state::StepInFlight done = std::move(st.in_flight.front());
     st.in_flight.pop_front();
     // After a lost executor everything has failed already (the down handler).
@@ -110,7 +112,7 @@ void finish_steps(self_ptr self) {
       t.decode_tokens += done.tokens;
       t.decode_seconds += took;
     }
-    const StepResult& r = done.results.front();
+    const StepResult& r = done.results[st.ranks.driver];
     st.timings.inside += r.execute_seconds;
     SeqUpdates ups;
     try {
@@ -145,7 +147,7 @@ void run_plan(self_ptr self, StepPlan plan) {
     }
     f.tokens += uint64_t(c.num_new_tokens);
   }
-  f.results.assign(st.executors.size(), StepResult{});
+  f.results.assign(st.ranks.handles.size(), StepResult{});
   f.sent = Clock::now();
   st.timings.plan += std::chrono::duration<double>(f.sent - st.timings.step_start).count();
   const uint64_t id = plan.step_id;
@@ -155,23 +157,23 @@ void run_plan(self_ptr self, StepPlan plan) {
       if (g.step_id == step_id) return &g;
     return nullptr;  // dropped by fail_everything's reset
   };
-  for (size_t i = 0; i < st.executors.size(); ++i) {
-    self->request(st.executors[i], caf::infinite, execute_atom::value, plan)
+  for (size_t i = 0; i < st.ranks.handles.size(); ++i) {
+    self->request(st.ranks.handles[i], caf::infinite, execute_atom::value, plan)
         .then(
             [=](StepResult& r) {
               auto* g = find(id);
               if (g == nullptr) return;
               g->results[i] = std::move(r);
-              if (++g->replies == self->state.executors.size()) finish_steps(self);
+              if (++g->replies == self->state.ranks.handles.size()) finish_steps(self);
             },
             [=](caf::error& e) {
               auto* g = find(id);
               if (g == nullptr) return;
               if (!g->failed) {
                 g->failed = true;
-                g->error = fmt::format("executor {} failed: {}", i, error_text(e));
+                g->error = fmt::format("{} failed: {}", self->state.ranks.names[i], error_text(e));
               }
-              if (++g->replies == self->state.executors.size()) finish_steps(self);
+              if (++g->replies == self->state.ranks.handles.size()) finish_steps(self);
             });
   }
 }
@@ -180,11 +182,12 @@ void step(self_ptr self) {
   auto& st = self->state;
   if (st.planning || st.executors_lost) return;
   if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
-  // One step at a time, or a second one planned ahead (async scheduling). A step sent with no
-  // sequences (only releases or swaps) is not in the scheduler's count but is in ours.
-  if (st.in_flight.size() >= 2) return;
-  if (st.in_flight.size() == 1 &&
-      !(st.sched->steps_in_flight() == 0 || st.sched->can_plan_ahead()))
+  // One step at a time, or a second one planned ahead (async scheduling), or one micro-batch
+  // per pipeline stage. A step sent with no sequences (only releases or swaps) is not in the
+  // scheduler's count but is in ours.
+  const size_t depth = size_t(std::max(2, st.config.policy.pipeline_parallel_size));
+  if (st.in_flight.size() >= depth) return;
+  if (!st.in_flight.empty() && !(st.sched->steps_in_flight() == 0 || st.sched->can_plan_ahead()))
     return;
   st.planning = true;
   st.timings.step_start = Clock::now();
@@ -267,23 +270,23 @@ void log_stats(self_ptr self) {
 
 scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopConfig config,
                                                   cache_manager_actor cache_manager,
-                                                  std::vector<executor_actor> executors,
+                                                  ExecutorRanks executors,
                                                   engine_actor engine) {
   auto& st = self->state;
   st.sched = std::make_unique<Scheduler>(config.policy);
   st.config = config;
   st.cache_manager = std::move(cache_manager);
-  st.executors = std::move(executors);
+  st.ranks = std::move(executors);
   st.engine = std::move(engine);
-  for (const auto& e : st.executors) self->monitor(e);
+  for (const auto& e : st.ranks.handles) self->monitor(e);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
-    for (size_t i = 0; i < s.executors.size(); ++i) {
-      if (dm.source != s.executors[i].address()) continue;
+    for (size_t i = 0; i < s.ranks.handles.size(); ++i) {
+      if (dm.source != s.ranks.handles[i].address()) continue;
       if (s.executors_lost) return;
       s.executors_lost = true;
       const std::string why =
-          fmt::format("executor {} is gone ({}): the engine cannot run steps any more", i,
+          fmt::format("{} is gone ({}): the engine cannot run steps any more", s.ranks.names[i],
                       caf::to_string(dm.reason));
       spdlog::error("scheduler: {}", why);
       fail_everything(self, why, true);
@@ -345,7 +348,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
-                                std::vector<executor_actor> executors, engine_actor engine) {
+                                ExecutorRanks executors, engine_actor engine) {
   return sys.spawn(scheduler_behavior, std::move(config), std::move(cache_manager),
                    std::move(executors), std::move(engine));
 }

@@ -26,6 +26,6 @@ using scheduler_actor = caf::typed_actor<
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
-                                std::vector<executor_actor> executors, engine_actor engine);
+                                ExecutorRanks executors, engine_actor engine);
 
 }  // namespace troupe

@@ -22,7 +22,7 @@ target_compile_definitions(troupe_engine INTERFACE
   "$<INSTALL_INTERFACE:TROUPE_INSTALLED_MODEL_DIR=\"$<INSTALL_PREFIX>/${CMAKE_INSTALL_DATADIR}/troupe/models/troupe-fortunes\">")
 
 set(_troupe_libs troupe_warnings troupe_runtime troupe_engine)
-foreach(_t troupe_cpu troupe_transport troupe_cuda troupe_actors)
+foreach(_t troupe_cpu troupe_transport troupe_transport_nccl troupe_cuda troupe_actors)
   if(TARGET ${_t})
     list(APPEND _troupe_libs ${_t})
   endif()

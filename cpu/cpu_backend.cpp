@@ -145,6 +145,41 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_start,
+                       int64_t vocab_size, const Tensor& out) override {
+    const OpCheck check("embedding_shard", kCpu);
+    check_f32(check, "table", table);
+    check_embedding_shard(check, ids, table, vocab_start, vocab_size, out);
+    const int64_t rows = table.dim(0), h = table.dim(1);
+    const auto* id = ids.as<const int32_t>();
+    for (int64_t t = 0; t < ids.dim(0); ++t)
+      if (id[t] < 0 || id[t] >= vocab_size)
+        check.fail("ids[{}] = {} is outside the vocabulary [0, {})", t, id[t], vocab_size);
+    const float* src = table.as<const float>();
+    float* dst = out.as<float>();
+    pool_.parallel_for(ids.dim(0), grain_for(h), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t row = int64_t(id[t]) - vocab_start;
+        if (row >= 0 && row < rows)
+          std::memcpy(dst + t * h, src + row * h, size_t(h) * sizeof(float));
+        else
+          std::fill(dst + t * h, dst + (t + 1) * h, 0.0f);
+      }
+    });
+  }
+
+  void interleave_shards(const Tensor& shards, const Tensor& out) override {
+    const OpCheck check("interleave_shards", kCpu);
+    check_f32(check, "shards", shards);
+    check_interleave_shards(check, shards, out);
+    const int64_t p = shards.dim(0), l = shards.dim(1), w = shards.dim(2);
+    const float* src = shards.as<const float>();
+    float* dst = out.as<float>();
+    for (int64_t r = 0; r < p; ++r)
+      for (int64_t i = 0; i < l; ++i)
+        std::memcpy(dst + i * p * w + r * w, src + (r * l + i) * w, size_t(w) * sizeof(float));
+  }
+
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     const OpCheck check("rms_norm", kCpu);
     check_f32(check, "x", x);

@@ -616,6 +616,37 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("gather_rows");
   }
 
+  void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_start,
+                       int64_t vocab_size, const Tensor& out) override {
+    const OpCheck check("embedding_shard", device_);
+    const auto prof = profile("embedding_shard", rows_of(ids));
+    check_compute_dtype(check, "table", table);
+    check_embedding_shard(check, ids, table, vocab_start, vocab_size, out);
+    const int64_t row_bytes = table.dim(1) * int64_t(dtype_size(table.dtype));
+    if (row_bytes % 4 != 0)
+      check.fail("rows of {} bytes: the hidden size must make rows a multiple of 4 bytes",
+                 row_bytes);
+    cuda::launch_embedding_shard(table.data, table.dim(0), vocab_start, vocab_size,
+                                 ids.as<const int32_t>(), out.data, out.dim(0), row_bytes, err(),
+                                 stream_);
+    after_launch("embedding_shard");
+  }
+
+  // One 2-D copy per shard: shard p's [L, W] rows land at column p * W of out's [L, P * W].
+  void interleave_shards(const Tensor& shards, const Tensor& out) override {
+    const OpCheck check("interleave_shards", device_);
+    check_interleave_shards(check, shards, out);
+    const int64_t p = shards.dim(0), l = shards.dim(1), w = shards.dim(2);
+    const size_t es = dtype_size(shards.dtype);
+    for (int64_t r = 0; r < p; ++r)
+      check_cuda(cudaMemcpy2DAsync(static_cast<char*>(out.data) + size_t(r * w) * es,
+                                   size_t(p * w) * es,
+                                   static_cast<const char*>(shards.data) + size_t(r * l * w) * es,
+                                   size_t(w) * es, size_t(w) * es, size_t(l),
+                                   cudaMemcpyDeviceToDevice, stream_),
+                 "interleave_shards: cudaMemcpy2DAsync");
+  }
+
   std::vector<SampledToken> sample(const Tensor& logits,
                                    std::span<const SamplingRow> rows) override {
     const auto prof = profile("sample", rows_of(logits));

@@ -41,6 +41,14 @@ void launch_gather_rows(const void* src, int64_t n_src, const int32_t* idx, void
                         int64_t n_out, int64_t row_bytes, int err_bit, int* err,
                         cudaStream_t stream);
 
+/// The vocab-parallel embedding (Backend::embedding_shard): out[t] = table[ids[t] - vocab_start]
+/// for ids inside this shard's `rows`, zeros elsewhere; ids outside [0, vocab_size) set
+/// kErrEmbeddingId. row_bytes must be a multiple of 4 (every hidden size in f32/bf16/f16 of an
+/// even width is).
+void launch_embedding_shard(const void* table, int64_t rows, int64_t vocab_start,
+                            int64_t vocab_size, const int32_t* ids, void* out, int64_t n_tokens,
+                            int64_t row_bytes, int* err, cudaStream_t stream);
+
 /// dst[slot[t]] = src[t] for both (k, v) pairs; negative slots skip, slots >= n_slots set
 /// kErrKvSlot.
 void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache,

@@ -6,7 +6,12 @@
 # request rate of RATES (TTFT / TPOT / ITL percentiles).
 #
 #   tools/bench_serving_ab.sh [build dir]      (env: ROUNDS=3 IN=128 OUT=128 N=300
-#                                               RATES="2 4 8" RATE_N=100 OUTDIR=bench_out)
+#                                               RATES="2 4 8" RATE_N=100 OUTDIR=bench_out
+#                                               MODEL_ARGS="engine flags for both")
+#
+# On a GPU (tools/device/parallel.sh runs it): MODEL_ARGS="--model configs/models/llama-3-8b
+# --load-format dummy --dtype bfloat16 --max-model-len 4096 --skip-tokenizer-init" (the random
+# prompts are token ids, so no tokenizer is needed).
 #
 # The server runs with --generation-config vllm: the embedded model's generation_config.json
 # caps max_tokens at 64 (vLLM's rule), which the offline benchmark does not apply.
@@ -16,14 +21,15 @@ T="$build/tools/troupe"
 ROUNDS=${ROUNDS:-3} IN=${IN:-128} OUT=${OUT:-128} N=${N:-300}
 RATES=${RATES-"2 4 8"} RATE_N=${RATE_N:-100}
 OUTDIR=${OUTDIR:-bench_out}
+read -r -a model_args <<< "${MODEL_ARGS:-}"
 mkdir -p "$OUTDIR"
 log="$OUTDIR/serve.log"
 
 start_server() {
-  "$T" --log-level warn serve --host 127.0.0.1 --port 0 --disable-uvicorn-access-log \
-    --generation-config vllm 2>"$log" &
+  "$T" --log-level warn serve "${model_args[@]}" --host 127.0.0.1 --port 0 \
+    --disable-uvicorn-access-log --generation-config vllm 2>"$log" &
   SP=$!
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 1200); do
     grep -q "API server on" "$log" && break
     sleep 0.1
   done
@@ -34,7 +40,7 @@ stop_server() { kill -TERM "$SP"; wait "$SP" || true; }
 
 for i in $(seq 1 "$ROUNDS"); do
   echo "== round $i, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  "$T" --log-level warn bench throughput --input-len "$IN" --output-len "$OUT" \
+  "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" --output-len "$OUT" \
     --num-prompts "$N" --output-json "$OUTDIR/offline_$i.json" | grep "output tokens/s"
   start_server
   "$T" --log-level warn bench serving --base-url "$URL" --dataset-name random \

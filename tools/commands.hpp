@@ -24,6 +24,11 @@ Runner add_bench_serving(CLI::App& app);
 /// between the two nearest ranks), as vLLM's benchmarks report them; 0 for an empty `v`.
 double percentile(std::vector<double> v, double p);
 
+/// `troupe launch CLUSTER.toml -- COMMAND ARGS...` is COMMAND (generate, bench, serve) with
+/// `--cluster CLUSTER.toml`: the command line rewritten so, or `args` unchanged when it is not a
+/// launch. Throws troupe::Error naming what is wrong with a launch line.
+std::vector<std::string> rewrite_launch(const std::vector<std::string>& args);
+
 /// "troupe 0.1.0 (git 8a50b50)": CMake's project version and the commit the binary was built
 /// from ("-dirty" with uncommitted changes), when git was available at build time.
 std::string version_text();

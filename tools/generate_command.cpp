@@ -33,6 +33,7 @@
 #include <iostream>
 #include <optional>
 
+#include "actors/cluster_launch.hpp"
 #include "actors/engine.hpp"
 #include "actors/llm.hpp"
 #include "runtime/api/outputs_json.hpp"
@@ -227,6 +228,8 @@ Runner add_generate_command(CLI::App& app) {
     std::vector<std::string> notices;
     EngineArgs engine_args = engine_args_from_cli(app, &notices);
     for (const auto& n : notices) spdlog::warn("{}", n);
+    // A node past 0 of vLLM's multi-node flags runs its workers only; the head has the prompts.
+    if (engine_args.headless) return run_headless_node(engine_args);
 
     std::vector<Input> inputs;
     if (!o->input.empty()) inputs = read_input(o->input);

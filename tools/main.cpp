@@ -7,6 +7,7 @@
 //                   (the OpenAI-compatible server)
 //   troupe worker   [--host H] [--port P]      (a remote executor for another process)
 //   troupe bench latency|throughput [--input-len N] [--output-len N] [...] [--output-json F]
+//   troupe launch CLUSTER.toml -- generate|bench ...   (the command on a cluster file's workers)
 //   troupe --version
 //
 // --log-level may come anywhere on the line (before or after the subcommand).
@@ -49,9 +50,23 @@ int main(int argc, char** argv) {
   add(worker, troupe::cli::add_worker_command(*worker));
   auto* bench = app.add_subcommand("bench", "benchmarks: latency, throughput, serving");
   add(bench, troupe::cli::add_bench_command(*bench));
+  // Listed for --help; the line is rewritten before parsing (tools/launch_command.cpp).
+  app.add_subcommand("launch", "CLUSTER.toml -- generate|bench ...: run on a cluster file's workers");
 
-  std::vector<std::string> args =
-      troupe::join_boolean_values(std::vector<std::string>(argv + 1, argv + argc));
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // vLLM's short forms, which CLI11 cannot name (one letter after a single dash).
+  for (auto& a : args)
+    for (const auto& [alias, flag] :
+         {std::pair{"-tp", "--tensor-parallel-size"}, std::pair{"-pp", "--pipeline-parallel-size"},
+          std::pair{"-dp", "--data-parallel-size"}})
+      if (a == alias || a.starts_with(std::string(alias) + "="))
+        a = flag + a.substr(std::string(alias).size());
+  try {
+    args = troupe::cli::rewrite_launch(troupe::join_boolean_values(args));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes it reversed
     app.parse(reversed);

@@ -56,7 +56,8 @@ void OutputProcessor::check(const SamplingParams& p) const {
   if (!p.logits_processor_fns.empty() && !config_.in_process_executors)
     fail(
         "logits_processor_fns: {} C++ callables; allowed only with in-process executors "
-        "(executor_endpoints is set); name plug-in processors in logits_processors instead",
+        "(the executors are `troupe worker` processes); name plug-in processors in "
+        "logits_processors instead",
         p.logits_processor_fns.size());
   for (const auto& fn : p.logits_processor_fns)
     if (!fn) fail("logits_processor_fns: an empty callable; allowed: callables");

@@ -32,6 +32,29 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
 }
 
+void Backend::all_reduce(const Tensor& x) {
+  if (collectives_ && collectives_->size() > 1) collectives_->all_reduce_sum(x);
+}
+
+void Backend::gather_columns(const Tensor& local, const Tensor& gathered, const Tensor& out) {
+  if (!collectives_ || collectives_->size() == 1) {
+    copy(out, local);
+    return;
+  }
+  collectives_->all_gather(local, gathered);
+  interleave_shards(gathered, out);
+}
+
+void Backend::interleave_shards(const Tensor& /*shards*/, const Tensor& /*out*/) {
+  fail("interleave_shards: the {} backend does not implement this op", name());
+}
+
+void Backend::embedding_shard(const Tensor& /*ids*/, const Tensor& /*table*/,
+                              int64_t /*vocab_start*/, int64_t /*vocab_size*/,
+                              const Tensor& /*out*/) {
+  fail("embedding_shard: the {} backend does not implement this op", name());
+}
+
 // A default rather than a pure virtual for the same reason as rope_qkv_to_cache's.
 void Backend::add(const Tensor& /*residual*/, const Tensor& /*x*/) {
   fail("add: the {} backend does not implement this op", name());

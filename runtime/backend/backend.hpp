@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/collectives.hpp"
 #include "runtime/backend/tensor.hpp"
 #include "runtime/sampling/sampling_row.hpp"
 
@@ -272,6 +273,37 @@ class Backend {
                                  const Tensor& k_cache, const Tensor& v_cache,
                                  const Tensor& slot_mapping, const Tensor& q_out);
 
+  // ---- tensor parallelism ----
+  // A backend attached to a tensor-parallel group (set_collectives) runs its collectives as
+  // ops: ordered after earlier ops, capturable where the group's implementation is (NCCL on a
+  // CUDA stream). Without a group, or in a group of one, they do nothing, so a model program
+  // calls them unconditionally where TP needs them.
+
+  /// Attaches this rank's group (null: none). Its tensors must live on this backend's device.
+  void set_collectives(std::shared_ptr<Collectives> group) { collectives_ = std::move(group); }
+  [[nodiscard]] int32_t tp_rank() const { return collectives_ ? collectives_->rank() : 0; }
+  [[nodiscard]] int32_t tp_size() const { return collectives_ ? collectives_->size() : 1; }
+
+  /// x = the sum over the group's ranks of x, in place (row-parallel linears' outputs, the
+  /// vocab-parallel embedding). Every rank gets the same bits.
+  virtual void all_reduce(const Tensor& x);
+
+  /// out [L, P * W] = the group's P shards [L, W] side by side in rank order (the
+  /// vocab-parallel logits head): gathers every rank's `local` into `gathered` [P, L, W]
+  /// (scratch), then interleave_shards(gathered, out). With no group, out = local.
+  virtual void gather_columns(const Tensor& local, const Tensor& gathered, const Tensor& out);
+
+  /// out[l, p * W + w] = shards[p, l, w] for shards [P, L, W] and out [L, P * W], one dtype.
+  /// The default throws (a backend without the op cannot run a TP > 1 logits head).
+  virtual void interleave_shards(const Tensor& shards, const Tensor& out);
+
+  /// The vocab-parallel embedding: out[t, :] = table[ids[t] - vocab_start, :] when ids[t] is in
+  /// [vocab_start, vocab_start + rows of table), else zeros; ids [T] i32 must lie in
+  /// [0, vocab_size) (checked as embedding checks). table [V / P, H], out [T, H]. Summed over the
+  /// group's ranks (all_reduce) it is the whole embedding. The default throws.
+  virtual void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_start,
+                               int64_t vocab_size, const Tensor& out);
+
   // ---- graphs (optional) ----
 
   /// True when capture() records graphs on this backend (CUDA); false when it returns nullptr.
@@ -298,6 +330,7 @@ class Backend {
 
  private:
   std::optional<std::vector<SampledToken>> kept_samples_;  // the default start_sample's
+  std::shared_ptr<Collectives> collectives_;               // the TP group, if any
 };
 
 }  // namespace troupe

@@ -89,6 +89,23 @@ void check_embedding(const OpCheck& check, const Tensor& ids, const Tensor& tabl
   check.dim("out", out, 1, table.dim(1), "hidden size of table");
 }
 
+void check_embedding_shard(const OpCheck& check, const Tensor& ids, const Tensor& table,
+                           int64_t vocab_start, int64_t vocab_size, const Tensor& out) {
+  check_embedding(check, ids, table, out);
+  check.disjoint("out", out, "table", table);
+  if (vocab_start < 0 || vocab_start + table.dim(0) > vocab_size)
+    check.fail("the table's rows [{}, {}) are outside the vocabulary [0, {})", vocab_start,
+               vocab_start + table.dim(0), vocab_size);
+}
+
+void check_interleave_shards(const OpCheck& check, const Tensor& shards, const Tensor& out) {
+  check.tensor("shards", shards, 3);
+  check.tensor("out", out, shards.dtype, 2);
+  check.dim("out", out, 0, shards.dim(1), "L of shards [P, L, W]");
+  check.dim("out", out, 1, shards.dim(0) * shards.dim(2), "P * W of shards [P, L, W]");
+  check.disjoint("out", out, "shards", shards);
+}
+
 void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
                 const Tensor& out) {
   check.tensor("x", x, 2);

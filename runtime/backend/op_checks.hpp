@@ -67,6 +67,12 @@ void check_copy(const OpCheck& check, const Tensor& dst, const Tensor& src);
 /// embedding: ids [T] i32, table [V, H], out [T, H] like table.
 void check_embedding(const OpCheck& check, const Tensor& ids, const Tensor& table,
                      const Tensor& out);
+/// embedding_shard: embedding's, table's rows [vocab_start, vocab_start + V / P) inside
+/// [0, vocab_size).
+void check_embedding_shard(const OpCheck& check, const Tensor& ids, const Tensor& table,
+                           int64_t vocab_start, int64_t vocab_size, const Tensor& out);
+/// interleave_shards: shards [P, L, W], out [L, P * W] like shards and apart from them.
+void check_interleave_shards(const OpCheck& check, const Tensor& shards, const Tensor& out);
 /// rms_norm: x [T, H], weight [H] like x, out like x, eps finite and >= 0.
 void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
                 const Tensor& out);

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -123,6 +125,40 @@ std::vector<std::filesystem::path> CheckpointReader::files() const {
   std::vector<std::filesystem::path> out;
   for (const auto& f : files_) out.push_back(f.path());
   return out;
+}
+
+std::string checkpoint_fingerprint(const std::filesystem::path& dir, const std::string& load_format,
+                                   uint64_t seed) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  const auto mix = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  };
+  std::ifstream in(dir / "config.json", std::ios::binary);
+  std::stringstream config;
+  config << in.rdbuf();
+  mix(config.str());
+  std::string architecture = "?";
+  try {
+    const auto j = nlohmann::json::parse(config.str());
+    if (j.contains("architectures") && j["architectures"].is_array() &&
+        !j["architectures"].empty() && j["architectures"][0].is_string())
+      architecture = j["architectures"][0].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  if (load_format == "dummy") {
+    mix("dummy:" + std::to_string(seed));
+  } else {
+    std::vector<std::pair<std::string, uintmax_t>> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".safetensors")
+        files.emplace_back(e.path().filename().string(), e.file_size(ec));
+    std::sort(files.begin(), files.end());
+    for (const auto& [name, size] : files) mix(name + ":" + std::to_string(size) + ";");
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return architecture + " " + hex;
 }
 
 }  // namespace troupe

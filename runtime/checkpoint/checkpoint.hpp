@@ -40,4 +40,11 @@ class CheckpointReader {
   std::unordered_map<std::string, size_t> where_;  // tensor name -> index into files_
 };
 
+/// A short text that differs between checkpoints: the architecture, and a hash of config.json's
+/// bytes and of every *.safetensors file's name and size in `dir` (with dummy weights: of
+/// config.json and the seed). The ranks of one engine compare theirs, so a rank that loaded
+/// a different checkpoint is refused before it computes anything.
+[[nodiscard]] std::string checkpoint_fingerprint(const std::filesystem::path& dir,
+                                                 const std::string& load_format, uint64_t seed);
+
 }  // namespace troupe

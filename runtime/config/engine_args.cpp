@@ -95,9 +95,9 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::cudagraph_capture_sizes, {.name = "cudagraph_capture_sizes", .help = "Decode batch sizes that run as CUDA graphs (a batch pads to the next one; larger ones run eagerly). Default: 1, 2, 4, every 8 up to 256 and every 16 past it, up to max_cudagraph_capture_size.", .allowed = "sizes >= 1", .valid = all_at_least_one}));
   add(member(a, &E::max_cudagraph_capture_size, {.name = "max_cudagraph_capture_size", .help = "Largest decode batch run as a CUDA graph. Default: min(max_num_seqs, max_num_batched_tokens, 512); with cudagraph_capture_sizes, its largest.", .allowed = "None or >= 1", .valid = at_least(1)}));
   // ---- parallelism ----
-  add(member(a, &E::distributed_executor_backend, {.name = "distributed_executor_backend", .help = "How vLLM starts its workers.", .choices = {"mp", "ray", "uni", "external_launcher"}, .status = kNotYet, .note = "troupe's executors are actors, in-process or `troupe worker` processes (executor_endpoints)"}));
-  add(member(a, &E::pipeline_parallel_size, {.name = "pipeline_parallel_size", .help = "Pipeline stages (GPUs the layers are split across).", .allowed = ">= 1", .valid = at_least(1), .works = equals(1), .note = "only 1 so far"}));
-  add(member(a, &E::tensor_parallel_size, {.name = "tensor_parallel_size", .help = "Tensor-parallel ranks (GPUs each layer is split across).", .allowed = ">= 1", .valid = at_least(1), .works = equals(1), .note = "only 1 so far"}));
+  add(member(a, &E::distributed_executor_backend, {.name = "distributed_executor_backend", .help = "How the ranks start: mp (worker processes this engine starts, the default past one rank), uni (one rank in this process).", .choices = {"mp", "ray", "uni", "external_launcher"}, .supported = {"mp", "uni"}, .note = "no Ray in troupe: executors are actors (in-process, `troupe worker` processes, or a cluster file's workers)"}));
+  add(member(a, &E::pipeline_parallel_size, {.name = "pipeline_parallel_size", .help = "Pipeline stages (ranks the layers are split across; each stage its own process).", .allowed = ">= 1", .valid = at_least(1)}));
+  add(member(a, &E::tensor_parallel_size, {.name = "tensor_parallel_size", .help = "Tensor-parallel ranks (ranks each layer is split across; each its own process).", .allowed = ">= 1", .valid = at_least(1)}));
   add(member(a, &E::decode_context_parallel_size, {.name = "decode_context_parallel_size", .help = "Context-parallel ranks for decode.", .status = kNotYet, .note = "no context parallelism yet"}));
   add(member(a, &E::data_parallel_size, {.name = "data_parallel_size", .help = "Engine replicas.", .status = kNotYet, .note = kNoDataParallel}));
   add(member(a, &E::data_parallel_rank, {.name = "data_parallel_rank", .help = "This replica's data-parallel rank.", .status = kNotYet, .note = kNoDataParallel}));
@@ -120,7 +120,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::eplb_window_size, {.name = "eplb_window_size", .help = "Deprecated in vLLM: use eplb_config.", .status = kNotYet, .note = kNoExperts}));
   add(member(a, &E::eplb_step_interval, {.name = "eplb_step_interval", .help = "Deprecated in vLLM: use eplb_config.", .status = kNotYet, .note = kNoExperts}));
   add(member(a, &E::eplb_log_balancedness, {.name = "eplb_log_balancedness", .help = "Deprecated in vLLM: use eplb_config.", .status = kNotYet, .note = kNoExperts}));
-  add(member(a, &E::max_parallel_loading_workers, {.name = "max_parallel_loading_workers", .help = "Load the model in batches of this many workers.", .status = kNotYet, .note = "each executor loads its own shard"}));
+  add(member(a, &E::max_parallel_loading_workers, {.name = "max_parallel_loading_workers", .help = "Ranks that read their weight shards at once (default: all).", .allowed = ">= 1", .valid = at_least(1)}));
   // ---- KV cache and memory ----
   add(member(a, &E::block_size, {.name = "block_size", .help = "Tokens per KV-cache block.", .allowed = "a power of two in 1..256", .valid = power_of_two}));
   add(member(a, &E::enable_prefix_caching, {.name = "enable_prefix_caching", .help = "Reuse the KV blocks of prompt prefixes already computed."}));
@@ -152,7 +152,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::quantization, {.name = "quantization", .help = "Quantization method of the weights.", .status = kNotYet, .note = "no quantized weights yet"}));
   add(member(a, &E::enforce_eager, {.name = "enforce_eager", .help = "Never use CUDA graphs."}));
   add(member(a, &E::max_seq_len_to_capture, {.name = "max_seq_len_to_capture", .help = "Longest sequence run under a CUDA graph; longer ones run eagerly.", .allowed = ">= 1", .valid = at_least(1)}));
-  add(member(a, &E::disable_custom_all_reduce, {.name = "disable_custom_all_reduce", .help = "Use NCCL instead of vLLM's custom all-reduce.", .status = kNotYet, .note = "not wired yet (troupe's all-reduce is NCCL's)"}));
+  add(member(a, &E::disable_custom_all_reduce, {.name = "disable_custom_all_reduce", .help = "Use NCCL only for the tensor-parallel all-reduce (troupe has no custom all-reduce yet, so NCCL is what runs either way; no effect at TP 1)."}));
   // ---- multimodal ----
   add(member(a, &E::limit_mm_per_prompt, {.name = "limit_mm_per_prompt", .help = "Most media items per prompt, per modality (JSON).", .status = kNotYet, .note = kNoMultimodal}));
   add(member(a, &E::enable_mm_embeds, {.name = "enable_mm_embeds", .help = "Accept multimodal embeddings.", .status = kNotYet, .note = kNoMultimodal}));
@@ -226,7 +226,14 @@ std::vector<FieldInfo> build_table(Arena& a) {
   // ---- front end ----
   add(member(a, &E::enable_log_requests, {.name = "enable_log_requests", .help = "Log each request (prompt cut at max_log_len)."}));
   add(member(a, &E::max_log_len, {.name = "max_log_len", .help = "Characters (or token ids) of a prompt shown in the request log. Default: all.", .allowed = "None or >= 0", .valid = at_least(0)}));
+  // ---- multi-node ----
+  add(member(a, &E::nnodes, {.name = "nnodes", .help = "Nodes the ranks are spread over (vLLM's multi-node flags; same as a cluster file).", .allowed = ">= 1", .valid = at_least(1)}));
+  add(member(a, &E::node_rank, {.name = "node_rank", .help = "This node's index: 0 runs the engine (the head), others run --headless.", .allowed = ">= 0", .valid = at_least(0)}));
+  add(member(a, &E::master_addr, {.name = "master_addr", .help = "Node 0's address, which the other nodes' workers dial."}));
+  add(member(a, &E::master_port, {.name = "master_port", .help = "The head's port. Default: 29501 with several nodes, any free port with one.", .allowed = "None or 1..65535", .valid = [](const json& v) { return v.is_null() || (v.get<int64_t>() >= 1 && v.get<int64_t>() <= 65535); }}));
+  add(member(a, &E::headless, {.name = "headless", .help = "Run only this node's workers (nodes past 0), joining the head at master_addr:master_port."}));
   // ---- troupe ----
+  add(member(a, &E::cluster, {.name = "cluster", .help = "A cluster file (configs/cluster/*.toml): start the workers it names and run the ranks on them (what `troupe launch FILE -- generate` sets)."}));
   add(member(a, &E::executor_endpoints, {.name = "executor_endpoints", .help = "host:port of `troupe worker` processes to use as executors instead of in-process ones.", .allowed = "host:port, port 1..65535, no repeats", .valid = [](const json& v) {
     std::set<std::string> seen;
     for (const auto& e : v) {
@@ -294,6 +301,23 @@ const std::vector<FieldInfo>& engine_arg_fields() {
 
 void validate(const EngineArgs& a) {
   check_all(table().fields, table().defaults, &a);
+  const int64_t ranks = a.tensor_parallel_size * a.pipeline_parallel_size;
+  if (a.distributed_executor_backend == "uni" && ranks > 1)
+    fail("distributed_executor_backend = uni: runs one rank in this process, but "
+         "tensor_parallel_size x pipeline_parallel_size = {}; allowed: mp (or None)",
+         ranks);
+  if (a.cluster && !a.executor_endpoints.empty())
+    fail("cluster = '{}' and executor_endpoints: give one or the other (a cluster file starts "
+         "its own workers)",
+         *a.cluster);
+  if (a.cluster && a.nnodes > 1)
+    fail("cluster = '{}' and nnodes = {}: give one or the other (vLLM's multi-node flags "
+         "describe a cluster too)",
+         *a.cluster, a.nnodes);
+  if (!a.executor_endpoints.empty() && a.nnodes > 1)
+    fail("executor_endpoints and nnodes = {}: give one or the other", a.nnodes);
+  if (a.node_rank >= a.nnodes)
+    fail("node_rank = {}: allowed: 0 .. nnodes - 1 = {}", a.node_rank, a.nnodes - 1);
   if (a.max_num_batched_tokens && *a.max_num_batched_tokens < a.max_num_seqs) {
     fail("max_num_batched_tokens = {}: allowed: >= max_num_seqs (max_num_seqs = {})",
          *a.max_num_batched_tokens, a.max_num_seqs);

@@ -199,9 +199,18 @@ struct EngineArgs {
   // ---- front end (vLLM's AsyncEngineArgs and server flags) ----
   bool enable_log_requests = false;
   std::optional<int64_t> max_log_len;  // characters / ids of a prompt in the request log
+  // ---- multi-node (vLLM's flags: every node runs the same command, nodes past 0 headless) ----
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int64_t> master_port;
+  bool headless = false;
   // ---- troupe ----
   /// "host:port" of `troupe worker` processes to use as executors instead of in-process ones.
   std::vector<std::string> executor_endpoints;
+  /// A cluster file (configs/cluster/*.toml): the workers it names are started and joined, and
+  /// the ranks run on them (`troupe launch FILE -- generate ...` sets it).
+  std::optional<std::string> cluster;
   /// Logits-processor plug-ins (runtime/sampling/logits_processor_plugin.h) that the engine and
   /// every executor load; requests name their processors in SamplingParams.logits_processors.
   std::vector<std::string> logits_processor_plugin;

@@ -71,7 +71,7 @@ struct SamplingParams {
   std::vector<std::string> bad_words;      // words never generated (see the field table)
   /// C++ only (vLLM's callables in logits_processors): each sees (prompt ids, output ids so
   /// far, logits row) and may change the row; after the named processors, in order. Needs
-  /// in-process executors (a callable cannot reach a `troupe worker`). Not in the field table:
+  /// the in-process executor (a callable cannot reach a `troupe worker`). Not in the field table:
   /// no text form.
   std::vector<LogitsProcessorFn> logits_processor_fns;
 

@@ -43,18 +43,21 @@ std::vector<int32_t> decode_capture_sizes(int32_t max_num_seqs, int32_t max_num_
 }
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init,
-                         const RunnerOptions& options)
+                         const RunnerOptions& options, std::shared_ptr<StageLink> stage_link)
     : backend_(std::move(backend)),
+      init_(init),
+      options_(options),
+      constructed_(Clock::now()),
+      stage_link_(std::move(stage_link)),
       block_size_(init.block_size),
       max_num_batched_tokens_(init.max_num_batched_tokens),
       max_num_seqs_(init.max_num_seqs),
       max_model_len_(init.max_model_len) {
-  const auto t0 = Clock::now();
   if (!backend_) fail("ModelRunner: no backend");
   if (!init.logits_processor_plugins.empty())
     plugins_ = std::make_unique<LogitsProcessorPlugins>(init.logits_processor_plugins);
   backend_->synchronize();
-  const MemoryInfo at_start = backend_->memory_info();
+  at_start_ = backend_->memory_info();
   config_ = load_model_config(init.model_dir);
   const DType stored = config_.dtype;
   config_.dtype = resolve_model_dtype(init.dtype, stored, backend_->device().kind);
@@ -64,10 +67,10 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
         "--dtype {} keeps it)",
         dtype_name(stored), dtype_name(config_.dtype), backend_->name(), dtype_name(stored));
   ParallelRank rank{init.tp_rank, init.tp_size, init.pp_rank, init.pp_size};
-  if (at_start.total_bytes > 0)  // refuse what cannot fit before allocating (memory_fit.hpp)
+  if (at_start_.total_bytes > 0)  // refuse what cannot fit before allocating (memory_fit.hpp)
     check_model_fits(
         model_memory(config_, backend_->compute_dtype(config_.dtype), max_model_len_, rank),
-        int64_t(at_start.free_bytes), backend_->device(), stored);
+        int64_t(at_start_.free_bytes), backend_->device(), stored);
   model_ = make_causal_lm(config_, *backend_, rank);
   if (init.load_format == "dummy") {
     model_->init_dummy_weights(init.seed);
@@ -77,16 +80,29 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
   } else {
     fail("load_format = '{}': expected auto, safetensors or dummy", init.load_format);
   }
+  info_.checkpoint_fingerprint = checkpoint_fingerprint(init.model_dir, init.load_format, init.seed);
   max_logits_rows_ = max_num_seqs_ + prompt_logprob_rows_per_step(max_num_batched_tokens_);
   max_logits_rows_ = std::min(max_logits_rows_, max_num_batched_tokens_ + max_num_seqs_);
   model_->reserve(max_num_batched_tokens_, max_logits_rows_);
+  if (init.pp_size > 1) {
+    if (!stage_link_)
+      fail("pipeline stage {} of {}: no stage link to its neighbours", init.pp_rank, init.pp_size);
+    stage_host_ = backend_->allocate_host(size_t(max_num_batched_tokens_) *
+                                          size_t(config_.hidden_size) * dtype_size(config_.dtype));
+  }
   ensure_input_capacity(size_t(max_num_batched_tokens_), size_t(max_num_seqs_),
                         size_t((max_model_len_ + block_size_ - 1) / block_size_));
-  size_kv_cache(init, at_start, options.profile_on_host);
-  setup_decode_graphs(init, options);
-  capture_decode_graphs();
   info_.backend = backend_->name();
-  info_.load_seconds = seconds_since(t0);
+  if (!options.defer_start) start();
+}
+
+void ModelRunner::start() {
+  if (started_) fail("start: the runner has started already");
+  size_kv_cache(init_, at_start_, options_.profile_on_host);
+  setup_decode_graphs(init_, options_);
+  capture_decode_graphs();
+  started_ = true;
+  info_.load_seconds = seconds_since(constructed_);
   spdlog::info("executor: {} on {}: {} KV blocks of {} tokens ({:.1f} MiB), loaded in {:.2f} s",
                config_.architecture, info_.backend, info_.num_blocks, block_size_,
                double(info_.kv_cache_bytes) / double(1 << 20), info_.load_seconds);
@@ -243,7 +259,14 @@ void ModelRunner::profile_max_step() {
     plan.new_seqs.push_back(std::move(n));
   }
   allocate_kv(next_block);
-  (void)execute(plan);
+  profiling_ = true;
+  try {
+    (void)execute(plan);
+  } catch (...) {
+    profiling_ = false;
+    throw;
+  }
+  profiling_ = false;
   backend_->synchronize();
   seqs_.clear();
   stats_ = RunnerStats{};
@@ -272,6 +295,25 @@ void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
   kv_host_ = kv_view(kv_host_buffer_, shape, block_size_, n);
   spdlog::info("executor: swap space of {} KV blocks ({:.1f} MiB of host memory)", n,
                double(kv_host_buffer_.bytes()) / double(1 << 20));
+}
+
+void ModelRunner::receive_stage_input(uint64_t step_id, int32_t num_tokens) {
+  const Tensor dst = model_->stage_input(num_tokens);  // [T, H]
+  const auto bytes = size_t(dst.nbytes());
+  if (bytes > stage_host_.bytes())
+    fail("step {}: {} bytes of hidden states exceed the stage buffer of {}", step_id, bytes,
+         stage_host_.bytes());
+  stage_link_->recv_prev(step_id, stage_host_.data(), bytes);
+  backend_->upload(dst, stage_host_.data(), bytes);
+}
+
+void ModelRunner::send_stage_output(uint64_t step_id, const Tensor& hidden) {
+  const auto bytes = size_t(hidden.nbytes());
+  if (bytes > stage_host_.bytes())
+    fail("step {}: {} bytes of hidden states exceed the stage buffer of {}", step_id, bytes,
+         stage_host_.bytes());
+  backend_->download(stage_host_.data(), hidden, bytes);
+  stage_link_->send_next(step_id, stage_host_.data(), bytes);
 }
 
 void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
@@ -481,6 +523,7 @@ bool ModelRunner::must_finish_before(const StepPlan& plan) const {
 
 void ModelRunner::launch(const StepPlan& plan) {
   const auto t0 = Clock::now();
+  if (!started_ && !profiling_) fail("step {}: the runner has not started (start())", plan.step_id);
   if (launched_) fail("launch: step {} is launched and not sampling yet", launched_->result.step_id);
   if (must_finish_before(plan))
     fail("step {}: it forgets, replaces or swaps a sequence whose token step {} is still "
@@ -643,8 +686,13 @@ void ModelRunner::launch(const StepPlan& plan) {
   ++stats_.steps;
   const auto t_forward = Clock::now();
   stats_.prepare_seconds += std::chrono::duration<double>(t_forward - t0).count();
-  // [L, vocab] f32 (padded: [padded, vocab], the rows past L unused)
+  const int32_t forward_tokens = padded > 0 ? padded : num_tokens;
+  if (!model_->is_first_stage() && !profiling_)
+    receive_stage_input(plan.step_id, forward_tokens);
+  // Last stage: [L, vocab] f32 (padded: [padded, vocab], the rows past L unused); other
+  // stages: the hidden states [T, H] to send on.
   step.logits = padded > 0 ? run_padded_step(padded, in) : model_->forward(in, kv_);
+  if (!model_->is_last_stage() && !profiling_) send_stage_output(plan.step_id, step.logits);
   stats_.forward_seconds += seconds_since(t_forward);
   step.busy_seconds = seconds_since(t0);
   launched_ = std::move(step);
@@ -667,8 +715,9 @@ void ModelRunner::start_sampling() {
     pending_ = std::move(p);
     return;
   }
-  if (step.dummy_logits) {
-    backend_->synchronize();  // the KV cache is filled; nothing to read back
+  if (step.dummy_logits || !model_->is_last_stage()) {
+    // The KV cache is filled (and a stage's output sent on); nothing to sample here.
+    backend_->synchronize();
     p.completed = true;
     stats_.sample_seconds += seconds_since(t_sample);
     p.busy_seconds += seconds_since(t_sample);
@@ -690,14 +739,7 @@ void ModelRunner::start_sampling() {
       if (sp.has_processors())
         apply_processors(step.logits.rows(int64_t(r), int64_t(r) + 1), s, bias);
       SamplingRow& row = rows[r];
-      row.temperature = sp.temperature;
-      row.top_k = sp.top_k;
-      row.top_p = sp.top_p;
-      row.min_p = sp.min_p;
-      row.presence_penalty = sp.presence_penalty;
-      row.frequency_penalty = sp.frequency_penalty;
-      row.repetition_penalty = sp.repetition_penalty;
-      row.seed = sp.seed;
+      static_cast<SamplingKnobs&>(row) = sp;  // every knob, whole (sampling_knobs.hpp)
       row.offset = uint64_t(n_out);
       row.num_logprobs = sp.num_logprobs;
       row.prompt_ids = std::span<const int32_t>(s.tokens.data(), size_t(s.num_prompt));

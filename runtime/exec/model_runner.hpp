@@ -22,6 +22,14 @@
 // start_sampling, so the next step's forward is on the device before this step's tokens reach
 // the host; those tokens are fed into its inputs on the device (see "pipelined steps" below).
 //
+// Pipeline stages (ExecutorInit::pp_size > 1): every stage gets every plan and keeps the same
+// persistent batch, so each builds the step's inputs (positions, slots, attention metadata)
+// itself; only the hidden states [T, H] cross between stages, over the StageLink, tagged with
+// the step id: a stage past the first receives them into its model's stage input before the
+// forward, a stage before the last sends its forward's output on and samples nothing (its
+// sequences' tokens arrive in the plans, as the scheduler never plans a sequence into two steps
+// in flight under PP). Tensor parallelism needs nothing here: the backend carries the group.
+//
 // Swap space: with ExecutorInit::swap_space_bytes > 0 the runner also holds a host KV cache
 // of num_cpu_blocks blocks (allocate_host: page-locked on CUDA), laid out like the device one
 // (per layer K and V, [num_cpu_blocks, block_size, num_kv_heads, d]). A plan's swap_out and
@@ -30,6 +38,7 @@
 // finished_seq_ids) and comes back as a NewSeq with its new block table.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,6 +47,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.hpp"
+#include "runtime/backend/collectives.hpp"
 #include "runtime/protocol/step.hpp"
 #include "runtime/exec/step_inputs.hpp"
 #include "runtime/checkpoint/model_config.hpp"
@@ -56,6 +66,11 @@ struct RunnerOptions {
   /// Test aid: run the maximum-size profiling step on a host backend too (it runs on device
   /// backends when the KV cache is sized by gpu_memory_utilization).
   bool profile_on_host = false;
+  /// Construct only (load the weights); start() sizes the KV cache and records the graphs
+  /// later. The executor of a parallel group does this: its ranks load a few at a time
+  /// (--max-parallel-loading-workers) but must start together, as the profiling step and the
+  /// graphs' warm-up run the group's collectives.
+  bool defer_start = false;
 };
 
 /// The KV cache's share of device memory under gpu_memory_utilization, vLLM V1's rule: this
@@ -104,10 +119,14 @@ class ModelRunner {
   /// Loads the model described by `init` onto `backend` and sizes the KV cache. Throws
   /// troupe::Error on a bad checkpoint, an unsupported dtype or too little memory.
   ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& init,
-              const RunnerOptions& options = {});
+              const RunnerOptions& options = {}, std::shared_ptr<StageLink> stage_link = nullptr);
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
+
+  /// Sizes the KV cache and records the decode graphs (see RunnerOptions::defer_start). Once.
+  void start();
+  [[nodiscard]] bool started() const { return started_; }
 
   [[nodiscard]] const ExecutorInfo& info() const { return info_; }
   [[nodiscard]] const ModelConfig& model_config() const { return config_; }
@@ -228,6 +247,10 @@ class ModelRunner {
   void profile_max_step();
   void size_kv_cache(const ExecutorInit& init);
   void size_swap_space(const ExecutorInit& init, size_t per_block);
+  /// The hand-off of a step's hidden states: received into the model's stage input before a
+  /// forward (stages past the first), sent on after it (stages before the last).
+  void receive_stage_input(uint64_t step_id, int32_t num_tokens);
+  void send_stage_output(uint64_t step_id, const Tensor& hidden);
   /// Copies the pairs' blocks of every layer's K and V (to_host: device -> host).
   void swap(const std::vector<BlockSwap>& pairs, bool to_host);
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
@@ -248,8 +271,17 @@ class ModelRunner {
                                                      int32_t top_n) const;
 
   std::unique_ptr<Backend> backend_;
+  ExecutorInit init_;
+  RunnerOptions options_;
+  MemoryInfo at_start_;  // device memory before the weights (gpu_memory_utilization's base)
+  bool started_ = false;
+  std::chrono::steady_clock::time_point constructed_;
   ModelConfig config_;
   std::unique_ptr<CausalLM> model_;
+  // Pipeline stages: the link to the neighbours and the host staging of the hidden states.
+  std::shared_ptr<StageLink> stage_link_;
+  Buffer stage_host_;
+  bool profiling_ = false;  // the profiling step runs alone: no hand-off
   ExecutorInfo info_;
   int32_t block_size_ = 16;
   int32_t max_num_batched_tokens_ = 0;

@@ -2,35 +2,35 @@
 // Qwen2ForCausalLM (q/k/v biases, no o_proj bias).
 //
 // Layer program, per step of T tokens (H hidden, d head_dim, nh/nkv heads on this rank, I the
-// intermediate size on this rank, V the vocabulary):
-//   residual = embed(ids)                                        [T, H]
-//   per layer: qkv = rms_norm(residual) @ W_qkv^T (+ b)          [T, (nh + 2 nkv) d]
-//              q = rope(qkv.q); cache <- rope(qkv.k), qkv.v      [T, nh d] (one op)
-//              a = attention(q)                                  [T, nh d]
-//              residual += a @ W_o^T                             [T, H]
-//              act = silu(gate) * up, gate|up = rms_norm(residual) @ W_gu^T   [T, 2I] -> [T, I]
-//              residual += act @ W_down^T                        [T, H]
-//   h = rms_norm(residual); logits = h[logits_indices] @ W_lm^T   [L, V] f32
-// Two programs of the same values, picked per step by the backend
-// (Backend::fuses_norm_and_add_into_linear): where it runs them as single kernels (CUDA's
-// skinny GEMM at one row), each norm is fused with the GEMM after it, each residual add
-// with the GEMM before it, and rope_qkv_to_cache with the qkv GEMM (the Backend's fused
-// ops); elsewhere plain GEMMs with one
-// add_rms_norm between them, which adds each branch's output inside the next norm (one pass
-// over the residual instead of an add and a norm). add_rms_norm's residual update rounds
-// exactly like `add`, so both give the same bits.
+// intermediate size on this rank, V the vocabulary, P the tensor-parallel size):
+//   first stage:  residual = embed(ids)                          [T, H]  (vocab-parallel: each
+//                 rank's [V/P, H] shard, summed over the group)
+//   later stages: residual = the previous stage's hidden states  [T, H]
+//   per layer:    qkv = rms_norm(residual) @ W_qkv^T (+ b)       [T, (nh + 2 nkv) d]
+//                 q = rope(qkv.q); cache <- rope(qkv.k), qkv.v   [T, nh d] (one op)
+//                 a = attention(q)                               [T, nh d]
+//                 residual += a @ W_o^T                          [T, H]  (row-parallel)
+//                 act = act(gate) * up, gate|up = rms_norm(residual) @ W_gu^T  [T, 2I] -> [T, I]
+//                 residual += act @ W_down^T                     [T, H]  (row-parallel)
+//   last stage:   h = rms_norm(residual); logits = h[logits_indices] @ W_lm^T  [L, V] f32
+//                 (vocab-parallel: [L, V/P] per rank, gathered side by side)
+//   other stages: hand residual [T, H] on.
+// One program for every backend, batch size and parallel layout: the ResidualStream
+// (layers.hpp) decides where each add, norm and all-reduce runs (fused into the skinny GEMMs
+// of CUDA's one-row steps, inside add_rms_norm elsewhere), with the same bits either way.
 //
-// q/k/v weights are concatenated at load (vLLM's fused qkv) into one [(nh + 2 nkv) d, H]
-// buffer, so the projection is one GEMM into a [T, (nh + 2 nkv) d] buffer; rope_qkv_to_cache
-// then rotates q and k out of its rows, writes q to its own buffer and k, v into the paged
-// cache (vLLM's rotary embedding + reshape_and_cache, one launch). gate/up likewise: act_mul
-// reads [gate | up] directly (and, fused, pairs gate row j with up row I + j).
+// Sharding (vLLM's): q/k/v and gate/up are column-parallel (rows of the weight split), o_proj
+// and down_proj row-parallel (columns split, then an all-reduce), the embedding and lm_head
+// vocab-parallel; KV heads are split across ranks, or replicated when there are fewer KV
+// heads than ranks. q/k/v weights are concatenated at load (vLLM's fused qkv) into one
+// [(nh + 2 nkv) d, H] buffer, so the projection is one GEMM; rope_qkv_to_cache then rotates q
+// and k out of its rows, writes q to its own buffer and k, v into the paged cache (vLLM's
+// rotary embedding + reshape_and_cache, one launch). gate/up likewise: act_mul reads
+// [gate | up] directly.
 //
-// Not supported here (each says so at construction or in forward): sliding-window attention
-// (Mistral v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the
-// sequence change nothing), activations other than silu, and running a forward with
-// tp_size > 1 or pp_size > 1: the weights load sliced, but the Backend interface has no
-// all-reduce / stage hand-off yet.
+// Not supported here (each says so at construction): sliding-window attention (Mistral
+// v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the sequence
+// change nothing), activations other than silu/gelu.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -38,6 +38,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/models/layers.hpp"
 #include "runtime/models/model.hpp"
 #include "runtime/models/rope.hpp"
 #include "runtime/models/weights.hpp"
@@ -63,6 +64,9 @@ class LlamaFamily final : public CausalLM {
   void load_weights(const CheckpointReader& checkpoint) override;
   void init_dummy_weights(uint64_t seed) override;
   void reserve(int32_t max_tokens, int32_t max_logits) override;
+  [[nodiscard]] bool is_first_stage() const override { return has_embed_; }
+  [[nodiscard]] bool is_last_stage() const override { return has_head_; }
+  Tensor stage_input(int32_t num_tokens) override;
   Tensor forward(const ForwardInputs& in, const KVCacheView& kv) override;
 
  private:
@@ -128,6 +132,8 @@ class LlamaFamily final : public CausalLM {
   Tensor gate_up_;   // [T, 2 I]
   Tensor act_;       // [T, I]
   Tensor h_sel_;     // [L, H]
+  Tensor logits_local_;  // [L, V_local] f32 (TP > 1: this rank's vocabulary shard)
+  Tensor logits_gathered_;  // [P, L, V_local] f32 (TP > 1: every rank's shard)
   Tensor logits_;    // [L, V] f32
 };
 
@@ -152,27 +158,12 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
          "gelu_pytorch_tanh, gelu_new, gelu_fast",
          where, c.hidden_act, c.architecture);
   }
-  const int64_t tp = rank.tp_size;
-  if (tp < 1 || rank.tp_rank < 0 || rank.tp_rank >= tp)
-    fail("tp_rank {} is outside [0, tp_size {})", rank.tp_rank, tp);
-  if (rank.pp_size < 1 || rank.pp_rank < 0 || rank.pp_rank >= rank.pp_size)
+  check_parallel_layout(c, rank.tp_size, rank.pp_size);
+  if (rank.tp_rank < 0 || rank.tp_rank >= rank.tp_size)
+    fail("tp_rank {} is outside [0, tp_size {})", rank.tp_rank, rank.tp_size);
+  if (rank.pp_rank < 0 || rank.pp_rank >= rank.pp_size)
     fail("pp_rank {} is outside [0, pp_size {})", rank.pp_rank, rank.pp_size);
-  if (c.num_attention_heads % tp != 0)
-    fail("{}: num_attention_heads ({}) must be divisible by tensor_parallel_size ({})", where,
-         c.num_attention_heads, tp);
-  if (c.num_key_value_heads % tp != 0 && tp % c.num_key_value_heads != 0)
-    fail("{}: num_key_value_heads ({}) and tensor_parallel_size ({}) must divide one another",
-         where, c.num_key_value_heads, tp);
-  if (c.intermediate_size % tp != 0)
-    fail("{}: intermediate_size ({}) must be divisible by tensor_parallel_size ({})", where,
-         c.intermediate_size, tp);
-  if (c.vocab_size % tp != 0)
-    fail("{}: vocab_size ({}) must be divisible by tensor_parallel_size ({})", where, c.vocab_size,
-         tp);
-  if (c.num_hidden_layers < rank.pp_size)
-    fail("{}: num_hidden_layers ({}) is fewer than pipeline_parallel_size ({})", where,
-         c.num_hidden_layers, rank.pp_size);
-
+  const int64_t tp = rank.tp_size;
   H_ = c.hidden_size;
   d_ = c.head_dim;
   nh_ = c.num_attention_heads / tp;
@@ -184,13 +175,9 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
   o_bias_ = variant == Variant::llama && c.attention_bias;
   mlp_bias_ = variant == Variant::llama && c.mlp_bias;
 
-  // Pipeline stages: vLLM's split (extra layers to the stages before the last, which also
-  // holds the final norm and lm_head).
-  std::vector<int64_t> per(size_t(rank.pp_size), c.num_hidden_layers / rank.pp_size);
-  for (int64_t i = 0; i < c.num_hidden_layers % rank.pp_size; ++i)
-    per[size_t(rank.pp_size - 2 - i)] += 1;
-  for (int32_t s = 0; s < rank.pp_rank; ++s) first_layer_ += per[size_t(s)];
-  layers_.resize(size_t(per[size_t(rank.pp_rank)]));
+  const LayerRange range = stage_layers(c.num_hidden_layers, rank.pp_rank, rank.pp_size);
+  first_layer_ = range.begin;
+  layers_.resize(size_t(range.end - range.begin));
   has_embed_ = rank.pp_rank == 0;
   has_head_ = rank.pp_rank == rank.pp_size - 1;
 
@@ -345,19 +332,32 @@ void LlamaFamily::reserve(int32_t max_tokens, int32_t max_logits) {
   attn_ = alloc(cdt_, {T, nh_ * d_}, o);
   gate_up_ = alloc(cdt_, {T, 2 * I_}, o);
   act_ = alloc(cdt_, {T, I_}, o);
-  h_sel_ = alloc(cdt_, {L, H_}, o);
-  logits_ = alloc(DType::f32, {L, V_local_}, o);
+  if (has_head_) {
+    h_sel_ = alloc(cdt_, {L, H_}, o);
+    logits_ = alloc(DType::f32, {L, V_}, o);
+    if (rank_.tp_size > 1) {
+      logits_local_ = alloc(DType::f32, {L, V_local_}, o);
+      logits_gathered_ = alloc(DType::f32, {int64_t(rank_.tp_size), L, V_local_}, o);
+    }
+  }
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
 }
 
+Tensor LlamaFamily::stage_input(int32_t num_tokens) {
+  if (has_embed_) fail("{}: the first pipeline stage has no stage input", config_.architecture);
+  if (max_tokens_ == 0) fail("{}: stage_input called before reserve()", config_.architecture);
+  if (num_tokens < 1 || num_tokens > max_tokens_)
+    fail("stage_input: num_tokens {} is outside [1, {}] (the reserved maximum)", num_tokens,
+         max_tokens_);
+  return residual_.rows(0, num_tokens);
+}
+
 Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
-  if (rank_.tp_size > 1 || rank_.pp_size > 1)
-    fail(
-        "{}: a forward with tensor_parallel_size {} / pipeline_parallel_size {} needs an "
-        "all-reduce "
-        "and a stage hand-off, which the Backend interface does not provide yet",
-        config_.architecture, rank_.tp_size, rank_.pp_size);
+  if (rank_.tp_size != backend_.tp_size())
+    fail("{}: this rank is one of tensor_parallel_size {}, but its backend's tensor-parallel "
+         "group has {} rank(s) (Backend::set_collectives)",
+         config_.architecture, rank_.tp_size, backend_.tp_size());
   if (max_tokens_ == 0) fail("{}: forward called before reserve()", config_.architecture);
   const int64_t T = in.num_tokens;
   if (T < 1 || T > max_tokens_)
@@ -368,7 +368,7 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
         "{}, {}",
         T, in.token_ids.numel(), in.positions.numel(), in.slot_mapping.numel());
   const int64_t L = in.logits_indices.numel();
-  if (L < 1 || L > max_logits_)
+  if (has_head_ && (L < 1 || L > max_logits_))
     fail("forward: {} logits rows requested; allowed 1 to {} (the reserved maximum)", L,
          max_logits_);
   if (kv.k.size() != layers_.size() || kv.v.size() != layers_.size())
@@ -376,16 +376,13 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
          layers_.size());
 
   const float eps = float(config_.rms_norm_eps);
-  const Tensor residual = residual_.rows(0, T);  // [T, H]
-  const Tensor h = h_.rows(0, T);                // [T, H]
-  const Tensor x = x_.rows(0, T);                // [T, H]
+  const Tensor h = h_.rows(0, T);                // [T, H] normed (scratch)
+  const Tensor x = x_.rows(0, T);                // [T, H] a block's output (scratch)
   const Tensor qkv = qkv_.rows(0, T);            // [T, (nh + 2 nkv) d]
-  const Tensor q = q_.rows(0, T);                // [T, nh d]
+  const Tensor q = q_.rows(0, T);                // [T, nh d] rotated
   const Tensor attn = attn_.rows(0, T);          // [T, nh d]
   const Tensor gate_up = gate_up_.rows(0, T);    // [T, 2 I]
   const Tensor act = act_.rows(0, T);            // [T, I]
-  const Tensor h_sel = h_sel_.rows(0, L);        // [L, H]
-  const Tensor logits = logits_.rows(0, L);      // [L, V] f32
 
   AttentionShape shape;
   shape.num_heads = int32_t(nh_);
@@ -394,52 +391,46 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   shape.block_size = kv.block_size;
   shape.scale = float(1.0 / std::sqrt(double(d_)));
 
-  // The CUDA backend runs each fused op as one skinny-GEMM kernel at decode sizes; h, gate_up
-  // and x are the scratch of backends (and sizes) that run the ops one by one.
-  const bool fused = backend_.fuses_norm_and_add_into_linear(T);
   const auto bias_of = [](const Tensor& b) { return b.empty() ? nullptr : &b; };
-  backend_.embedding(in.token_ids, embed_, residual);  // [T, H]
-  for (size_t li = 0; li < layers_.size(); ++li) {
-    const Layer& Lw = layers_[li];
-    if (fused) {  // one kernel on CUDA at one row: the norm, qkv [T, (nh + 2 nkv) d], rope
-      backend_.rms_norm_linear_rope_qkv_to_cache(
-          residual, Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv, in.positions,
-          cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox, int32_t(nh_), int32_t(nkv_),
-          kv.k[li], kv.v[li], in.slot_mapping, q);  // q [T, nh d]
-      backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
+  ResidualStream stream(backend_, residual_.rows(0, T));  // [T, H]
+  if (has_embed_) {
+    if (rank_.tp_size > 1) {  // each rank's vocabulary shard, summed over the group
+      backend_.embedding_shard(in.token_ids, embed_, int64_t(rank_.tp_rank) * V_local_, V_,
+                               stream.residual());
+      backend_.all_reduce(stream.residual());
     } else {
-      if (li == 0)
-        backend_.rms_norm(residual, Lw.input_norm, eps, h);
-      else  // the previous layer's MLP output joins the residual here
-        backend_.add_rms_norm(residual, x, Lw.input_norm, eps, h);
-      backend_.linear(h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
-      backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
-                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
-                                 in.slot_mapping, q);                        // q [T, nh d]
-      backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
-    }
-    if (fused) {
-      backend_.linear_add(attn, Lw.o_w, bias_of(Lw.o_b), residual,
-                          x);  // residual += attn out [T, H]
-      backend_.rms_norm_linear_act_mul(residual, Lw.post_norm, eps, h, Lw.gate_up_w,
-                                       bias_of(Lw.gate_up_b), mlp_act_, gate_up,
-                                       act);  // [T, 2I] -> [T, I]
-      backend_.linear_add(act, Lw.down_w, bias_of(Lw.down_b), residual,
-                          x);  // residual += mlp out [T, H]
-    } else {
-      backend_.linear(attn, Lw.o_w, bias_of(Lw.o_b), x);  // attn out [T, H]
-      backend_.add_rms_norm(residual, x, Lw.post_norm, eps, h);
-      backend_.linear(h, Lw.gate_up_w, bias_of(Lw.gate_up_b), gate_up);  // [T, 2I]
-      backend_.act_mul(mlp_act_, gate_up, act);                           // [T, I]
-      backend_.linear(act, Lw.down_w, bias_of(Lw.down_b), x);  // mlp out [T, H], added next
+      backend_.embedding(in.token_ids, embed_, stream.residual());
     }
   }
-  if (fused)
-    backend_.rms_norm(residual, final_norm_, eps, h);  // [T, H]
-  else
-    backend_.add_rms_norm(residual, x, final_norm_, eps, h);
-  backend_.gather_rows(h, in.logits_indices, h_sel);  // [L, H]
-  backend_.linear(h_sel, lm_head_, nullptr, logits);  // [L, V] f32
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& Lw = layers_[li];
+    stream.norm_qkv_rope(Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv, in.positions,
+                         cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox, int32_t(nh_),
+                         int32_t(nkv_), kv.k[li], kv.v[li], in.slot_mapping, q);
+    backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
+    stream.add_linear(attn, Lw.o_w, bias_of(Lw.o_b), x);                   // += attn out
+    stream.norm_linear_act(Lw.post_norm, eps, h, Lw.gate_up_w, bias_of(Lw.gate_up_b), mlp_act_,
+                           gate_up, act);                                  // [T, I]
+    stream.add_linear(act, Lw.down_w, bias_of(Lw.down_b), x);              // += mlp out
+  }
+  if (!has_head_) {
+    stream.flush();
+    return stream.residual();  // [T, H] for the next stage
+  }
+  stream.norm(final_norm_, eps, h);                          // [T, H]
+  const Tensor h_sel = h_sel_.rows(0, L);                    // [L, H]
+  const Tensor logits = logits_.rows(0, L);                  // [L, V] f32
+  backend_.gather_rows(h, in.logits_indices, h_sel);
+  if (rank_.tp_size > 1) {  // [L, V/P] per rank, side by side
+    const Tensor local = logits_local_.rows(0, L);
+    backend_.linear(h_sel, lm_head_, nullptr, local);
+    backend_.gather_columns(local,
+                            Tensor(logits_gathered_.data, DType::f32, logits_gathered_.device,
+                                   {int64_t(rank_.tp_size), L, V_local_}),
+                            logits);
+  } else {
+    backend_.linear(h_sel, lm_head_, nullptr, logits);
+  }
   return logits;
 }
 

@@ -18,8 +18,9 @@ namespace troupe {
 
 class CheckpointReader;
 
-/// Which slice of the model this executor holds. Each weight's shard rule (model.cpp's
-/// WeightSpec) cuts it by rows, by columns or not at all, so TP needs no model code.
+/// Which slice of the model this executor holds. Each weight's shard rule (weights.hpp's
+/// WeightSpec) cuts it by rows, by columns or not at all; the backend's collectives
+/// (Backend::set_collectives) join the slices. tp_size must match the backend's group.
 struct ParallelRank {
   int32_t tp_rank = 0;
   int32_t tp_size = 1;
@@ -33,6 +34,15 @@ enum class Shard : uint8_t {
   rows,        // dim 0 split: column-parallel linear (q/k/v/gate/up), vocab-parallel embedding
   cols,        // dim 1 split: row-parallel linear (o_proj, down_proj); needs an all-reduce after
 };
+
+/// Layers [begin, end) of `num_layers` that pipeline stage `pp_rank` of `pp_size` holds, by
+/// vLLM's split: equal shares, the remainder going to the stages before the last (which also
+/// holds the final norm and the logits head).
+struct LayerRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+LayerRange stage_layers(int64_t num_layers, int32_t pp_rank, int32_t pp_size);
 
 /// One step's model inputs, already on the device. T tokens from S sequences.
 struct ForwardInputs {
@@ -80,8 +90,20 @@ class CausalLM {
   /// logits rows. Called once, before the first forward.
   virtual void reserve(int32_t max_tokens, int32_t max_logits) = 0;
 
-  /// Runs the step and returns the logits [L, vocab_size] f32 (a view of a reserved buffer,
-  /// valid until the next forward).
+  /// Pipeline stages: the first holds the embedding, the last the final norm and the logits
+  /// head (one stage holds both).
+  [[nodiscard]] virtual bool is_first_stage() const = 0;
+  [[nodiscard]] virtual bool is_last_stage() const = 0;
+
+  /// On a stage past the first: the [num_tokens, H] buffer (compute dtype) the next forward
+  /// reads the previous stage's hidden states from; the caller fills it before forward().
+  /// Fixed across steps (decode graphs read it). Throws on the first stage.
+  [[nodiscard]] virtual Tensor stage_input(int32_t num_tokens) = 0;
+
+  /// Runs the step over this rank's layers. The last stage returns the logits [L, vocab_size]
+  /// f32 (every rank of a TP group the whole rows); other stages return the hidden states
+  /// [T, H] (compute dtype) to hand to the next stage. A view of a reserved buffer, valid until
+  /// the next forward.
   virtual Tensor forward(const ForwardInputs& in, const KVCacheView& kv) = 0;
 };
 
@@ -89,6 +111,12 @@ class CausalLM {
 /// naming the architecture and the supported ones when it is unknown.
 std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, Backend& backend,
                                          const ParallelRank& rank = {});
+
+/// Refuses a tensor x pipeline layout the model cannot be split into, naming the config field
+/// (heads, KV heads, intermediate size and vocabulary must split evenly over tp ranks, or KV
+/// heads be fewer and divide tp; at least one layer per stage). The engine checks it before it
+/// starts any worker; every architecture's constructor checks it again.
+void check_parallel_layout(const ModelConfig& config, int64_t tp, int64_t pp);
 
 /// Architectures make_causal_lm knows.
 std::vector<std::string> supported_architectures();

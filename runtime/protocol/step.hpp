@@ -154,6 +154,41 @@ struct ExecutorInit {
   std::vector<std::string> logits_processor_plugins;  // shared libraries to load (absolute)
 };
 
+/// The second start-up message of an executor in a group: its peers' endpoints, to connect
+/// its wires to: every rank of its TP group in tp_rank order, and every stage of its pipeline
+/// (the ranks with its tp_rank) in stage order, its own included; empty where it has none.
+/// Every rank connects at once.
+struct WirePeers {
+  std::vector<std::vector<uint8_t>> tp;
+  std::vector<std::vector<uint8_t>> stages;
+};
+
+/// Where an executor sits in a parallel layout and which wires join it to its peers: the
+/// first of its two start-up messages (prepare, then init). Every rank of a TP group and every
+/// stage are started this way, so the group's wires exist before any rank loads its weights.
+struct ExecutorPlacement {
+  int32_t tp_rank = 0, tp_size = 1, pp_rank = 0, pp_size = 1;
+  std::string device = "cpu";  // cpu | cuda
+  int32_t device_index = 0;
+  std::string collectives = "none";  // the TP group's wire: none (TP = 1) | shm | ucx | nccl
+  std::string stage_link = "none";   // the pipeline's wire: none (PP = 1) | ucx
+  std::string ucx_tls = "auto";      // tcp | sm | auto (UCX's own choice)
+  std::string ucx_net_devices;       // UCX_NET_DEVICES for its wires ("": UCX's choice)
+  int32_t timeout_ms = 30000;        // the longest any collective or hand-off waits for a peer
+  // Ranks of the group on this rank's host: a CPU rank takes its share of the host's cores
+  // (ranks spin in the collectives, so more threads than cores would slow every rank).
+  int32_t ranks_on_host = 1;
+};
+
+/// The executor's answer to its placement: what its peers need to reach its ends of the wires
+/// (a shared-memory name, a UCX worker address, an NCCL unique id: bytes the head passes on).
+struct ExecutorEndpoints {
+  std::vector<uint8_t> collectives;  // its end of the TP group (empty when none)
+  std::vector<uint8_t> stage;        // its pipeline endpoint (empty when none)
+  std::string hostname;              // the machine it runs on
+  int32_t pid = 0;
+};
+
 /// What it reports once loaded: the cache it can hold.
 struct ExecutorInfo {
   int32_t num_blocks = 0;
@@ -163,6 +198,10 @@ struct ExecutorInfo {
   int64_t weight_bytes = 0;
   std::string backend;  // "cpu", "cuda:0"
   double load_seconds = 0.0;
+  // What it loaded, so that the head can refuse a group whose ranks read different
+  // checkpoints: config.json's architecture and a hash of its bytes and of the weight files'
+  // names and sizes (dummy weights: of config.json and the seed).
+  std::string checkpoint_fingerprint;
 };
 
 }  // namespace troupe

@@ -71,7 +71,16 @@ KVAsk Scheduler::propose() {
   KVAsk ask;
   ask.released = std::move(releases_);
   releases_.clear();
-  ask.max_running_seqs = config_.max_num_seqs;
+  const bool pipeline = config_.pipeline_parallel_size > 1;
+  const int32_t pp = std::max(1, config_.pipeline_parallel_size);
+  ask.max_running_seqs = config_.max_num_seqs * pp;
+  // This step's sequences: at most max_num_seqs, and under a pipeline at most its share.
+  int32_t step_cap = config_.max_num_seqs;
+  if (pipeline) {
+    const auto there = int32_t(running_.size() + swapped_.size() + waiting_.size());
+    step_cap = std::min(step_cap, std::max(1, (there + pp - 1) / pp));
+  }
+  int32_t in_step = 0;
   int32_t budget = config_.max_num_batched_tokens;
   int32_t logprob_rows = prompt_logprob_rows_per_step(config_.max_num_batched_tokens);
   // A chunk of a sequence that wants prompt logprobs costs one logits row per prompt position.
@@ -89,6 +98,8 @@ KVAsk Scheduler::propose() {
   for (uint64_t id : running_) {
     Seq& s = seqs_.at(id);
     s.num_scheduled = 0;
+    if (pipeline && s.num_in_flight > 0) continue;  // its next step waits for this one's token
+    if (in_step >= step_cap) continue;               // the next micro-batch's
     // Planning ahead: the step in flight computes num_in_flight more tokens and may sample one
     // more, whose id only the executor will know.
     const int32_t unknown = s.samples_in_flight;
@@ -103,6 +114,7 @@ KVAsk Scheduler::propose() {
     if (n <= 0) continue;
     s.num_scheduled = n;
     budget -= n;
+    ++in_step;
     ask.running.push_back(KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown});
     s.pending_kv.clear();
   }
@@ -116,7 +128,7 @@ KVAsk Scheduler::propose() {
     Seq& s = seqs_.at(id);
     s.num_scheduled = 0;
     const int32_t remaining = int32_t(s.tokens.size()) - s.num_computed;
-    const int32_t n = budget <= 0 || count >= config_.max_num_seqs
+    const int32_t n = budget <= 0 || count >= ask.max_running_seqs || in_step >= step_cap
                           ? 0
                           : cap_for_prompt_logprobs(s, s.num_computed, std::min(remaining, budget));
     if (n <= 0) {
@@ -126,11 +138,12 @@ KVAsk Scheduler::propose() {
     s.num_scheduled = n;
     budget -= n;
     ++count;
+    ++in_step;
     ask.swapped.push_back(KVSwappedAsk{id, s.tokens, s.num_computed, n});
   }
   if (!every_swapped_asks) return ask;
   for (uint64_t id : waiting_) {
-    if (budget <= 0 || count >= config_.max_num_seqs) break;
+    if (budget <= 0 || count >= ask.max_running_seqs || in_step >= step_cap) break;
     Seq& s = seqs_.at(id);
     const int32_t remaining = int32_t(s.tokens.size());
     if (!config_.enable_chunked_prefill && remaining > budget) break;
@@ -138,6 +151,7 @@ KVAsk Scheduler::propose() {
     if (n <= 0) break;
     budget -= n;
     ++count;
+    ++in_step;
     // Prompt logprobs may split a prompt even without chunked prefill (logits rows are capped).
     const bool wants_prompt_logprobs = s.spec.sampling.num_prompt_logprobs >= 0;
     ask.waiting.push_back(KVWaitingAsk{id, s.tokens, n, !wants_prompt_logprobs,

@@ -56,6 +56,13 @@ struct SchedulerConfig {
   bool async_scheduling = false;  // plan a step while the one before runs (see above)
   // How PreemptionPolicy preempts (--preemption-mode); swap needs the cache manager's CPU pool.
   PreemptionMode preemption_mode = PreemptionMode::recompute;
+  // Pipeline parallelism: up to this many steps (micro-batches) in flight at once, each of
+  // sequences that are in no other step in flight (a sequence's next step needs the token
+  // the last stage samples). 1: no pipeline. As in vLLM's V0 virtual engines, max_num_seqs
+  // bounds each micro-batch, so up to pipeline_parallel_size * max_num_seqs sequences run;
+  // a micro-batch takes at most its share (1 / pipeline_parallel_size) of the sequences there
+  // are, so that the stages get batches of like size instead of one full and one empty.
+  int32_t pipeline_parallel_size = 1;
 };
 
 /// The scheduler actor's settings: the policy, and its periodic stats line.
@@ -150,7 +157,11 @@ class Scheduler {
   /// Whether the next step may be planned now, before the one in flight returns: async
   /// scheduling is on, one step is in flight, and the last plan made ahead did not run short
   /// of blocks (then the next plan waits, so that it may preempt).
+  /// Under pipeline parallelism: fewer than pipeline_parallel_size steps are in flight, the
+  /// next one of sequences not in any of them.
   [[nodiscard]] bool can_plan_ahead() const {
+    if (config_.pipeline_parallel_size > 1)
+      return in_flight_.size() < size_t(config_.pipeline_parallel_size) && !sync_needed_;
     return config_.async_scheduling && in_flight_.size() == 1 && !sync_needed_;
   }
 

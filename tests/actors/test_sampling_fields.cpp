@@ -16,6 +16,7 @@
 #include <span>
 
 #include "actors/llm.hpp"
+#include "tests/actors/worker_process.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -277,4 +278,31 @@ TEST_CASE("num_cached_tokens: the prompt tokens the prefix cache served", "[engi
     CHECK(again[1].num_cached_tokens == (caching ? 16 : 0));
     CHECK(again[0].outputs[0].token_ids == first.outputs[0].token_ids);
   }
+}
+
+TEST_CASE("with the executor in a `troupe worker`: plug-ins load there, callables are refused",
+          "[engine][processors][remote]") {
+  WorkerProcess worker;
+  EngineArgs a = default_model_args();
+  a.logits_processor_plugin = {TROUPE_NO_REPEAT_NGRAM_PLUGIN};
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = 48;
+  p.ignore_eos = true;
+  p.logits_processors = {"no_repeat_ngram:2"};
+  const Prompt prompt("Once upon a time");
+  std::vector<int32_t> local;
+  {
+    LLM llm(a);
+    local = llm.generate({prompt}, p, {.use_tqdm = false})[0].outputs[0].token_ids;
+  }
+  a.executor_endpoints = {worker.endpoint()};
+  LLM llm(a);
+  const auto remote = llm.generate({prompt}, p, {.use_tqdm = false})[0];
+  CHECK(remote.outputs[0].token_ids == local);  // the worker ran the same processor
+  p.logits_processor_fns.push_back(
+      [](std::span<const int32_t>, std::span<const int32_t>, std::span<float>) {});
+  CHECK_THROWS_WITH(llm.generate({prompt}, p, {.use_tqdm = false}),
+                    Catch::Contains("logits_processor_fns: 1 C++ callables; allowed only with "
+                                    "in-process executors"));
 }

@@ -4,6 +4,9 @@
 // model raises for a bad checkpoint or bad call.
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include "cpu/cpu_backend.hpp"
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -87,7 +90,8 @@ Loaded load(const std::filesystem::path& dir, int32_t max_tokens = 64, int32_t m
 class ProgramChoice final : public Backend {
  public:
   ProgramChoice(Backend& inner, bool fused) : in_(inner), fused_(fused) {}
-  bool fused_calls = false;  // a fused op was called
+  bool fused_calls = false;        // a fused op was called
+  std::vector<std::string> trace;  // the ops the model called, in order (not their insides)
 
   [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t) const override { return fused_; }
   [[nodiscard]] std::string name() const override { return in_.name(); }
@@ -100,66 +104,108 @@ class ProgramChoice final : public Backend {
   void synchronize() override { in_.synchronize(); }
   [[nodiscard]] MemoryInfo memory_info() const override { return in_.memory_info(); }
   void embedding(const Tensor& i, const Tensor& t, const Tensor& o) override {
+    const Note noted = note("embedding");
     in_.embedding(i, t, o);
   }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& o) override {
+    const Note noted = note("rms_norm");
     in_.rms_norm(x, w, eps, o);
   }
   void add_rms_norm(const Tensor& r, const Tensor& x, const Tensor& w, float eps,
                     const Tensor& o) override {
+    const Note noted = note("add_rms_norm");
     in_.add_rms_norm(r, x, w, eps, o);
   }
   void linear(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& o) override {
+    const Note noted = note("linear");
     in_.linear(x, w, b, o);
   }
-  void add(const Tensor& r, const Tensor& x) override { in_.add(r, x); }
+  void add(const Tensor& r, const Tensor& x) override {
+    const Note noted = note("add");
+    in_.add(r, x);
+  }
   // The fused ops run their default sequences through the ops above.
   void linear_add(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& r,
                   const Tensor& s) override {
+    const Note noted = note("linear_add");
     fused_calls = true;
     Backend::linear_add(x, w, b, r, s);
   }
   void rms_norm_linear(const Tensor& x, const Tensor& nw, float eps, const Tensor& h,
                        const Tensor& w, const Tensor* b, const Tensor& o) override {
+    const Note noted = note("rms_norm_linear");
     fused_calls = true;
     Backend::rms_norm_linear(x, nw, eps, h, w, b, o);
   }
   void rms_norm_linear_act_mul(const Tensor& x, const Tensor& nw, float eps, const Tensor& h,
                                const Tensor& w, const Tensor* b, GatedActivation act,
                                const Tensor& gu, const Tensor& o) override {
+    const Note noted = note("rms_norm_linear_act_mul");
     fused_calls = true;
     Backend::rms_norm_linear_act_mul(x, nw, eps, h, w, b, act, gu, o);
   }
   void rope(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& cs, int32_t d,
             int32_t rd, RopeStyle st) override {
+    const Note noted = note("rope");
     in_.rope(q, k, p, cs, d, rd, st);
   }
   void write_kv(const Tensor& k, const Tensor& v, const Tensor& kc, const Tensor& vc,
                 const Tensor& sm) override {
+    const Note noted = note("write_kv");
     in_.write_kv(k, v, kc, vc, sm);
   }
   void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const AttentionBatch& b,
                  const AttentionShape& sh, const Tensor& o) override {
+    const Note noted = note("attention");
     in_.attention(q, kc, vc, b, sh, o);
   }
   void act_mul(GatedActivation a, const Tensor& gu, const Tensor& o) override {
+    const Note noted = note("act_mul");
     in_.act_mul(a, gu, o);
   }
   void gather_rows(const Tensor& x, const Tensor& i, const Tensor& o) override {
+    const Note noted = note("gather_rows");
     in_.gather_rows(x, i, o);
   }
   std::vector<SampledToken> sample(const Tensor& l, std::span<const SamplingRow> r) override {
+    const Note noted = note("sample");
     return in_.sample(l, r);
   }
   void rope_qkv_to_cache(const Tensor& qkv, const Tensor& p, const Tensor& cs, int32_t d,
                          int32_t rd, RopeStyle st, int32_t nh, int32_t nkv, const Tensor& kc,
                          const Tensor& vc, const Tensor& sm, const Tensor& q) override {
+    const Note noted = note("rope_qkv_to_cache");
     in_.rope_qkv_to_cache(qkv, p, cs, d, rd, st, nh, nkv, kc, vc, sm, q);
+  }
+  void rms_norm_linear_rope_qkv_to_cache(const Tensor& x, const Tensor& nw, float eps,
+                                         const Tensor& h, const Tensor& w, const Tensor* b,
+                                         const Tensor& qkv, const Tensor& p, const Tensor& cs,
+                                         int32_t d, int32_t rd, RopeStyle st, int32_t nh,
+                                         int32_t nkv, const Tensor& kc, const Tensor& vc,
+                                         const Tensor& sm, const Tensor& q) override {
+    const Note noted = note("rms_norm_linear_rope_qkv_to_cache");
+    fused_calls = true;
+    Backend::rms_norm_linear_rope_qkv_to_cache(x, nw, eps, h, w, b, qkv, p, cs, d, rd, st, nh,
+                                               nkv, kc, vc, sm, q);
   }
 
  private:
+  // Records an op called by the model (depth 0), not the ops a fused op's default runs.
+  struct Note {
+    int* depth;
+    explicit Note(int* d) : depth(d) { ++*depth; }
+    ~Note() { --*depth; }
+    Note(const Note&) = delete;
+    Note& operator=(const Note&) = delete;
+  };
+  [[nodiscard]] Note note(const char* op) {
+    if (depth_ == 0) trace.emplace_back(op);
+    return Note(&depth_);
+  }
+
   Backend& in_;
   bool fused_;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -193,6 +239,46 @@ TEST_CASE("llama family: the fused-op and add_rms_norm programs give the same bi
     }
     REQUIRE(logits[0].size() == 18);
     CHECK(logits[0] == logits[1]);
+  }
+}
+
+TEST_CASE("llama family at one rank calls the ops the program before the parallel rewrite did",
+          "[models]") {
+  // What the CUDA backend runs by default at TP = PP = 1 must not change with the model
+  // program's rewrite (2026-12-05): the op sequences below are those of the program before it
+  // (commit 4380067's runtime/models/llama.cpp), fused (decode steps on CUDA) and not.
+  const auto all = variants();
+  const auto& v = all.front();
+  TempDir dir("op-sequence");
+  write_synthetic(dir.path(), v.config, 13, v.st_dtype);
+  const ModelConfig config = load_model_config(dir.path());
+  const auto layers = size_t(config.num_hidden_layers);
+  for (int fused = 0; fused < 2; ++fused) {
+    INFO("fused " << fused);
+    auto cpu = make_cpu_backend(1);
+    ProgramChoice be(*cpu, fused == 1);
+    const auto ck = CheckpointReader::open(dir.path());
+    auto model = make_causal_lm(config, be);
+    model->load_weights(ck);
+    model->reserve(32, 32);
+    PagedRunner runner(be, *model, 4, 16, 3);
+    PagedSeq sa;
+    const auto a = random_ids(5, int32_t(config.vocab_size), 7);
+    be.trace.clear();
+    (void)runner.step({&sa}, {{a.begin(), a.end()}}, false);
+    std::vector<std::string> want = {"embedding"};
+    for (size_t li = 0; li < layers; ++li) {
+      if (fused == 1) {
+        want.insert(want.end(), {"rms_norm_linear_rope_qkv_to_cache", "attention", "linear_add",
+                                 "rms_norm_linear_act_mul", "linear_add"});
+      } else {
+        want.insert(want.end(), {li == 0 ? "rms_norm" : "add_rms_norm", "linear",
+                                 "rope_qkv_to_cache", "attention", "linear", "add_rms_norm",
+                                 "linear", "act_mul", "linear"});
+      }
+    }
+    want.insert(want.end(), {fused == 1 ? "rms_norm" : "add_rms_norm", "gather_rows", "linear"});
+    CHECK(be.trace == want);
   }
 }
 
@@ -358,8 +444,10 @@ TEST_CASE("llama family: tensor-parallel ranks load their slices", "[models]") {
       model->reserve(4, 4);
       PagedRunner runner(*be, *model, 4, 8, 1);
       PagedSeq seq;
+      // Its forward needs the group's collectives (tests/models/test_parallel_runner.cpp runs
+      // one); without them it says so.
       CHECK_THROWS_WITH(runner.step({&seq}, {{1, 2}}, false),
-                        Contains("tensor_parallel_size 2") && Contains("all-reduce"));
+                        Contains("tensor_parallel_size 2") && Contains("set_collectives"));
     }
   }
 }

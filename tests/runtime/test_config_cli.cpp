@@ -193,8 +193,8 @@ TEST_CASE("command-line errors name the flag, file errors the file and line", "[
              Contains("--max-num-seqs = 0: allowed: >= 1"));
   CHECK_THAT(cli_error({"--model", "m", "--max-num-seqs", "lots"}),
              Contains("--max-num-seqs = lots: expected an integer"));
-  CHECK_THAT(cli_error({"--model", "m", "--tensor-parallel-size", "2"}),
-             Contains("--tensor-parallel-size = 2: not supported yet in troupe (only 1 so far)"));
+  CHECK_THAT(cli_error({"--model", "m", "--data-parallel-size", "2"}),
+             Contains("--data-parallel-size = 2: not supported yet in troupe (data parallelism"));
   CHECK_THAT(cli_error({"--model", "m", "--enable-lora"}),
              Contains("--enable-lora = true: not supported yet in troupe"));
   CHECK_THAT(cli_error({"--model", "m", "--dtype", "int8"}),

@@ -102,8 +102,8 @@ TEST_CASE("wrong TOML types and refused values carry the position", "[config]") 
              Contains("engine.toml:2:17: enforce_eager = 1: expected a boolean"));
   CHECK_THAT(toml_error("model = \"m\"\nblock_size = 24\n"),
              Contains("engine.toml:2:14: block_size = 24: allowed: a power of two in 1..256"));
-  CHECK_THAT(toml_error("model = \"m\"\ntensor_parallel_size = 2\n"),
-             Contains("engine.toml:2:24: tensor_parallel_size = 2: not supported yet in troupe"));
+  CHECK_THAT(toml_error("model = \"m\"\ndata_parallel_size = 2\n"),
+             Contains("engine.toml:2:22: data_parallel_size = 2: not supported yet in troupe"));
   CHECK_THAT(toml_error("model = \"m\"\ncompilation_config = { level = 3 }\n"),
              Contains("engine.toml:2:") && Contains("compilation_config = {\"level\":3}: not "
                                                     "supported yet in troupe"));

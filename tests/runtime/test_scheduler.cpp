@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "runtime/error.hpp"
 #include "runtime/sched/scheduler.hpp"
@@ -176,7 +177,8 @@ int drive(Scheduler& sched, KVCacheManager& kv, FakeExecutor& exec,
       if (ahead) CHECK(plan.swap_out.empty());  // plans made ahead never preempt
       if (!plan.empty()) {
         results.push_back(exec.execute(plan));
-        if (results.size() == 1) continue;  // may plan the next one ahead
+        // May plan the next one ahead (async scheduling; pipeline parallelism up to its depth).
+        if (results.size() == 1 || sched.can_plan_ahead()) continue;
       } else {
         (void)exec.execute(plan);  // lets the executor forget finished sequences and swap
         if (results.empty()) continue;
@@ -277,16 +279,20 @@ TEST_CASE("every sequence gets exactly its own continuation, whatever the batchi
       {"tiny cache: preemption by recompute", {64, 8, 1024, true}, 20, true},
       {"no chunked prefill", {64, 64, 64, false}, 64, false},
   };
-  const bool async = GENERATE(false, true);
+  // 0: one step at a time; 1: async scheduling; 2 and 3: pipeline parallelism (that many
+  // micro-batches of disjoint sequences in flight).
+  const int mode = GENERATE(0, 1, 2, 3);
   for (const auto& setup : setups) {
-    DYNAMIC_SECTION(setup.name << (async ? ", async scheduling" : "")) {
+    DYNAMIC_SECTION(setup.name << (mode == 1 ? ", async scheduling" : "")
+                               << (mode >= 2 ? ", pipeline parallel " + std::to_string(mode) : "")) {
       uint64_t preemptions = 0;
       int ahead = 0;
       SchedulerConfig cfg = setup.cfg;
-      cfg.async_scheduling = async;
+      cfg.async_scheduling = mode == 1;
+      cfg.pipeline_parallel_size = mode >= 2 ? mode : 1;
       auto out = run_all(cfg, setup.blocks, 4, setup.prefix, specs, &preemptions, nullptr,
                          nullptr, &ahead);
-      CHECK((ahead > 0) == async);
+      if (mode == 0 || setup.name == std::string("roomy")) CHECK((ahead > 0) == (mode != 0));
       REQUIRE(out.size() == specs.size());
       for (const auto& s : specs) {
         const auto& o = out.at(s.seq_id);
@@ -681,4 +687,35 @@ TEST_CASE("async: an abort with two steps in flight drops both results and frees
   CHECK_FALSE(kv.holds(1));
   CHECK(kv.stats().num_free_blocks == 32);
   CHECK(exec.live() == 0);
+}
+
+// ---- pipeline parallelism ----
+
+TEST_CASE("pipeline parallel: micro-batches in flight hold disjoint sequences",
+          "[sched][pipeline]") {
+  SchedulerConfig cfg{4096, 2, 1024, true};
+  cfg.pipeline_parallel_size = 2;
+  Scheduler sched(cfg);
+  KVCacheManager kv(256, 4, false);
+  FakeExecutor exec(4, 256);
+  for (uint64_t id = 1; id <= 4; ++id) sched.add(make_spec(id, 5, 3, int32_t(id) * 10));
+  auto ids_of = [](const StepPlan& p) {
+    std::set<uint64_t> ids;
+    for (const auto& n : p.new_seqs) ids.insert(n.seq_id);
+    for (const auto& c : p.cached_seqs) ids.insert(c.seq_id);
+    return ids;
+  };
+  const StepPlan first = sched.apply(kv.grant(sched.propose()));
+  CHECK(ids_of(first) == std::set<uint64_t>{1, 2});  // max_num_seqs = 2
+  std::deque<StepResult> results{exec.execute(first)};
+  REQUIRE(sched.can_plan_ahead());
+  const StepPlan second = sched.apply(kv.grant(sched.propose()));
+  CHECK(ids_of(second) == std::set<uint64_t>{3, 4});  // 1 and 2 wait for their tokens
+  results.push_back(exec.execute(second));
+  CHECK_FALSE(sched.can_plan_ahead());  // two micro-batches in flight: the pipeline is full
+  (void)sched.on_result(results.front());
+  results.pop_front();
+  REQUIRE(sched.can_plan_ahead());
+  const StepPlan third = sched.apply(kv.grant(sched.propose()));
+  CHECK(ids_of(third) == std::set<uint64_t>{1, 2});
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds here (no GPU needed) and packs what the GPU machine runs, into .carry/cuda/:
 #   troupe_cuda.tar.gz  bin/ (troupe, troupe_cuda_tests, troupe_cuda_opbench,
-#                       troupe_actors_tests), lib/ (the shared libraries they load that a stock
+#                       troupe_actors_tests, troupe_transport_tests and its rank process
+#                       troupe_transport_peer), lib/ (the shared libraries they load that a stock
 #                       CUDA image may lack: Debian's fmt, spdlog, OpenBLAS, libcudart 13, ...;
-#                       not cuBLASLt, ~500 MB: env.sh finds the machine's own) and paths (this
+#                       not cuBLASLt, ~500 MB, nor NCCL, ~210 MB: env.sh finds the machine's
+#                       own, NCCL in its PyTorch when nowhere else) and paths (this
 #                       checkout and the build folder, which the test binaries have compiled in)
 #   troupe_old.gz       with --ab COMMIT: COMMIT's `troupe`, built in a worktree under
 #                       build-old/ (~15 minutes on 2 cores the first time), for ab.sh
@@ -18,12 +20,13 @@ if [[ ${1:-} == --ab ]]; then
 fi
 build=${1:-build}
 nice -n 10 cmake --build "$build" --target troupe_cuda_tests troupe_cuda_opbench troupe \
-  troupe_actors_tests
+  troupe_actors_tests troupe_transport_tests troupe_transport_peer
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/tests/troupe_cuda_tests" "$build/cuda/troupe_cuda_opbench" "$build/tools/troupe" \
-   "$build/tests/troupe_actors_tests" "$stage/bin/"
+   "$build/tests/troupe_actors_tests" "$build/tests/troupe_transport_tests" \
+   "$build/tests/troupe_transport_peer" "$stage/bin/"
 printf '%s\n%s\n' "$PWD" "$(cd "$build" && pwd)" > "$stage/paths"
 # Every non-glibc, non-toolchain library the binaries load, except cuBLAS.
 for bin in "$stage"/bin/*; do
@@ -31,7 +34,7 @@ for bin in "$stage"/bin/*; do
 done | sort -u | while read -r name path; do
   case "$name" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-    libcublasLt.so*|libcublas.so*) ;;
+    libcublasLt.so*|libcublas.so*|libnccl.so*) ;;
     *) cp -L "$path" "$stage/lib/$name" ;;
   esac
 done

@@ -23,7 +23,14 @@ if [[ -z $cublas ]]; then
   found=$(find /usr/local/cuda* /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
   [[ -n $found ]] && cublas=$(dirname "$found")
 fi
-export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL (2.x keeps its ABI): the system's, else the one PyTorch's wheels bring.
+nccl=""
+found=$(find /usr/lib/x86_64-linux-gnu /usr/local/cuda*/lib* /usr/local/lib /opt -maxdepth 4 \
+  -name 'libnccl.so.2*' 2>/dev/null | head -n 1)
+[[ -z $found ]] && found=$(find / -xdev -path '*nvidia/nccl/lib/libnccl.so.2' 2>/dev/null | head -n 1)
+[[ -n $found ]] && nccl=$(dirname "$found")
+export LD_LIBRARY_PATH="$root/lib${cublas:+:$cublas}${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on the lent machines (KINDS.md)
 
 # The benchmark model: Llama-3-8B's shape with dummy bf16 weights (16.06 GB), and the runs of
 # docs/benchmarks.md: batch-1 decode at 128 in / 128 out, and 1000 prompts x 1000 in / 1000 out.
@@ -57,6 +64,10 @@ unpack_bundle() {
   fi
   if [[ -n $build && ! -x $build/tools/troupe ]]; then
     mkdir -p "$build/tools" && cp "$root/bin/troupe" "$build/tools/troupe"
+  fi
+  # The transport tests start their rank processes from the path they were built with.
+  if [[ -n $build && -x $root/bin/troupe_transport_peer && ! -x $build/tests/troupe_transport_peer ]]; then
+    mkdir -p "$build/tests" && cp "$root/bin/troupe_transport_peer" "$build/tests/"
   fi
   return 0
 }

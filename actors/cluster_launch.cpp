@@ -1,0 +1,259 @@
+#include "actors/cluster_launch.hpp"
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "actors/executor_actor.hpp"
+#include "actors/local_workers.hpp"
+#include "actors/messages.hpp"
+#include "actors/worker_actor.hpp"
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Forwards each registration to the head's waiting thread.
+caf::behavior registry(caf::event_based_actor* self, caf::actor sink) {
+  return {[=](register_atom, WorkerHello& hello, caf::actor worker) {
+    self->send(sink, register_atom::value, std::move(hello), std::move(worker));
+  }};
+}
+
+pid_t start_shell(const std::string& command) {
+  const pid_t pid = fork();
+  if (pid < 0) fail("launch: fork: {}", std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);  // its own process group, so that stop() reaches ssh / srun children too
+    // A worker's own output ("listening on ...", logs) goes to the head's stderr: the head's
+    // stdout carries results (generate's JSON lines).
+    dup2(STDERR_FILENO, STDOUT_FILENO);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  return pid;
+}
+
+std::string exit_status(pid_t pid) {
+  int status = 0;
+  const pid_t r = waitpid(pid, &status, WNOHANG);
+  if (r == 0) return "still running";
+  if (r < 0) return "gone";
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+  return "ended";
+}
+
+MultiNodeFlags multi_node_flags(const EngineArgs& args) {
+  MultiNodeFlags f;
+  f.nnodes = int32_t(args.nnodes);
+  f.node_rank = int32_t(args.node_rank);
+  f.master_addr = args.master_addr;
+  if (args.master_port) f.master_port = int32_t(*args.master_port);
+  f.headless = args.headless;
+  f.tensor_parallel_size = int32_t(args.tensor_parallel_size);
+  f.pipeline_parallel_size = int32_t(args.pipeline_parallel_size);
+  f.local_device_count = args.device == "cpu" ? 0 : cuda_device_count();
+  return f;
+}
+
+}  // namespace
+
+std::optional<ClusterConfig> cluster_of(const EngineArgs& args) {
+  if (args.cluster) return load_cluster_config(*args.cluster);
+  if (args.nnodes <= 1) return std::nullopt;
+  return cluster_from_multi_node_flags(multi_node_flags(args));
+}
+
+int run_headless_node(const EngineArgs& args) {
+  if (!args.headless) fail("run_headless_node: --headless is not set");
+  const ClusterConfig cluster = cluster_from_multi_node_flags(multi_node_flags(args));
+  const std::string binary = troupe_binary();
+  std::vector<pid_t> pids;
+  for (const RankPlacement& r : place_ranks(cluster)) {
+    if (r.node_index != args.node_rank) continue;
+    const ClusterNode& node = cluster.nodes[size_t(r.node_index)];
+    std::vector<std::string> worker = {binary, "worker", "--head",
+                                       fmt::format("{}:{}", cluster.head_address, cluster.head_port),
+                                       "--rank", std::to_string(r.rank), "--node", node.name,
+                                       "--host", "0.0.0.0", "--parent-pid", std::to_string(getpid())};
+    std::vector<char*> argv;
+    for (auto& a : worker) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) fail("headless: fork: {}", std::strerror(errno));
+    if (pid == 0) {
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  spdlog::info("headless node {}: {} worker(s) joining the head at {}:{}", args.node_rank,
+               pids.size(), cluster.head_address, cluster.head_port);
+  int status_all = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) status_all = 1;
+  }
+  return status_all;
+}
+
+ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
+    : config_(std::move(config)), sys_(&sys) {
+  validate(config_);
+  // Parsed and kept by the cluster file's reader; what they ask for comes with fault injection
+  // and recovery (issue 22), so until then they are refused rather than ignored.
+  if (!config_.faults.empty())
+    fail("cluster: [faults]: not supported yet in troupe (fault injection comes with issue 22); "
+         "remove the table");
+  for (const ClusterNode& node : config_.nodes)
+    if (node.spare)
+      fail("cluster: node '{}': spare = true: not supported yet in troupe (replacing a lost "
+           "worker comes with issue 22); remove the node or set spare = false",
+           node.name);
+  const std::vector<RankPlacement> ranks = place_ranks(config_);
+  caf::scoped_actor self{sys};
+  registry_ = sys.spawn(registry, caf::actor_cast<caf::actor>(self));
+  auto bound = sys.middleman().publish(caf::actor_cast<caf::actor>(registry_), config_.head_port,
+                                       config_.head_address.c_str(), true);
+  if (!bound)
+    fail("cluster: the head cannot listen on {}:{}: {}", config_.head_address, config_.head_port,
+         error_text(bound.error()));
+  port_ = *bound;
+  config_.head_port = port_;
+  spdlog::info("cluster: head listening on {}:{} for {} worker(s)", config_.head_address, port_,
+               ranks.size());
+
+  // ---- start the workers ----
+  const std::string binary = troupe_binary();
+  std::vector<std::string> commands(ranks.size());
+  try {
+    for (const RankPlacement& r : ranks) {
+      const ClusterNode& node = config_.nodes[size_t(r.node_index)];
+      std::vector<std::string> args = {
+          "--log-level", worker_log_level(), "--head", fmt::format("{}:{}", config_.head_address, port_), "--rank",
+          std::to_string(r.rank), "--node", node.name, "--host",
+          node.host.empty() ? "0.0.0.0" : node.host, "--heartbeat-ms",
+          std::to_string(config_.heartbeat_interval_ms), "--heartbeat-timeout-ms",
+          std::to_string(config_.heartbeat_timeout_ms)};
+      if (node.launcher == "local") {
+        args.push_back("--parent-pid");
+        args.push_back(std::to_string(getpid()));
+      }
+      commands[size_t(r.rank)] = worker_launch_command(config_, r, binary, args);
+      if (node.launcher == "external") {
+        spdlog::info("cluster: rank {} on node {} is started by its operator: {}", r.rank,
+                     node.name, commands[size_t(r.rank)]);
+        continue;
+      }
+      launched_.push_back(start_shell(commands[size_t(r.rank)]));
+    }
+  } catch (...) {
+    stop(500);
+    throw;
+  }
+
+  // ---- wait until every rank joined ----
+  workers_.resize(ranks.size());
+  names_.resize(ranks.size());
+  hosts_.resize(ranks.size());
+  size_t joined = 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.join_timeout_ms);
+  std::string error;
+  while (joined < ranks.size() && error.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    self->receive(
+        [&](register_atom, const WorkerHello& hello, const caf::actor& worker) {
+          if (hello.rank < 0 || size_t(hello.rank) >= ranks.size()) {
+            error = fmt::format("cluster: a worker registered as rank {}, outside [0, {})",
+                                hello.rank, ranks.size());
+            return;
+          }
+          if (workers_[size_t(hello.rank)]) {
+            error = fmt::format("cluster: two workers registered as rank {} ({} and {})",
+                                hello.rank, names_[size_t(hello.rank)], hello.address);
+            return;
+          }
+          workers_[size_t(hello.rank)] = worker;
+          hosts_[size_t(hello.rank)] = hello.address.substr(0, hello.address.rfind(':'));
+          names_[size_t(hello.rank)] =
+              fmt::format("the worker at {} (node {}, pid {})", hello.address, hello.node,
+                          hello.pid);
+          ++joined;
+        },
+        caf::after(std::min(left, std::chrono::milliseconds(200))) >> [] {});
+  }
+  if (!error.empty()) {
+    stop(500);
+    fail("{}", error);
+  }
+  if (joined < ranks.size()) {
+    std::vector<std::string> missing;
+    size_t launched_index = 0;
+    for (const RankPlacement& r : ranks) {
+      const ClusterNode& node = config_.nodes[size_t(r.node_index)];
+      const bool ours = node.launcher != "external";
+      if (!workers_[size_t(r.rank)])
+        missing.push_back(fmt::format("rank {} (node {}, host {}: `{}` {})", r.rank, node.name,
+                                      node.host, commands[size_t(r.rank)],
+                                      ours ? exit_status(launched_[launched_index])
+                                           : "is the operator's to start"));
+      if (ours) ++launched_index;
+    }
+    stop(500);
+    fail("cluster: {} of {} worker(s) did not join the head at {}:{} within {} ms: {}",
+         missing.size(), ranks.size(), config_.head_address, port_, config_.join_timeout_ms,
+         fmt::join(missing, "; "));
+  }
+  spdlog::info("cluster: every worker joined; topology:\n{}", format_topology(config_));
+}
+
+ClusterLaunch::~ClusterLaunch() { stop(); }
+
+bool ClusterLaunch::one_host() const {
+  for (const ClusterNode& n : config_.nodes)
+    if (n.host != config_.nodes.front().host || n.launcher == "ssh" || n.launcher == "srun")
+      return false;
+  return true;
+}
+
+void ClusterLaunch::stop(int grace_ms) {
+  if (registry_) {
+    sys_->middleman().unpublish(caf::actor_cast<caf::actor>(registry_), port_);
+    caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+    registry_ = nullptr;
+  }
+  if (launched_.empty()) return;
+  for (pid_t p : launched_) kill(-p, SIGTERM);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(grace_ms);
+  std::vector<pid_t> left = launched_;
+  while (!left.empty() && Clock::now() < deadline) {
+    for (auto it = left.begin(); it != left.end();) {
+      const pid_t r = waitpid(*it, nullptr, WNOHANG);
+      it = (r == *it || r < 0) ? left.erase(it) : it + 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (pid_t p : left) {
+    kill(-p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  launched_.clear();
+}
+
+}  // namespace troupe

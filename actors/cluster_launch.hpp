@@ -1,0 +1,63 @@
+// The head's side of `troupe launch CLUSTER.toml -- generate ...` (and of vLLM's --nnodes
+// flags): publish a registry on the cluster file's head address, start every worker the file
+// names the way its node says (a local process, an ssh or srun command line, a template of the
+// operator's; "external" nodes start their own), and wait until each has joined, so that the
+// engine can start its executor group on them. The workers dial the head (`troupe worker
+// --head ADDR:PORT --rank R`), so nodes behind NAT or in network namespaces need only reach
+// the head.
+#pragma once
+
+#include <caf/all.hpp>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/config/cluster_config.hpp"
+#include "runtime/config/engine_args.hpp"
+
+namespace troupe {
+
+/// The cluster `args` describe: its cluster file, or vLLM's multi-node flags (nnodes > 1), or
+/// none. Throws the cluster file's errors.
+std::optional<ClusterConfig> cluster_of(const EngineArgs& args);
+
+/// A --headless node of vLLM's multi-node flags: starts this node's workers, which join the
+/// head at master_addr:master_port, and waits until they exit (the head's run is over) or a
+/// stop signal. Returns the exit status for the command.
+int run_headless_node(const EngineArgs& args);
+
+class ClusterLaunch {
+ public:
+  /// Publishes the registry, starts the workers and waits (config.join_timeout_ms) for all of
+  /// them. Throws troupe::Error naming every rank that did not join (its node, host and launch
+  /// command, and how its launcher exited) after stopping what it started.
+  ClusterLaunch(caf::actor_system& sys, ClusterConfig config);
+  ~ClusterLaunch();
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+
+  /// The workers' handles (worker_actor) and names, in rank order.
+  [[nodiscard]] const std::vector<caf::actor>& workers() const { return workers_; }
+  [[nodiscard]] const std::vector<std::string>& names() const { return names_; }
+  /// The host each rank's worker registered from (its address without the port).
+  [[nodiscard]] const std::vector<std::string>& hosts() const { return hosts_; }
+  [[nodiscard]] const ClusterConfig& config() const { return config_; }
+  /// Whether every node is this machine (shared memory can join the ranks).
+  [[nodiscard]] bool one_host() const;
+  /// Stops the launched processes (SIGTERM, then SIGKILL after `grace`).
+  void stop(int grace_ms = 2000);
+
+ private:
+  ClusterConfig config_;
+  caf::actor registry_;
+  uint16_t port_ = 0;
+  caf::actor_system* sys_ = nullptr;
+  std::vector<pid_t> launched_;
+  std::vector<caf::actor> workers_;
+  std::vector<std::string> names_;
+  std::vector<std::string> hosts_;
+};
+
+}  // namespace troupe

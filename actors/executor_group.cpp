@@ -1,0 +1,267 @@
+#include "actors/executor_group.hpp"
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "actors/group_call.hpp"
+#include "runtime/error.hpp"
+
+namespace troupe {
+
+namespace {
+
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep) {
+  const auto colon = ep.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == ep.size())
+    fail("executor_endpoints: '{}' is not host:port", ep);
+  int port = 0;
+  try {
+    port = std::stoi(ep.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535) fail("executor_endpoints: '{}': port must be 1..65535", ep);
+  return {ep.substr(0, colon), uint16_t(port)};
+}
+
+caf::actor connect_worker(caf::actor_system& sys, const std::string& endpoint) {
+  auto [host, port] = parse_endpoint(endpoint);
+  caf::error last;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // a worker may still be starting
+    auto h = sys.middleman().remote_actor<worker_actor>(host, port);
+    if (h) return caf::actor_cast<caf::actor>(*h);
+    last = h.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fail("executor_endpoints: cannot reach a troupe worker at {}: {}", endpoint, error_text(last));
+}
+
+std::string head_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return fmt::format("{} pid {}", host, getpid());
+}
+
+std::string host_of(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  return colon == std::string::npos ? endpoint : endpoint.substr(0, colon);
+}
+
+}  // namespace
+
+ExecutorGroup::ExecutorGroup(caf::actor_system& sys, const ExecutorGroupSpec& spec,
+                             const ExecutorInit& init)
+    : tp_(spec.tp), pp_(spec.pp) {
+  try {
+    start(sys, spec, init);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+ExecutorGroup::~ExecutorGroup() { shutdown(); }
+
+void ExecutorGroup::start(caf::actor_system& sys, const ExecutorGroupSpec& spec,
+                          const ExecutorInit& base) {
+  const int32_t n = tp_ * pp_;
+  if (tp_ < 1 || pp_ < 1) fail("tensor_parallel_size {} x pipeline_parallel_size {}", tp_, pp_);
+  anchor_ = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](caf::unit_t) {}};  // lives until shutdown()
+  });
+
+  // ---- the executors ----
+  std::vector<std::string> endpoints = spec.endpoints;
+  if (!spec.joined_workers.empty()) {
+    if (spec.joined_workers.size() != size_t(n))
+      fail("{} workers joined for tensor_parallel_size {} x pipeline_parallel_size {} = {} ranks",
+           spec.joined_workers.size(), tp_, pp_, n);
+    workers_ = spec.joined_workers;
+    where_ = spec.joined_names;
+  } else {
+    if (endpoints.empty() && n > 1) {
+      local_ = LocalWorkers(n, spec.worker_args, spec.worker_start_timeout);
+      endpoints = local_.endpoints();
+    }
+    if (!endpoints.empty() && endpoints.size() != size_t(n))
+      fail("executor_endpoints: {} worker(s) listed for tensor_parallel_size {} x "
+           "pipeline_parallel_size {} = {} ranks; list one per rank",
+           endpoints.size(), tp_, pp_, n);
+    for (const std::string& ep : endpoints) {
+      workers_.push_back(connect_worker(sys, ep));
+      where_.push_back(fmt::format("the worker at {}", ep));
+    }
+  }
+  if (workers_.empty()) {
+    executors_.push_back(spawn_executor(sys));
+    where_.push_back("in this process");
+  } else {
+    caf::scoped_actor self{sys};
+    const WorkerJoin join{head_name(), anchor_};
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      std::string err;
+      self->request(caf::actor_cast<worker_actor>(workers_[i]), std::chrono::seconds(30),
+                    join_atom::value, join)
+          .receive([&](caf::actor& exec) { executors_.push_back(caf::actor_cast<executor_actor>(exec)); },
+                   [&](caf::error& e) { err = error_text(e); });
+      if (!err.empty()) fail("{}: {}", where_[i], err);
+    }
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    if (workers_.empty())
+      names_.push_back("executor 0");
+    else if (n == 1)
+      names_.push_back(fmt::format("executor 0 ({})", where_[0]));
+    else
+      names_.push_back(fmt::format("executor {} (tp {}, pp {}; {})", r, r % tp_, r / tp_,
+                                   where_[size_t(r)]));
+  }
+
+  // ---- prepare: each rank's ends of the wires ----
+  bool one_host = true;
+  for (const std::string& ep : endpoints) one_host = one_host && host_of(ep) == host_of(endpoints[0]);
+  std::string collectives = "none";
+  if (tp_ > 1) {
+    collectives = spec.collectives;
+    if (collectives == "auto")
+      collectives = spec.device == "cuda" ? "nccl" : (one_host ? "shm" : "ucx");
+  }
+  // Where each rank runs, to share a host's cores between its CPU ranks.
+  std::map<std::string, int32_t> ranks_per_host;
+  std::vector<std::string> host(static_cast<size_t>(n), "this host");
+  for (int32_t r = 0; r < n; ++r) {
+    if (size_t(r) < endpoints.size()) host[size_t(r)] = host_of(endpoints[size_t(r)]);
+    else if (size_t(r) < spec.joined_hosts.size()) host[size_t(r)] = spec.joined_hosts[size_t(r)];
+    ++ranks_per_host[host[size_t(r)]];
+  }
+  std::vector<ExecutorPlacement> placements(static_cast<size_t>(n));
+  const int local_devices = spec.device == "cuda" ? std::max(1, cuda_device_count()) : 1;
+  for (int32_t r = 0; r < n; ++r) {
+    ExecutorPlacement& p = placements[size_t(r)];
+    p.tp_rank = r % tp_;
+    p.tp_size = tp_;
+    p.pp_rank = r / tp_;
+    p.pp_size = pp_;
+    p.device = spec.device;
+    p.device_index = spec.device == "cuda" ? r % local_devices : 0;
+    p.collectives = collectives;
+    p.stage_link = pp_ > 1 ? "ucx" : "none";
+    p.ucx_tls = spec.ucx_tls;
+    p.ucx_net_devices = spec.ucx_net_devices;
+    p.timeout_ms = spec.timeout_ms;
+    p.ranks_on_host = ranks_per_host[host[size_t(r)]];
+    devices_.push_back(spec.device == "cuda" ? fmt::format("cuda:{}", p.device_index) : "cpu");
+  }
+  const size_t all = size_t(n);
+  auto got = call_each<ExecutorEndpoints>(sys, executors_, names_, all, [&](size_t i) {
+    return std::make_tuple(prepare_atom::value, placements[i]);
+  });
+  if (!got) throw Error(error_text(got.error()));
+  endpoints_ = std::move(*got);
+
+  // ---- connect: every rank at once ----
+  std::vector<WirePeers> peers(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) {
+    WirePeers& w = peers[size_t(r)];
+    const int32_t stage = r / tp_, t = r % tp_;
+    (void)stage;
+    if (tp_ > 1)
+      for (int32_t k = 0; k < tp_; ++k)
+        w.tp.push_back(endpoints_[size_t(stage * tp_ + k)].collectives);
+    if (pp_ > 1)
+      for (int32_t k = 0; k < pp_; ++k) w.stages.push_back(endpoints_[size_t(k * tp_ + t)].stage);
+  }
+  auto connected = call_each<bool>(sys, executors_, names_, all, [&](size_t i) {
+    return std::make_tuple(connect_atom::value, peers[i]);
+  });
+  if (!connected) throw Error(error_text(connected.error()));
+
+  // ---- init: load the weights, a few ranks at a time ----
+  std::vector<ExecutorInit> inits(static_cast<size_t>(n), base);
+  for (int32_t r = 0; r < n; ++r) {
+    ExecutorInit& in = inits[size_t(r)];
+    in.tp_rank = placements[size_t(r)].tp_rank;
+    in.tp_size = tp_;
+    in.pp_rank = placements[size_t(r)].pp_rank;
+    in.pp_size = pp_;
+    in.device = spec.device;
+    in.device_index = placements[size_t(r)].device_index;
+  }
+  // Ranks sharing one GPU (pipeline stages of one small machine; NCCL refuses TP ranks on one
+  // GPU) split --gpu-memory-utilization between them, and load and start one after another, so
+  // that each measures the memory it takes itself.
+  std::map<std::string, int32_t> per_device;
+  for (const std::string& d : devices_) ++per_device[d];
+  bool shared_gpu = false;
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t sharing = per_device[devices_[size_t(r)]];
+    if (spec.device == "cuda" && sharing > 1 && !local_.pids().empty()) {
+      inits[size_t(r)].gpu_memory_utilization = base.gpu_memory_utilization / double(sharing);
+      shared_gpu = true;
+    }
+  }
+  if (shared_gpu)
+    spdlog::info("engine: {} ranks share a GPU: each gets 1/{} of gpu_memory_utilization and "
+                 "they start one at a time",
+                 n, per_device.begin()->second);
+  const size_t parallel =
+      shared_gpu ? 1 : (spec.max_parallel_loading > 0 ? spec.max_parallel_loading : all);
+  auto loaded = call_each<ExecutorInfo>(sys, executors_, names_, parallel, [&](size_t i) {
+    return std::make_tuple(init_atom::value, inits[i]);
+  });
+  if (!loaded) throw Error(error_text(loaded.error()));
+  for (size_t i = 1; i < loaded->size(); ++i)
+    if ((*loaded)[i].checkpoint_fingerprint != (*loaded)[0].checkpoint_fingerprint)
+      fail("{} loaded a different checkpoint ({}) from {} ({}): every rank must read the same "
+           "model directory",
+           names_[i], (*loaded)[i].checkpoint_fingerprint, names_[0],
+           (*loaded)[0].checkpoint_fingerprint);
+
+  // ---- start: size the KV caches and record the graphs, every rank at once ----
+  auto started = call_each<ExecutorInfo>(sys, executors_, names_, shared_gpu ? 1 : all,
+                                         [&](size_t) { return std::make_tuple(start_atom::value); });
+  if (!started) throw Error(error_text(started.error()));
+  infos_ = std::move(*started);
+}
+
+int32_t ExecutorGroup::num_blocks() const {
+  int32_t m = INT32_MAX;
+  for (const ExecutorInfo& i : infos_) m = std::min(m, i.num_blocks);
+  return infos_.empty() ? 0 : m;
+}
+
+int32_t ExecutorGroup::num_cpu_blocks() const {
+  int32_t m = INT32_MAX;
+  for (const ExecutorInfo& i : infos_) m = std::min(m, i.num_cpu_blocks);
+  return infos_.empty() ? 0 : m;
+}
+
+std::string ExecutorGroup::topology() const {
+  std::string out;
+  for (size_t r = 0; r < executors_.size(); ++r) {
+    const ExecutorEndpoints* e = r < endpoints_.size() ? &endpoints_[r] : nullptr;
+    out += fmt::format("  rank {}: tp {} pp {} (stage {} of {}), {} on {} pid {}, {}\n", r,
+                       int32_t(r) % tp_, int32_t(r) / tp_, int32_t(r) / tp_, pp_,
+                       r < devices_.size() ? devices_[r] : "?", e ? e->hostname : "?",
+                       e ? e->pid : 0, where_[r]);
+  }
+  return out;
+}
+
+void ExecutorGroup::shutdown() {
+  if (down_) return;
+  down_ = true;
+  for (auto& e : executors_) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  for (auto& w : workers_)
+    caf::anon_send(caf::actor_cast<worker_actor>(w), leave_atom::value, anchor_);
+  if (anchor_) caf::anon_send_exit(anchor_, caf::exit_reason::user_shutdown);
+  local_.stop();
+}
+
+}  // namespace troupe

@@ -1,0 +1,47 @@
+// `troupe worker` processes that an engine starts on its own machine (vLLM's multiprocessing
+// executor: --tensor-parallel-size N with no endpoints), and stops when it is done.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// The `troupe` executable to start workers from: $TROUPE_WORKER_BINARY, this process when it
+/// is `troupe`, a `troupe` beside it, the build tree's or the install prefix's, then $PATH.
+/// Throws troupe::Error listing where it looked.
+std::string troupe_binary();
+
+/// This process's log level as `troupe --log-level` spells it, for the workers it starts.
+std::string worker_log_level();
+
+class LocalWorkers {
+ public:
+  LocalWorkers() = default;
+  /// Starts `count` workers listening on 127.0.0.1 (any free port), each exiting when this
+  /// process does, and waits (at most `timeout`) until each says where it listens. `extra` is
+  /// appended to every worker's arguments. Throws troupe::Error with the worker's own output
+  /// when one fails to start.
+  LocalWorkers(int count, const std::vector<std::string>& extra, std::chrono::milliseconds timeout);
+  ~LocalWorkers();
+  LocalWorkers(LocalWorkers&& other) noexcept;
+  LocalWorkers& operator=(LocalWorkers&& other) noexcept;
+  LocalWorkers(const LocalWorkers&) = delete;
+  LocalWorkers& operator=(const LocalWorkers&) = delete;
+
+  /// "127.0.0.1:PORT" of each worker, in start order.
+  [[nodiscard]] const std::vector<std::string>& endpoints() const { return endpoints_; }
+  [[nodiscard]] const std::vector<pid_t>& pids() const { return pids_; }
+  /// SIGTERM to every worker, then SIGKILL to those still there after `grace`.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<int> outs_;  // read ends of their stdout, open while they run (no SIGPIPE)
+  std::vector<std::string> endpoints_;
+};
+
+}  // namespace troupe
