@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "actors/cache_manager_actor.hpp"
-#include "actors/cluster_launch.hpp"
 #include "actors/engine_actor.hpp"
 #include "actors/executor_actor.hpp"
+#include "actors/cluster_launch.hpp"
 #include "actors/executor_group.hpp"
-#include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/error.hpp"
+#include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/models/model.hpp"
 
 namespace troupe {
@@ -29,11 +29,12 @@ struct Engine::Impl {
   std::shared_ptr<const Tokenizer> tokenizer;
   SamplingParams defaults;
   std::unique_ptr<ClusterLaunch> launch;  // a cluster file's workers (before the group: it
-                                          // goes after the group has left them)
+                                         // goes after the group has left them)
   std::unique_ptr<ExecutorGroup> group;
   engine_actor engine;
   explicit Impl(caf::actor_system& s) : sys(s) {}
 };
+
 
 Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique<Impl>(sys)) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -123,11 +124,10 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     const auto differs = [](int64_t flag, int32_t file) { return flag != 1 && flag != file; };
     if (differs(args.tensor_parallel_size, cluster->tensor_parallel_size) ||
         differs(args.pipeline_parallel_size, cluster->pipeline_parallel_size))
-      fail(
-          "tensor_parallel_size {} x pipeline_parallel_size {} on the command line, but the "
-          "cluster has {} x {}: give them in one place",
-          args.tensor_parallel_size, args.pipeline_parallel_size, cluster->tensor_parallel_size,
-          cluster->pipeline_parallel_size);
+      fail("tensor_parallel_size {} x pipeline_parallel_size {} on the command line, but the "
+           "cluster has {} x {}: give them in one place",
+           args.tensor_parallel_size, args.pipeline_parallel_size,
+           cluster->tensor_parallel_size, cluster->pipeline_parallel_size);
     spec.tp = cluster->tensor_parallel_size;
     spec.pp = cluster->pipeline_parallel_size;
     check_parallel_layout(m.model, spec.tp, spec.pp);

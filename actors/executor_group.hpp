@@ -27,18 +27,18 @@ namespace troupe {
 
 struct ExecutorGroupSpec {
   int32_t tp = 1, pp = 1;
-  std::string device = "cpu";              // cpu | cuda
-  std::vector<std::string> endpoints;      // host:port per rank, or empty
+  std::string device = "cpu";             // cpu | cuda
+  std::vector<std::string> endpoints;     // host:port per rank, or empty
   std::vector<caf::actor> joined_workers;  // worker_actor handles per rank (troupe launch)
-  std::vector<std::string> joined_names;   // how each joined worker is named in errors
-  std::vector<std::string> joined_hosts;   // the host each joined worker runs on
-  size_t max_parallel_loading = 0;         // ranks loading weights at once; 0: all
-  std::string collectives = "auto";        // auto | shm | ucx | nccl
+  std::vector<std::string> joined_names;  // how each joined worker is named in errors
+  std::vector<std::string> joined_hosts;  // the host each joined worker runs on
+  size_t max_parallel_loading = 0;        // ranks loading weights at once; 0: all
+  std::string collectives = "auto";       // auto | shm | ucx | nccl
   std::string ucx_tls = "auto";
   std::string ucx_net_devices;  // the cluster file's [transport] net_device
-  int32_t timeout_ms = 30000;   // collectives' and hand-offs' bound
+  int32_t timeout_ms = 30000;             // collectives' and hand-offs' bound
   std::chrono::milliseconds worker_start_timeout{30000};
-  std::vector<std::string> worker_args;  // extra `troupe worker` arguments (local workers)
+  std::vector<std::string> worker_args;   // extra `troupe worker` arguments (local workers)
 };
 
 class ExecutorGroup {
@@ -70,7 +70,7 @@ class ExecutorGroup {
   void start(caf::actor_system& sys, const ExecutorGroupSpec& spec, const ExecutorInit& init);
 
   int32_t tp_ = 1, pp_ = 1;
-  caf::actor anchor_;                // the workers' sessions end when it does
+  caf::actor anchor_;  // the workers' sessions end when it does
   std::vector<caf::actor> workers_;  // per rank, when remote
   std::vector<executor_actor> executors_;
   std::vector<std::string> names_;

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/error.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/exec/memory_fit.hpp"
 #include "runtime/sampling/logit_masks.hpp"
 
