@@ -66,9 +66,10 @@ void check_same(const std::vector<RequestOutput>& want, const std::vector<Reques
     for (size_t t = 0; t < w.logprobs->size(); ++t)
       for (const auto& [token, lp] : (*w.logprobs)[t]) {
         REQUIRE((*g.logprobs)[t].count(token) == 1);
-        // Within 1e-5 relative: only the order of float32 sums differs from one rank's.
-        CHECK(std::abs((*g.logprobs)[t].at(token).logprob - lp.logprob) <=
-              1e-5 * std::max(1.0, std::abs(double(lp.logprob))));
+        // Only the order of float32 sums differs from one rank's: the ranks' GEMMs see other
+        // shapes and thread counts than the one-rank engine's batch (up to 3e-5 seen; the
+        // runner-level test, tests/models/test_parallel_runner.cpp, holds 1e-5 on one batch).
+        CHECK(std::abs((*g.logprobs)[t].at(token).logprob - lp.logprob) <= 1e-4);
       }
   }
 }
