@@ -42,7 +42,7 @@ std::string description(const FieldInfo& f) {
                      f.supported_values);
   else if (!f.allowed.empty())
     d += fmt::format(" Allowed: {}.", f.allowed);
-  // Values a supported field refuses (tensor_parallel_size: only 1 so far).
+  // Values a supported field refuses, named by its note.
   if (f.supported_values.empty() && !f.note.empty())
     d += fmt::format(" Not supported yet: other values ({}).", f.note);
   if (f.arity == FieldInfo::Arity::many)

@@ -270,17 +270,8 @@ std::vector<FieldInfo> build_table(Arena& a) {
   return t;
 }
 
-// Built on first use, so other translation units may use the table from their own statics.
-struct Table {
-  EngineArgs default_value;
-  Arena arena;
-  std::vector<FieldInfo> fields = build_table(arena);
-  std::vector<json> defaults = values_of(fields, &default_value);
-};
-
-const Table& table() {
-  static const Table t;
-  return t;
+const FieldTable<EngineArgs, build_table>& table() {
+  return FieldTable<EngineArgs, build_table>::get();
 }
 
 /// The one-line notices that some supported values deserve (the legacy rows make their own).

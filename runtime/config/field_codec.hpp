@@ -296,6 +296,20 @@ void check_all(const std::vector<FieldInfo>& table, const std::vector<json>& def
 /// get() of each row on `source` (null for rows without a member), in table order.
 [[nodiscard]] std::vector<json> values_of(const std::vector<FieldInfo>& table, const void* source);
 
+/// The field table of T: its rows (made by `Build` on first use, so other translation units may
+/// use it from their own statics), the strings they point into, and the default T's values.
+template <class T, std::vector<FieldInfo> (*Build)(Arena&)>
+struct FieldTable {
+  [[nodiscard]] static const FieldTable& get() {
+    static const FieldTable t;
+    return t;
+  }
+  T default_value;
+  Arena arena;
+  std::vector<FieldInfo> fields = Build(arena);
+  std::vector<json> defaults = values_of(fields, &default_value);
+};
+
 /// Sets one field from text the way the command line gives it (`name` in snake, kebab or
 /// --flag form, or "no-<flag>" for a bool). Errors name the --flag.
 void set_from_text(const std::vector<FieldInfo>& table, const std::vector<json>& defaults,

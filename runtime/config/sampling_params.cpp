@@ -243,17 +243,8 @@ std::vector<FieldInfo> build_table(Arena& a) {
   return t;
 }
 
-// Built on first use, so other translation units may use the table from their own statics.
-struct Table {
-  SamplingParams default_value;
-  Arena arena;
-  std::vector<FieldInfo> fields = build_table(arena);
-  std::vector<json> defaults = values_of(fields, &default_value);
-};
-
-const Table& table() {
-  static const Table t;
-  return t;
+const FieldTable<SamplingParams, build_table>& table() {
+  return FieldTable<SamplingParams, build_table>::get();
 }
 
 }  // namespace

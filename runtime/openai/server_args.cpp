@@ -73,16 +73,8 @@ std::vector<FieldInfo> build_table(Arena& a) {
   return t;
 }
 
-struct Table {
-  ServerArgs default_value;
-  Arena arena;
-  std::vector<FieldInfo> fields = build_table(arena);
-  std::vector<json> defaults = values_of(fields, &default_value);
-};
-
-const Table& table() {
-  static const Table t;
-  return t;
+const FieldTable<ServerArgs, build_table>& table() {
+  return FieldTable<ServerArgs, build_table>::get();
 }
 
 }  // namespace
