@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <memory>
 #include <unordered_map>
 
 #include "actors/cluster_launch.hpp"
@@ -27,8 +28,15 @@ struct LLM::Impl {
 LLM::LLM(EngineArgs args) : impl_(std::make_unique<Impl>()) {
   // Logs go to stderr, so a program's stdout stays its own; a host that set up spdlog's
   // default logger itself keeps it.
-  if (spdlog::default_logger()->name().empty())
+  if (spdlog::default_logger()->name().empty()) {
+    // The logger it replaces is kept alive for good: spdlog::info and friends log through a
+    // raw pointer to the default logger, and an actor of another actor system may be logging
+    // through it right now (an executor finishing; this crashed a test, 1 run in ~20 under
+    // load, when a second engine was made while the first's executor shut down).
+    static const auto* replaced = new std::shared_ptr<spdlog::logger>(spdlog::default_logger());
+    (void)replaced;
     spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
+  }
   register_message_types(impl_->cfg);
   impl_->cfg.set("scheduler.max-threads", 4);
   // Heartbeats so that a frozen remote worker is noticed within 5 s (CAF's default is never),
