@@ -320,7 +320,9 @@ void OutputProcessor::apply_text(Request& r, Sequence& s, const std::string& del
       return;
     }
   }
-  if (s.pending_finish != FinishReason::none) {
+  // The finish waits for the text of every push before it: the last push flushes the
+  // detokenizer's held-back bytes, and its reply may come after an earlier push's.
+  if (s.pending_finish != FinishReason::none && s.texts_awaited == 0) {
     if (s.pending_stop_token) s.out.stop_reason_token = *s.pending_stop_token;
     finish(r, s, s.pending_finish);
   }
@@ -367,6 +369,7 @@ OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> upda
       s->pending_stop_token = u.stop_token;
     }
     if (r->detokenize && u.finish != FinishReason::error) {
+      ++s->texts_awaited;
       act.detokenize.push_back(
           DetokPush{u.seq_id, std::move(u.new_token_ids), u.finish != FinishReason::none});
     } else {
@@ -387,6 +390,7 @@ OutputProcessor::Actions OutputProcessor::on_text(
   for (const auto& [seq, text] : deltas) {
     auto [r, s] = find(seq);
     if (r == nullptr) continue;
+    if (s->texts_awaited > 0) --s->texts_awaited;
     apply_text(*r, *s, text, act);
     touched.insert(r->id);
   }

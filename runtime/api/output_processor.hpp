@@ -141,6 +141,7 @@ class OutputProcessor {
     bool finished = false;
     FinishReason pending_finish = FinishReason::none;  // applied once its text caught up
     std::optional<int32_t> pending_stop_token;
+    int32_t texts_awaited = 0;  // detokenizer pushes whose text has not come back yet
     double score = 0.0;    // cumulative raw logprob of its sampled tokens (best_of > n ranks it)
     bool dropped = false;  // best_of > n: can no longer be among the best n
   };
