@@ -243,6 +243,32 @@ TEST_CASE("text arrives incrementally, and a finish waits for its last text", "[
   CHECK(h.update({tokens(seq, {1})}).empty());  // a late update for it is dropped
 }
 
+TEST_CASE("a finish waits for the text of every push in flight, the flush last", "[output]") {
+  // Two pushes in flight (the tokenizer pool answers each on its own): the first push's text
+  // coming back must not apply the finish that the second push carries, or the second's text
+  // (here the flushed half of "é") is lost.
+  Harness h;
+  const auto a = h.add({1}, SamplingParams{});
+  const uint64_t seq = a.seqs[0].seq_id;
+  const auto hello = ids_of("Hello");
+  auto first = h.proc.on_updates({tokens(seq, {hello[0], 0xc3})});
+  auto second = h.proc.on_updates({tokens(seq, {}, FinishReason::length)});
+  REQUIRE(first.detokenize.size() == 1);
+  REQUIRE(second.detokenize.size() == 1);
+  REQUIRE(second.detokenize[0].finish);
+  IncrementalDetokenizer& d = h.detok.at(seq);
+  const std::string text1 = d.push(first.detokenize[0].new_token_ids);
+  const std::string text2 = d.push(second.detokenize[0].new_token_ids) + d.flush();
+  CHECK_FALSE(text2.empty());  // the held-back byte, flushed
+  auto outs = h.proc.on_text({{seq, text1}}).outputs;
+  for (const RequestOutput& o : outs) CHECK_FALSE(o.finished);
+  outs = h.proc.on_text({{seq, text2}}).outputs;
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs[0].finish_reason == "length");
+  CHECK(outs[0].outputs[0].text == text1 + text2);
+}
+
 TEST_CASE("a stop string ends the sequence, drops it in the scheduler and cuts the text",
           "[output]") {
   const bool include = GENERATE(false, true);
