@@ -48,37 +48,27 @@ std::string worker_log_level() {
 }
 
 std::string troupe_binary() {
-  std::vector<std::string> looked;
-  auto consider = [&](const fs::path& p) {
-    if (p.empty()) return false;
-    looked.push_back(p.string());
-    return executable(p);
-  };
-  if (const char* env = std::getenv("TROUPE_WORKER_BINARY"); env && *env) {
-    if (consider(env)) return env;
-    fail("TROUPE_WORKER_BINARY = '{}' is not an executable file", env);
-  }
+  // The `troupe` beside this program (itself, when it is troupe), the build tree's, the install
+  // prefix's, then each directory of $PATH: the first executable one.
+  std::vector<std::string> candidates;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && self.filename() == "troupe" && consider(self)) return self.string();
-  if (!ec && consider(self.parent_path() / "troupe")) return (self.parent_path() / "troupe").string();
-  if (consider(fs::path(TROUPE_BUILD_TOOLS_DIR) / "troupe"))
-    return (fs::path(TROUPE_BUILD_TOOLS_DIR) / "troupe").string();
-  if (consider(fs::path(TROUPE_INSTALL_BIN_DIR) / "troupe"))
-    return (fs::path(TROUPE_INSTALL_BIN_DIR) / "troupe").string();
+  if (!ec) candidates.push_back(self.parent_path() / "troupe");
+  candidates.push_back(std::string(TROUPE_BUILD_TOOLS_DIR) + "/troupe");
+  candidates.push_back(std::string(TROUPE_INSTALL_BIN_DIR) + "/troupe");
   if (const char* path = std::getenv("PATH")) {
     std::string_view rest(path);
     while (!rest.empty()) {
       const size_t colon = rest.find(':');
-      const std::string dir(rest.substr(0, colon));
-      if (!dir.empty() && consider(fs::path(dir) / "troupe")) return (fs::path(dir) / "troupe").string();
+      if (colon != 0) candidates.push_back(std::string(rest.substr(0, colon)) + "/troupe");
       if (colon == std::string_view::npos) break;
       rest.remove_prefix(colon + 1);
     }
   }
-  fail("cannot find the `troupe` executable to start workers from; looked at {} and $PATH; set "
-       "TROUPE_WORKER_BINARY",
-       fmt::join(looked, ", "));
+  for (const std::string& c : candidates)
+    if (executable(c)) return c;
+  fail("cannot find the `troupe` executable to start workers from; looked at {}",
+       fmt::join(candidates, ", "));
 }
 
 LocalWorkers::LocalWorkers(int count, const std::vector<std::string>& extra,

@@ -10,8 +10,8 @@
 
 namespace troupe {
 
-/// The `troupe` executable to start workers from: $TROUPE_WORKER_BINARY, this process when it
-/// is `troupe`, a `troupe` beside it, the build tree's or the install prefix's, then $PATH.
+/// The `troupe` executable to start workers from: the one beside this process (itself, when it
+/// is `troupe`), the build tree's or the install prefix's, then $PATH.
 /// Throws troupe::Error listing where it looked.
 std::string troupe_binary();
 

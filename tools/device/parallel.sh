@@ -20,7 +20,6 @@
 source "$(dirname "$0")/env.sh"
 unpack_bundle || exit 2
 export TROUPE_MODEL_FIXTURES="$PWD/tests/fixtures/models"
-export TROUPE_WORKER_BINARY="$root/bin/troupe"
 rc=0
 exec > >(tee "$out/parallel.log") 2>&1
 start=$(date +%s)
