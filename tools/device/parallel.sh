@@ -33,31 +33,13 @@ start=$(date +%s)
   timeout 120 "$root/bin/troupe_cuda_tests" "[parallel]" > "$out/tp_ops.log" 2>&1 || rc=1
   tail -n 3 "$out/tp_ops.log"
   step "PP=2 (two processes on one GPU) against PP=1: greedy tokens"
-  python3 - "$out/prompts.jsonl" <<'PY'
-import json, random, sys
-random.seed(7)
-with open(sys.argv[1], "w") as f:
-    for i in range(16):
-        ids = [random.randrange(1000, 120000) for _ in range(32 + 16 * i)]
-        f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": 64, "temperature": 0,
-                            "ignore_eos": True}) + "\n")
-PY
+  python3 "$here/split_parity.py" prompts "$out/prompts.jsonl" 7 32 16 64
   gen=(generate "${model_args[@]}" --skip-tokenizer-init --input "$out/prompts.jsonl")
   timeout 150 "$root/bin/troupe" --log-level info "${gen[@]}" > "$out/pp1.jsonl" 2>> "$out/pp.log" || rc=1
   timeout 200 "$root/bin/troupe" --log-level info "${gen[@]}" --pipeline-parallel-size 2 \
     > "$out/pp2.jsonl" 2>> "$out/pp.log" || rc=1
-  python3 - "$out/pp1.jsonl" "$out/pp2.jsonl" <<'PY' || rc=1
-import json, sys
-a = [json.loads(l)["outputs"][0]["token_ids"] for l in open(sys.argv[1]) if l.strip()]
-b = [json.loads(l)["outputs"][0]["token_ids"] for l in open(sys.argv[2]) if l.strip()]
-same = sum(x == y for x, y in zip(a, b))
-print(f"PP=2 against PP=1: {same} of {len(a)} sequences identical ({len(b)} returned)")
-for i, (x, y) in enumerate(zip(a, b)):
-    if x != y:
-        k = next(j for j in range(min(len(x), len(y))) if x[j] != y[j])
-        print(f"  prompt {i}: first difference at token {k}")
-sys.exit(0 if len(a) == 16 and len(b) == 16 and same == 16 else 1)
-PY
+  python3 "$here/split_parity.py" compare "$out/pp1.jsonl" "$out/pp2.jsonl" "PP=2 against PP=1" ||
+    rc=1
   step "throughput PP=1 and PP=2 on one GPU"
   tp=(throughput "${model_args[@]}" --async-scheduling --num-prompts 256 --input-len 256
       --output-len 256)

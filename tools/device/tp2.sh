@@ -31,32 +31,12 @@ step "fixtures at TP=2, PP=2, 2x2 against one rank"
 timeout 200 "$root/bin/troupe_actors_tests" "[parallel]" > "$out/fixtures.log" 2>&1 || rc=1
 tail -n 3 "$out/fixtures.log"
 step "Llama-3-8B shape, bf16: TP=2 against TP=1, 16 x 256 greedy tokens"
-python3 - "$out/prompts.jsonl" <<'PY'
-import json, random, sys
-random.seed(11)
-with open(sys.argv[1], "w") as f:
-    for i in range(16):
-        ids = [random.randrange(1000, 120000) for _ in range(64 + 8 * i)]
-        f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": 256, "temperature": 0,
-                            "ignore_eos": True, "logprobs": 2}) + "\n")
-PY
+python3 "$here/split_parity.py" prompts "$out/prompts.jsonl" 11 64 8 256
 gen=(generate "${model_args[@]}" --skip-tokenizer-init --input "$out/prompts.jsonl")
 timeout 150 "$root/bin/troupe" "${gen[@]}" > "$out/tp1.jsonl" 2> "$out/gen.log" || rc=1
 timeout 200 "$root/bin/troupe" --log-level info "${gen[@]}" --tensor-parallel-size 2 \
   > "$out/tp2.jsonl" 2>> "$out/gen.log" || rc=1
-python3 - "$out/tp1.jsonl" "$out/tp2.jsonl" <<'PY'
-import json, sys
-def load(p):
-    return [json.loads(l)["outputs"][0] for l in open(p) if l.strip()]
-a, b = load(sys.argv[1]), load(sys.argv[2])
-same = sum(x["token_ids"] == y["token_ids"] for x, y in zip(a, b))
-print(f"TP=2 against TP=1: {same} of {len(a)} sequences identical over 256 tokens")
-for i, (x, y) in enumerate(zip(a, b)):
-    if x["token_ids"] != y["token_ids"]:
-        k = next(j for j in range(len(x["token_ids"])) if x["token_ids"][j] != y["token_ids"][j])
-        top = x["logprobs"][k] if x.get("logprobs") else None
-        print(f"  prompt {i}: first difference at token {k}; TP=1's top-2 there: {top}")
-PY
+python3 "$here/split_parity.py" compare "$out/tp1.jsonl" "$out/tp2.jsonl" "TP=2 against TP=1"
 step "batch-1 decode and 1000 x 1000 at TP=1 and TP=2"
 for tp in 1 2; do
   bench "b1_tp$tp" 200 "${b1_args[@]}" --tensor-parallel-size "$tp" || rc=1
