@@ -91,7 +91,9 @@ void track(sink_state& st, size_t p, const RequestOutput& out) {
       f.prompt_tokens = int64_t(out.prompt_token_ids.size());
       f.generation_tokens = int64_t(n);
       f.e2e_seconds = seconds(st.plan.arrival, now);
-      f.decode_seconds = t.first && t.last ? seconds(*t.first, *t.last) : 0.0;
+      // The phases from the engine's times (the scheduler's), not from when outputs got here.
+      openai::set_phases(f, out.metrics.arrival_time, c.times.first_scheduled_time,
+                         c.times.first_token_time, c.times.last_token_time);
       f.max_tokens = st.plan.max_tokens_param;
       st.metrics->record_finished(f);
     }

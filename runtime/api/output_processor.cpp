@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "runtime/error.hpp"
@@ -15,6 +16,15 @@ namespace {
 std::string clip(const std::string& s, int32_t max_len) {
   if (max_len <= 0 || int32_t(s.size()) <= max_len) return s;
   return s.substr(0, size_t(max_len)) + "...";
+}
+
+/// A steady-clock time as seconds since the Unix epoch. One offset for the whole process, taken
+/// on first use, so the differences between times are the steady clock's own.
+double epoch_seconds(std::chrono::steady_clock::time_point t) {
+  using namespace std::chrono;
+  static const double offset = duration<double>(system_clock::now().time_since_epoch()).count() -
+                               duration<double>(steady_clock::now().time_since_epoch()).count();
+  return offset + duration<double>(t.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -123,6 +133,7 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
 
   Request r;
   r.id = id;
+  r.arrival_time = epoch_seconds(std::chrono::steady_clock::now());
   r.stream = stream && !ranked;  // the best n are only known at the end
   r.num_returned = size_t(n);
   r.detokenize = p.detokenize && tokenizer_ != nullptr;
@@ -213,6 +224,23 @@ PositionLogprobMap OutputProcessor::to_map(const PositionLogprobs& p) const {
   return m;
 }
 
+RequestMetrics OutputProcessor::request_metrics(const Request& r) {
+  RequestMetrics m;
+  m.arrival_time = r.arrival_time;
+  // Over every sequence, the ones best_of > n leaves out too: they ran.
+  const auto fold = [](std::optional<double>& into, const std::optional<double>& t, bool later) {
+    if (t && (!into || (later ? *t > *into : *t < *into))) into = t;
+  };
+  for (const Sequence& s : r.seqs) {
+    fold(m.first_scheduled_time, s.times.first_scheduled_time, false);
+    fold(m.first_token_time, s.times.first_token_time, false);
+    fold(m.last_token_time, s.times.last_token_time, true);
+  }
+  if (m.first_scheduled_time) m.time_in_queue = *m.first_scheduled_time - m.arrival_time;
+  m.finished_time = r.finished_time;
+  return m;
+}
+
 RequestOutput OutputProcessor::assemble(const Request& r) {
   RequestOutput o;
   o.request_id = r.id;
@@ -220,8 +248,12 @@ RequestOutput OutputProcessor::assemble(const Request& r) {
   o.prompt_token_ids = r.prompt_ids;
   o.prompt_logprobs = r.prompt_logprobs;
   o.num_cached_tokens = std::max(0, r.num_cached_tokens);
+  o.metrics = request_metrics(r);
   if (r.seqs.size() <= r.num_returned) {
-    for (const auto& s : r.seqs) o.outputs.push_back(s.out);
+    for (const auto& s : r.seqs) {
+      o.outputs.push_back(s.out);
+      o.outputs.back().times = s.times;
+    }
   } else {
     std::vector<const Sequence*> best;
     for (const auto& s : r.seqs)
@@ -232,6 +264,7 @@ RequestOutput OutputProcessor::assemble(const Request& r) {
     for (size_t i = 0; i < best.size(); ++i) {
       o.outputs.push_back(best[i]->out);
       o.outputs.back().index = int32_t(i);
+      o.outputs.back().times = best[i]->times;
     }
   }
   o.finished = r.unfinished == 0;
@@ -288,7 +321,7 @@ void OutputProcessor::finish(Request& r, Sequence& s, FinishReason why) {
   s.out.finish_reason = to_string(why);
   if (why == FinishReason::error && r.error.empty())
     r.error = failure_.empty() ? "the engine failed this request" : failure_;
-  --r.unfinished;
+  if (--r.unfinished == 0) r.finished_time = epoch_seconds(std::chrono::steady_clock::now());
 }
 
 void OutputProcessor::apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act) {
@@ -347,6 +380,14 @@ OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> upda
     if (r == nullptr || s->finished) continue;
     seen.insert(r->id);
     if (r->num_cached_tokens < 0) r->num_cached_tokens = u.num_cached_tokens;
+    SequenceTimes& times = s->times;
+    if (!times.first_scheduled_time && u.first_scheduled)
+      times.first_scheduled_time = epoch_seconds(*u.first_scheduled);
+    if (!u.new_token_ids.empty()) {
+      const double t = epoch_seconds(u.time);
+      if (!times.first_token_time) times.first_token_time = t;
+      times.last_token_time = t;
+    }
     try {
       if (!u.prompt_logprobs.empty() && r->prompt_logprobs)
         for (const auto& p : u.prompt_logprobs) r->prompt_logprobs->push_back(to_map(p));

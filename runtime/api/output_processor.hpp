@@ -19,6 +19,13 @@
 // Outputs go out after every change when streaming, once at the end otherwise; a finished
 // request is forgotten.
 //
+// Times (RequestOutput::metrics, CompletionOutput::times): a request arrives when add() queues it
+// for the scheduler; the scheduler says when it first scheduled each sequence (SeqUpdate::
+// first_scheduled, kept through preemption) and when each step's result came back
+// (SeqUpdate::time: a sequence's token times); the request finishes when its last sequence does.
+// Every time is read from the steady clock and shown on the epoch clock through one offset per
+// process, so differences stay exact.
+//
 // Sequences that fork. A request holds its sequences (Sequence, one CompletionOutput each) in a
 // list, each found by its sequence id; assemble() alone turns that list into the RequestOutput.
 // Beam search (not supported yet: validate() refuses it) fits that shape: a fork copies its
@@ -144,6 +151,7 @@ class OutputProcessor {
     int32_t texts_awaited = 0;  // detokenizer pushes whose text has not come back yet
     double score = 0.0;    // cumulative raw logprob of its sampled tokens (best_of > n ranks it)
     bool dropped = false;  // best_of > n: can no longer be among the best n
+    SequenceTimes times;   // kept apart from `out`, which a dropped sequence clears
   };
 
   struct Request {
@@ -160,6 +168,8 @@ class OutputProcessor {
     size_t unfinished = 0;
     size_t max_stop_len = 0;
     std::string error;
+    double arrival_time = 0;  // RequestMetrics' clock (see there)
+    std::optional<double> finished_time;
   };
 
   /// A sequence and the request it belongs to; null when either is gone.
@@ -182,6 +192,7 @@ class OutputProcessor {
   /// The caller's view of a request: every sequence in index order, or the best n when
   /// best_of > n.
   [[nodiscard]] static RequestOutput assemble(const Request& r);
+  [[nodiscard]] static RequestMetrics request_metrics(const Request& r);
 
   OutputProcessorConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -18,6 +18,27 @@ struct Logprob {
 };
 using PositionLogprobMap = std::map<int32_t, Logprob>;
 
+// Times below are seconds since the Unix epoch (vLLM's time.time()), all read from one monotonic
+// clock, so that the differences between them are exact and never negative.
+
+/// When one sequence went through its phases; nullopt until it happens.
+struct SequenceTimes {
+  std::optional<double> first_scheduled_time;  // a step first ran it (kept through a recompute)
+  std::optional<double> first_token_time;      // the step that sampled its first token returned
+  std::optional<double> last_token_time;       // ... its latest token
+};
+
+/// vLLM's RequestMetrics (RequestOutput.metrics), over all of a request's sequences.
+struct RequestMetrics {
+  /// When the engine queued the request for the scheduler (its prompt tokenized).
+  double arrival_time = 0;
+  std::optional<double> last_token_time;       // the latest token of any sequence
+  std::optional<double> first_scheduled_time;  // the first of its sequences to be scheduled
+  std::optional<double> first_token_time;      // the first token of any sequence
+  std::optional<double> time_in_queue;         // first_scheduled_time - arrival_time (seconds)
+  std::optional<double> finished_time;         // when its last sequence finished
+};
+
 struct CompletionOutput {
   int32_t index = 0;
   std::string text;
@@ -30,6 +51,9 @@ struct CompletionOutput {
   /// The stop string or stop token id that ended the sequence ("" / -1 when none).
   std::string stop_reason_text;
   int32_t stop_reason_token = -1;
+  /// Its own phase times (C++ only: vLLM keeps no times per sequence); the server's per-sequence
+  /// histograms read them, as vLLM observes each of n child requests.
+  SequenceTimes times;
   [[nodiscard]] bool finished() const { return !finish_reason.empty(); }
 };
 
@@ -43,6 +67,7 @@ struct RequestOutput {
   /// Prompt tokens served from the prefix cache (vLLM's num_cached_tokens): the cache hit of
   /// the request's first admitted sequence; 0 until it is known.
   int32_t num_cached_tokens = 0;
+  RequestMetrics metrics;
   bool finished = false;
   std::string error;  // set when the request failed after it was accepted
 };

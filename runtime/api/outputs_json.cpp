@@ -43,6 +43,16 @@ nlohmann::ordered_json to_json(const RequestOutput& out) {
   }
   j["outputs"] = std::move(outputs);
   j["num_cached_tokens"] = out.num_cached_tokens;
+  const RequestMetrics& m = out.metrics;
+  const auto opt = [](const std::optional<double>& v) {
+    return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+  };
+  j["metrics"] = {{"arrival_time", m.arrival_time},
+                  {"last_token_time", opt(m.last_token_time)},
+                  {"first_scheduled_time", opt(m.first_scheduled_time)},
+                  {"first_token_time", opt(m.first_token_time)},
+                  {"time_in_queue", opt(m.time_in_queue)},
+                  {"finished_time", opt(m.finished_time)}};
   if (!out.error.empty()) j["error"] = out.error;
   return j;
 }

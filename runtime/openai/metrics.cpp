@@ -111,6 +111,9 @@ ServingMetrics::ServingMetrics(std::string model_name, int64_t max_model_len)
       itl_(kTokenLatencyBuckets),
       tpot_(kTokenLatencyBuckets),
       e2e_(kRequestLatencyBuckets),
+      queue_(kRequestLatencyBuckets),
+      inference_(kRequestLatencyBuckets),
+      prefill_(kRequestLatencyBuckets),
       decode_(kRequestLatencyBuckets),
       request_tpot_(kTokenLatencyBuckets),
       prompt_len_(buckets_1_2_5(max_model_len)),
@@ -144,13 +147,27 @@ void ServingMetrics::record_finished(const FinishedSequence& s) {
   else
     ++success_error_;
   e2e_.observe(s.e2e_seconds);
-  decode_.observe(s.decode_seconds);
+  if (s.queue_seconds) queue_.observe(*s.queue_seconds);
+  if (s.inference_seconds) inference_.observe(*s.inference_seconds);
+  if (s.prefill_seconds) prefill_.observe(*s.prefill_seconds);
+  if (s.decode_seconds) decode_.observe(*s.decode_seconds);
   prompt_len_.observe(double(s.prompt_tokens));
   generation_len_.observe(double(s.generation_tokens));
   // vLLM: decode time over the tokens after the first (0 when there is one).
-  request_tpot_.observe(s.generation_tokens > 1 ? s.decode_seconds / double(s.generation_tokens - 1)
-                                                : 0.0);
+  request_tpot_.observe(s.generation_tokens > 1 && s.decode_seconds
+                            ? *s.decode_seconds / double(s.generation_tokens - 1)
+                            : 0.0);
   if (s.max_tokens) max_tokens_.observe(double(*s.max_tokens));
+}
+
+void set_phases(FinishedSequence& f, double arrival, const std::optional<double>& first_scheduled,
+                const std::optional<double>& first_token, const std::optional<double>& last_token) {
+  if (!first_scheduled) return;
+  f.queue_seconds = *first_scheduled - arrival;
+  if (!first_token || !last_token) return;
+  f.prefill_seconds = *first_token - *first_scheduled;
+  f.decode_seconds = *last_token - *first_token;
+  f.inference_seconds = *last_token - *first_scheduled;
 }
 
 void ServingMetrics::record_request(int64_t n, int64_t max_generation_tokens) {
@@ -226,6 +243,12 @@ std::string ServingMetrics::render(const EngineGauges& g) const {
             "Histogram of time_per_output_token_seconds per request.", m, request_tpot_);
   histogram(out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
             m, e2e_);
+  histogram(out, "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.", m, queue_);
+  histogram(out, "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.", m, inference_);
+  histogram(out, "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.", m, prefill_);
   histogram(out, "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.", m, decode_);
   return out;

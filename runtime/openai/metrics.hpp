@@ -7,12 +7,15 @@
 // Two sources: the engine's own counts, read when /metrics is scraped (EngineGauges: running and
 // waiting requests, KV usage, prefix-cache queries and hits, preemptions), and what the server
 // sees of each request (ServingMetrics::record_*: tokens, time to first token, inter-token
-// latency, end-to-end latency, finish reasons).
+// latency, end-to-end latency, finish reasons) with the engine's own times of each sequence
+// (CompletionOutput::times) for the phase histograms, as vLLM's IterationStats defines them:
+// queue = first scheduled - arrival (queued for the scheduler), prefill = first token - first
+// scheduled, decode = last token - first token, inference = last token - first scheduled. As in
+// vLLM's later RequestTiming, a sequence never scheduled is in none of them, and one scheduled
+// but without a token only in the queue time (v0.11 observed zeros, or a negative queue time,
+// for those).
 //
-// Not exported: vllm:request_queue_time_seconds, request_prefill_time_seconds,
-// request_inference_time_seconds and time_per_prefill_token_request_seconds need the time a
-// request was first scheduled, which troupe's scheduler does not report yet; and
-// vllm:iteration_tokens_total needs per-step token counts from the scheduler.
+// Not exported: vllm:iteration_tokens_total needs per-step token counts from the scheduler.
 #pragma once
 
 #include <cstdint>
@@ -59,9 +62,16 @@ struct FinishedSequence {
   std::string finish_reason;  // stop, length, abort, error
   int64_t prompt_tokens = 0, generation_tokens = 0;
   double e2e_seconds = 0;
-  double decode_seconds = 0;          // first token to last
+  // The phases (see the header), as far as the sequence got: queue once it was scheduled, the
+  // others once it had a token.
+  std::optional<double> queue_seconds, prefill_seconds, decode_seconds, inference_seconds;
   std::optional<int64_t> max_tokens;  // the request's max_tokens parameter
 };
+
+/// The phases of one sequence from the engine's times: arrival is when its request was queued
+/// for the scheduler (RequestMetrics::arrival_time).
+void set_phases(FinishedSequence& f, double arrival, const std::optional<double>& first_scheduled,
+                const std::optional<double>& first_token, const std::optional<double>& last_token);
 
 class ServingMetrics {
  public:
@@ -83,7 +93,7 @@ class ServingMetrics {
   std::string model_label_;  // model_name="..."
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   uint64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0, success_error_ = 0;
-  Histogram ttft_, itl_, tpot_, e2e_, decode_, request_tpot_;
+  Histogram ttft_, itl_, tpot_, e2e_, queue_, inference_, prefill_, decode_, request_tpot_;
   Histogram prompt_len_, generation_len_, max_generation_, n_, max_tokens_;
 };
 

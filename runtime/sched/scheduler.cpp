@@ -259,6 +259,7 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     running_.push_back(a.seq_id);
     s.num_computed = a.num_cached_tokens;
     if (s.num_cached_tokens < 0) s.num_cached_tokens = a.num_cached_tokens;
+    if (!s.first_scheduled) s.first_scheduled = std::chrono::steady_clock::now();
     s.pending_kv.clear();
     s.pending_exec.clear();
     s.known_to_executors = true;
@@ -299,6 +300,7 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
   }
   const InFlight step = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const auto now = std::chrono::steady_clock::now();
   updates.reserve(result.outputs.size());
   for (const SeqStepOutput& out : result.outputs) {
     auto it = seqs_.find(out.seq_id);
@@ -320,6 +322,8 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
     SeqUpdate u;
     u.seq_id = out.seq_id;
     u.num_cached_tokens = s.num_cached_tokens;
+    u.first_scheduled = s.first_scheduled;
+    u.time = now;
     // Prompt logprobs: entry j belongs to position chunk_start + j (predicting the token after
     // it); positions delivered before a preemption are not sent twice.
     for (size_t j = 0; j < out.prompt_logprobs.size(); ++j) {

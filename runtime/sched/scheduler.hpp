@@ -35,6 +35,7 @@
 // num_computed_tokens unchanged: the swap-in restores that KV, nothing is recomputed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -103,6 +104,10 @@ struct SeqUpdate {
   // Prompt tokens the prefix cache served when the sequence was first admitted (vLLM's
   // num_cached_tokens; a later recompute does not change it); -1 before that.
   int32_t num_cached_tokens = -1;
+  // When the plan that first admitted the sequence was made (a recompute after preemption keeps
+  // it; unset before), and when this update's step result was applied: RequestMetrics' times.
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+  std::chrono::steady_clock::time_point time{};
 };
 
 struct SchedulerStats {
@@ -186,6 +191,7 @@ class Scheduler {
     std::vector<int32_t> pending_kv;    // sampled tokens the cache manager has not heard of
     std::vector<int32_t> pending_exec;  // sampled tokens the executors have not had confirmed
     int32_t num_cached_tokens = -1;     // SeqUpdate::num_cached_tokens
+    std::optional<std::chrono::steady_clock::time_point> first_scheduled;  // SeqUpdate's
     bool known_to_executors = false;
     bool running = false;
     bool swapped = false;  // in swapped_: its KV is in CPU blocks

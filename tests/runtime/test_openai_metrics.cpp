@@ -3,6 +3,7 @@
 // prometheus_client itself is tests/server/metrics_reference.py, run by the server tests).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/openai/metrics.hpp"
@@ -52,7 +53,8 @@ TEST_CASE("metrics: the exposition has vLLM's names, labels and buckets", "[open
   f.prompt_tokens = 7;
   f.generation_tokens = 4;
   f.e2e_seconds = 0.4;
-  f.decode_seconds = 0.22;
+  // Queued at 100.0, first scheduled at 100.05, first token at 100.08, last at 100.30.
+  set_phases(f, 100.0, 100.05, 100.08, 100.30);
   f.max_tokens = 4;
   m.record_finished(f);
   m.record_request(1, 4);
@@ -108,6 +110,79 @@ TEST_CASE("metrics: the exposition has vLLM's names, labels and buckets", "[open
   CHECK(has_line(text, bucket("vllm:request_params_n", "1.0") + " 1.0"));
   CHECK(has_line(text, "vllm:request_params_max_tokens_sum{" + l + "} 4.0"));
   // decode time / (tokens - 1)
+  CHECK(has_line(text, "vllm:request_time_per_output_token_seconds_sum{" + l + "} " +
+                           prom_number((100.30 - 100.08) / 3)));
+  // The phases: vLLM's help texts and request-latency buckets, one observation each.
+  const std::vector<std::pair<std::string, std::string>> phases = {
+      {"request_queue_time", "WAITING"},
+      {"request_inference_time", "RUNNING"},
+      {"request_prefill_time", "PREFILL"},
+      {"request_decode_time", "DECODE"}};
+  for (const auto& [phase, what] : phases) {
+    const std::string name = "vllm:" + phase + "_seconds";
+    INFO(name);
+    CHECK(has_line(
+        text, "# HELP " + name + " Histogram of time spent in " + what + " phase for request."));
+    CHECK(has_line(text, "# TYPE " + name + " histogram"));
+    for (const char* le : {"0.3",   "0.5",   "0.8",   "1.0",    "1.5",    "2.0",  "2.5",  "5.0",
+                           "10.0",  "15.0",  "20.0",  "30.0",   "40.0",   "50.0", "60.0", "120.0",
+                           "240.0", "480.0", "960.0", "1920.0", "7680.0", "+Inf"})
+      CHECK(has_line(text, bucket(name, le) + " 1.0"));
+    CHECK(has_line(text, name + "_count{" + l + "} 1.0"));
+  }
   CHECK(has_line(text,
-                 "vllm:request_time_per_output_token_seconds_sum{" + l + "} 0.07333333333333333"));
+                 "vllm:request_queue_time_seconds_sum{" + l + "} " + prom_number(100.05 - 100.0)));
+  CHECK(has_line(
+      text, "vllm:request_prefill_time_seconds_sum{" + l + "} " + prom_number(100.08 - 100.05)));
+  CHECK(has_line(
+      text, "vllm:request_decode_time_seconds_sum{" + l + "} " + prom_number(100.30 - 100.08)));
+  CHECK(has_line(
+      text, "vllm:request_inference_time_seconds_sum{" + l + "} " + prom_number(100.30 - 100.05)));
+  // In vLLM's order: e2e, queue, inference, prefill, decode.
+  std::vector<size_t> at;
+  for (const char* n : {"e2e_request_latency", "request_queue_time", "request_inference_time",
+                        "request_prefill_time", "request_decode_time"})
+    at.push_back(text.find(std::string("# HELP vllm:") + n + "_seconds "));
+  CHECK(std::is_sorted(at.begin(), at.end()));
+  CHECK(at.back() != std::string::npos);
+}
+
+TEST_CASE("metrics: a phase is observed only when the sequence got that far", "[openai]") {
+  ServingMetrics m("m", 64);
+  const auto count = [&](const std::string& phase) {
+    const std::string text = m.render({});
+    const std::string key = "vllm:" + phase + R"(_seconds_count{engine="0",model_name="m"} )";
+    const size_t at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + key.size()));
+  };
+  // Aborted while waiting: never scheduled, so in no phase (e2e and the finish reason only).
+  FinishedSequence waiting;
+  waiting.finish_reason = "abort";
+  set_phases(waiting, 10.0, std::nullopt, std::nullopt, std::nullopt);
+  m.record_finished(waiting);
+  CHECK(count("request_queue_time") == 0);
+  CHECK(count("e2e_request_latency") == 1);
+  // Aborted during its prefill: it waited, and nothing else.
+  FinishedSequence prefilling;
+  prefilling.finish_reason = "abort";
+  set_phases(prefilling, 10.0, 10.5, std::nullopt, std::nullopt);
+  CHECK(prefilling.queue_seconds == Approx(0.5));
+  CHECK(!prefilling.prefill_seconds);
+  m.record_finished(prefilling);
+  CHECK(count("request_queue_time") == 1);
+  for (const char* phase :
+       {"request_prefill_time", "request_decode_time", "request_inference_time"})
+    CHECK(count(phase) == 0);
+  // One token: prefill only, a decode of 0 (first token = last token).
+  FinishedSequence one;
+  one.finish_reason = "length";
+  one.generation_tokens = 1;
+  set_phases(one, 10.0, 10.5, 11.0, 11.0);
+  CHECK(*one.decode_seconds == 0.0);
+  CHECK(*one.inference_seconds == Approx(0.5));
+  m.record_finished(one);
+  for (const char* phase : {"request_queue_time", "request_prefill_time", "request_decode_time",
+                            "request_inference_time"})
+    CHECK(count(phase) == (std::string(phase) == "request_queue_time" ? 2 : 1));
 }

@@ -4,6 +4,7 @@
 // preemption by recompute, chunked prefill and prefix hits safe.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -381,6 +382,52 @@ TEST_CASE("prompt logprobs are delivered once per prompt position, across chunks
     CHECK(out[s.seq_id].prompt_logprobs == 29);
     CHECK(out[s.seq_id].tokens == alone(s.prompt_token_ids, 12));
   }
+}
+
+TEST_CASE("a sequence's first scheduled time is its first admission's, through recomputes",
+          "[sched][metrics]") {
+  using Clock = std::chrono::steady_clock;
+  // The tiny cache of the test above: sequences are preempted by recompute and admitted again.
+  SchedulerConfig cfg{64, 8, 1024, true};
+  cfg.async_scheduling = GENERATE(false, true);
+  Scheduler sched(cfg);
+  KVCacheManager kv(20, 4, true, 0);
+  FakeExecutor exec(4);
+  for (uint64_t i = 0; i < 12; ++i)
+    sched.add(make_spec(i + 1, 3 + int32_t(i * 7 % 40), 5 + int32_t(i % 4) * 6, int32_t(i * 13)));
+  // When each plan was made: [before propose, after apply].
+  std::map<uint64_t, std::pair<Clock::time_point, Clock::time_point>> first_plan;
+  std::map<uint64_t, int> admissions;
+  std::map<uint64_t, Clock::time_point> stamped;
+  Clock::time_point plan_start = Clock::now();
+  DriveHooks hooks;
+  hooks.on_plan = [&](const StepPlan& plan, bool) {
+    const auto made = Clock::now();
+    for (const NewSeq& n : plan.new_seqs) {
+      if (++admissions[n.seq_id] == 1) first_plan[n.seq_id] = {plan_start, made};
+    }
+    plan_start = made;
+  };
+  hooks.on_update = [&](const SeqUpdate& u) {
+    INFO("sequence " << u.seq_id);
+    REQUIRE(u.first_scheduled);
+    const auto [lo, hi] = first_plan.at(u.seq_id);
+    CHECK(*u.first_scheduled >= lo);
+    CHECK(*u.first_scheduled <= hi);
+    // The same on every update, whatever admitted it again since.
+    auto [it, fresh] = stamped.emplace(u.seq_id, *u.first_scheduled);
+    CHECK(it->second == *u.first_scheduled);
+    // The step result came back after the plan that first ran it, and before now.
+    CHECK(u.time >= *u.first_scheduled);
+    CHECK(u.time <= Clock::now());
+  };
+  std::deque<StepResult> results;
+  drive(sched, kv, exec, results, hooks);
+  CHECK(sched.stats().num_preemptions > 0);
+  int readmitted = 0;
+  for (const auto& [id, n] : admissions) readmitted += n > 1 ? 1 : 0;
+  CHECK(readmitted > 0);  // some were admitted again after a preemption: the case in question
+  CHECK(stamped.size() == 12);
 }
 
 TEST_CASE("abort frees a sequence wherever it is", "[sched]") {

@@ -74,6 +74,12 @@ def definitions(max_model_len):
          "Histogram of time_per_output_token_seconds per request.", TOKEN_LATENCY),
         ("histogram", "vllm:e2e_request_latency_seconds",
          "Histogram of e2e request latency in seconds.", REQUEST_LATENCY),
+        ("histogram", "vllm:request_queue_time_seconds",
+         "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY),
+        ("histogram", "vllm:request_inference_time_seconds",
+         "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY),
+        ("histogram", "vllm:request_prefill_time_seconds",
+         "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY),
         ("histogram", "vllm:request_decode_time_seconds",
          "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY),
     ]

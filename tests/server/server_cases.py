@@ -569,7 +569,8 @@ def case_logging_flags():
 def case_metrics_reference():
     """/metrics parses with prometheus_client's own parser and has the families, types, labels
     and histogram buckets of vLLM's PrometheusStatLogger (tests/server/metrics_reference.py
-    builds them with prometheus_client for comparison)."""
+    builds them with prometheus_client for comparison); the phase histograms (queue, prefill,
+    decode, inference) observe each sequence once, with intervals that add up."""
     sys.path.insert(0, str(REPO / "tests" / "server"))
     import metrics_reference
     if not metrics_reference.available():
@@ -582,8 +583,26 @@ def case_metrics_reference():
         for stream in (False, True):
             assert http(s.url + "/v1/completions", {"prompt": "x", "max_tokens": 5,
                                                     "stream": stream})[0] == 200
+        # n = 2: each sequence is observed, as vLLM observes each child request.
+        assert http(s.url + "/v1/completions", {"prompt": "y", "max_tokens": 4, "n": 2,
+                                                "temperature": 1.0, "seed": 3})[0] == 200
         status, text = http(s.url + "/metrics")
         metrics_reference.compare(text, model_name=NAME, max_model_len=512)
+        m = metrics(s)
+        lab = f'{{engine="0",model_name="{NAME}"}}'
+        phases = ("request_queue_time", "request_prefill_time", "request_decode_time",
+                  "request_inference_time", "e2e_request_latency")
+        for name in phases:
+            assert m[f"vllm:{name}_seconds_count{lab}"] == 4, (name, m)
+        total = {name: m[f"vllm:{name}_seconds_sum{lab}"] for name in phases}
+        # inference = prefill + decode for every sequence; each phase is a real interval; the
+        # client saw at least the queue and the inference (e2e starts earlier, ends later).
+        assert abs(total["request_inference_time"] - total["request_prefill_time"]
+                   - total["request_decode_time"]) < 1e-6, total
+        assert all(v >= 0 for v in total.values()), total
+        assert total["request_prefill_time"] > 0 and total["request_decode_time"] > 0, total
+        assert total["e2e_request_latency"] >= (total["request_queue_time"]
+                                                + total["request_inference_time"]), total
 
 
 def case_bench_serving():

@@ -95,6 +95,13 @@ def case_generate_jsonl():
     assert len(out[1]["outputs"][0]["token_ids"]) == 3
     assert [c["index"] for c in out[2]["outputs"]] == [0, 1]
     assert all(len(c["token_ids"]) == 4 for c in out[2]["outputs"])
+    # vLLM's RequestMetrics, in the order each request lived through them.
+    for o in out:
+        m = o["metrics"]
+        assert m["arrival_time"] <= m["first_scheduled_time"] <= m["first_token_time"] \
+            <= m["last_token_time"] <= m["finished_time"], m
+        assert abs(m["time_in_queue"] - (m["first_scheduled_time"] - m["arrival_time"])) < 1e-6, m
+        assert abs(m["arrival_time"] - time.time()) < 600, m  # the Unix epoch clock
 
 
 def case_generate_stop():
