@@ -170,7 +170,9 @@ std::vector<FieldInfo> build_table(Arena& a) {
       {.name = "skip_special_tokens", .help = "Leave special tokens out of the output text."}));
   t.push_back(member(a, &S::spaces_between_special_tokens,
                      {.name = "spaces_between_special_tokens",
-                      .help = "Put spaces between special tokens in the output text."}));
+                      .help = "With skip_special_tokens false: false writes an added token "
+                              "that follows another as its raw text (vLLM's rule for "
+                              "tokenizer.json tokenizers); true keeps the decoder's text."}));
   t.push_back(
       member(a, &S::logits_processors,
              {.name = "logits_processors",

@@ -293,6 +293,11 @@ void Tokenizer::append_bytes(std::span<const int32_t> ids, bool skip_special_tok
   }
 }
 
+const std::string* Tokenizer::added_content(int32_t id) const {
+  const AddedToken* t = impl_->added.find(id);
+  return t ? &t->content : nullptr;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string bytes;
   append_bytes(ids, skip_special_tokens, "Tokenizer::decode", &bytes);

@@ -83,6 +83,8 @@ class Tokenizer {
   /// ByteLevel decoder makes of them to `out` (when not null).
   void append_bytes(std::span<const int32_t> ids, bool skip_special_tokens, std::string_view who,
                     std::string* out) const;
+  /// The content of added token `id` ("<|im_end|>"), or null when `id` is no added token.
+  [[nodiscard]] const std::string* added_content(int32_t id) const;
 
   std::unique_ptr<Impl> impl_;
 };
@@ -96,8 +98,17 @@ class Tokenizer {
 // most 3 bytes of an unfinished character. So, for every sequence of output ids,
 // concat(push(...)...) + flush() == tok->decode(all output ids, skip_special_tokens). The prompt
 // ids are checked but not needed (vLLM's prefix/read offsets exist for decoders that need
-// context). spaces_between_special_tokens is accepted for vLLM's SamplingParams and, as in vLLM
-// with a fast (tokenizer.json) tokenizer, has no effect.
+// context).
+//
+// spaces_between_special_tokens follows vLLM with a tokenizer.json ("fast") tokenizer, which is
+// every tokenizer troupe loads (vllm/v1/engine/detokenizer.py, FastIncrementalDetokenizer): true
+// (the default) adds nothing, the text is the decoder's, as above; false, with
+// skip_special_tokens false, writes an added token that directly follows another output added
+// token as its raw content instead of what the decoder makes of it (for decoders that prefix a
+// space). transformers' " ".join of special tokens belongs to Python ("slow") tokenizers only,
+// which vLLM does not use for these models. With the ByteLevel decoder the two differ only for an
+// added token whose content is not its own byte-level spelling ("<Ġx>" decodes to "< x>"); for
+// Qwen3's and Llama 3's added tokens they are the same text.
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tok, std::span<const int32_t> prompt_ids,
@@ -112,6 +123,8 @@ class IncrementalDetokenizer {
  private:
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_tokens_;
+  bool raw_added_after_added_;  // spaces_between_special_tokens false (see above)
+  bool last_added_ = false;     // the last output token was an added token
   tokenizer_detail::utf8::LossyDecoder decoder_;
   std::string text_;
   std::string bytes_;  // scratch

@@ -99,6 +99,87 @@ TEST_CASE("tokenizer stream: special tokens follow skip_special_tokens", "[token
   CHECK(skip.flush().empty());
 }
 
+TEST_CASE(
+    "tokenizer stream: spaces_between_special_tokens adds no spaces, as vLLM with "
+    "tokenizer.json tokenizers",
+    "[tokenizer]") {
+  TROUPE_NEED_REAL_TOKENIZERS();
+  // HF's decode of the reference texts (special tokens kept, several of them side by side:
+  // "<|im_start|><|im_end|><|endoftext|>"): vLLM's fast detokenizer streams exactly this text
+  // whatever spaces_between_special_tokens says, for tokenizers whose added tokens are their
+  // own byte-level spelling, as Qwen3's and Llama 3's are. transformers' slow-tokenizer rule
+  // would have put " " between them.
+  std::mt19937 rng(7);
+  const std::pair<std::string, std::shared_ptr<const Tokenizer>> cases[] = {{"qwen3", qwen3()},
+                                                                            {"llama3", llama3()}};
+  size_t adjacent = 0;
+  for (const auto& [name, tok] : cases) {
+    const auto ref = read_json(fixtures() / (name + "_reference.json"));
+    for (const auto& c : ref.at("cases")) {
+      const auto ids = c.at("ids").get<Ids>();
+      INFO(name << " " << c.at("text").dump());
+      for (bool spaces : {true, false}) {
+        IncrementalDetokenizer detok(tok, Ids{}, false, spaces);
+        std::string text;
+        for (int32_t id : ids) text += detok.push(Ids{id});
+        text += detok.flush();
+        CHECK(text == c.at("decoded_keep_special").get<std::string>());
+      }
+      for (size_t i = 1; i < ids.size(); ++i)
+        adjacent += tok->id_to_token(ids[i - 1]).starts_with("<|") &&
+                    tok->id_to_token(ids[i]).starts_with("<|");
+    }
+  }
+  CHECK(adjacent >= 2);  // the case the flag is about is in the reference
+}
+
+TEST_CASE(
+    "tokenizer stream: spaces_between_special_tokens false writes an added token after "
+    "another as its raw content",
+    "[tokenizer]") {
+  // vLLM's FastIncrementalDetokenizer.decode_next: with spaces_between_special_tokens false (and
+  // skip_special_tokens false), an added token right after an output added token is its content
+  // as written, not what the decoder makes of it. The ByteLevel decoder reads "Ġ" as a space, so
+  // added tokens spelled with it show the difference.
+  TempDir dir;
+  auto j = tiny_json();
+  j["added_tokens"].push_back({{"id", 276},
+                               {"content", "<Ġa>"},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", false},
+                               {"special", true}});
+  j["added_tokens"].push_back({{"id", 277},
+                               {"content", "<Ġb>"},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", false},
+                               {"special", false}});
+  dir.write_json("tokenizer.json", j);
+  dir.write_json("tokenizer_config.json", tiny_config());
+  const auto tok = Tokenizer::load(dir.path());
+  const Ids ids = {276, 277, 'x', 277, 276, 276};
+  REQUIRE(tok->decode(ids, false) == "< a>< b>x< b>< a>< a>");
+  const auto streamed = [&](bool skip, bool spaces, size_t chunk) {
+    IncrementalDetokenizer detok(tok, Ids{276}, skip, spaces);  // the prompt does not count
+    std::string text;
+    for (size_t i = 0; i < ids.size(); i += chunk)
+      text += detok.push(std::span<const int32_t>(ids).subspan(i, std::min(chunk, ids.size() - i)));
+    return text + detok.flush();
+  };
+  for (size_t chunk : {1, 2, 6}) {
+    INFO("pushed " << chunk << " at a time");
+    // The first of a run of added tokens is decoded; the ones after it (special or not) are raw.
+    CHECK(streamed(false, false, chunk) == "< a><Ġb>x< b><Ġa><Ġa>");
+    CHECK(streamed(false, true, chunk) == tok->decode(ids, false));
+    // skip_special_tokens: vLLM keeps the decoder's text (the non-special <Ġb> stays).
+    CHECK(streamed(true, false, chunk) == tok->decode(ids, true));
+  }
+  CHECK(tok->decode(ids, true) == "< b>x< b>");
+}
+
 TEST_CASE("tokenizer stream: push/flush concatenation equals decode on random ids", "[tokenizer]") {
   TROUPE_NEED_REAL_TOKENIZERS();
   std::mt19937 rng(1234);
