@@ -153,7 +153,24 @@ EngineConfigFile from_cli(const CLI::App& app, const EngineArgs& base,
     std::string label = fmt::format("--{}", f.flag);
     config_detail::apply_sampling_value(out.sampling, f, f.parse_text(tokens, label), label);
   }
+  for (const auto& f : beam_search_fields()) {
+    auto tokens = given(app, f);
+    if (tokens.empty()) continue;
+    std::string label = fmt::format("--{}", f.flag);
+    apply_beam_search_field(f, f.parse_text(tokens, label), label);
+  }
   return out;
+}
+
+/// The sampling flags: SamplingParams' fields, then beam search's (refused, listed as not
+/// supported yet).
+const std::vector<FieldInfo>& sampling_flag_rows() {
+  static const std::vector<FieldInfo> rows = [] {
+    std::vector<FieldInfo> r = sampling_param_fields();
+    r.insert(r.end(), beam_search_fields().begin(), beam_search_fields().end());
+    return r;
+  }();
+  return rows;
 }
 
 /// `app` and every subcommand below it.
@@ -183,7 +200,7 @@ void add_engine_args(CLI::App& app) {
 }
 
 void add_sampling_args(CLI::App& app) {
-  add_fields(app, sampling_param_fields(), "Sampling");
+  add_fields(app, sampling_flag_rows(), "Sampling");
 }
 
 void add_server_args(CLI::App& app) {
@@ -228,7 +245,7 @@ std::vector<std::string> join_boolean_values(std::vector<std::string> args) {
   // The boolean fields' flags, not their --no- forms: `--no-x false` stays two arguments (the
   // "false" is a prompt), as a double negative is no one's meaning.
   std::set<std::string> flags;
-  for (const auto* table : {&engine_arg_fields(), &sampling_param_fields()})
+  for (const auto* table : {&engine_arg_fields(), &sampling_flag_rows()})
     for (const auto& f : *table)
       if (f.arity == FieldInfo::Arity::flag) flags.insert(fmt::format("--{}", f.flag));
   std::vector<std::string> out;

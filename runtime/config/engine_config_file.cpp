@@ -82,6 +82,13 @@ EngineConfigFile parse_engine_toml(std::string_view text, std::string_view sourc
         const toml::key& skey = *skey_ptr;
         const toml::node& snode = *snode_ptr;
         const FieldInfo* f = config_detail::find_field(sampling_fields, skey.str());
+        if (const FieldInfo* b = config_detail::find_field(beam_search_fields(), skey.str());
+            !f && b) {
+          at(source_name, snode.source(), [&] {
+            apply_beam_search_field(*b, to_json(snode), fmt::format("sampling.{}", skey.str()));
+          });
+          continue;
+        }
         if (!f) {
           fail("{}: unknown key 'sampling.{}': not a SamplingParams field{}",
                where(source_name, skey.source()), skey.str(),

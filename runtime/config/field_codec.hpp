@@ -207,6 +207,26 @@ class Arena {
 /// Fills the parts of a row that do not depend on the member: flag, allowed, check.
 void finish_row(FieldInfo& f, Spec& spec, Arena& arena);
 
+/// A row's parse_text for values of type T.
+template <class T>
+json parse_text_as(std::span<const std::string> tokens, std::string_view label) {
+  try {
+    return Codec<T>::parse(tokens);
+  } catch (const Problem& p) {
+    fail_field(label, show_tokens(tokens), p.what());
+  }
+}
+
+/// A T decoded from `v`, or troupe::Error naming `label`.
+template <class T>
+T decode_as(const json& v, std::string_view label) {
+  try {
+    return Codec<T>::decode(v);
+  } catch (const Problem& p) {
+    fail_field(label, show(v), p.what());
+  }
+}
+
 template <class S, class T>
 FieldInfo member(Arena& arena, T S::*m, Spec spec) {
   FieldInfo f;
@@ -214,19 +234,9 @@ FieldInfo member(Arena& arena, T S::*m, Spec spec) {
   f.type = Codec<T>::type;
   f.arity = Codec<T>::arity;
   f.default_text = arena.keep(render_text(Codec<T>::encode(S{}.*m)));
-  f.parse_text = [](std::span<const std::string> tokens, std::string_view label) -> json {
-    try {
-      return Codec<T>::parse(tokens);
-    } catch (const Problem& p) {
-      fail_field(label, show_tokens(tokens), p.what());
-    }
-  };
+  f.parse_text = parse_text_as<T>;
   f.set = [m](void* target, const json& v, std::string_view label, std::vector<std::string>*) {
-    try {
-      static_cast<S*>(target)->*m = Codec<T>::decode(v);
-    } catch (const Problem& p) {
-      fail_field(label, show(v), p.what());
-    }
+    static_cast<S*>(target)->*m = decode_as<T>(v, label);
   };
   f.get = [m](const void* source) { return Codec<T>::encode(static_cast<const S*>(source)->*m); };
   finish_row(f, spec, arena);
@@ -243,24 +253,42 @@ FieldInfo legacy(Arena& arena, Spec spec, std::string_view default_text,
   f.type = Codec<T>::type;
   f.arity = Codec<T>::arity;
   f.default_text = default_text;
-  f.parse_text = [](std::span<const std::string> tokens, std::string_view label) -> json {
-    try {
-      return Codec<T>::parse(tokens);
-    } catch (const Problem& p) {
-      fail_field(label, show_tokens(tokens), p.what());
-    }
-  };
+  f.parse_text = parse_text_as<T>;
   f.set = [map](void* target, const json& v, std::string_view label,
                 std::vector<std::string>* notices) {
+    const T value = decode_as<T>(v, label);
     std::string notice;
     try {
-      notice = map(*static_cast<S*>(target), Codec<T>::decode(v));
+      notice = map(*static_cast<S*>(target), value);  // may refuse the value (a Problem)
     } catch (const Problem& p) {
       fail_field(label, show(v), p.what());
     }
     if (notices && !notice.empty()) notices->push_back(std::move(notice));
   };
   spec.status = FieldInfo::Status::legacy;
+  finish_row(f, spec, arena);
+  return f;
+}
+
+/// A vLLM field troupe cannot honour yet and keeps no member for: null (None: not given) and
+/// `neutral`, the value that asks for nothing (nullopt: none does), are accepted and change
+/// nothing; any other value is refused by set() as not supported yet, with `spec.note` as the
+/// reason.
+template <class T>
+FieldInfo refused(Arena& arena, Spec spec, std::optional<T> neutral) {
+  FieldInfo f;
+  f.name = spec.name;
+  f.type = Codec<T>::type;
+  f.arity = Codec<T>::arity;
+  f.default_text = neutral ? arena.keep(render_text(Codec<T>::encode(*neutral))) : "None";
+  f.parse_text = parse_text_as<T>;
+  f.set = [neutral, note = spec.note](void*, const json& v, std::string_view label,
+                                      std::vector<std::string>*) {
+    if (v.is_null()) return;
+    if (!neutral || !(decode_as<T>(v, label) == *neutral))
+      fail_field(label, show(v), "not supported yet in troupe (" + std::string(note) + ")");
+  };
+  spec.status = FieldInfo::Status::not_yet;
   finish_row(f, spec, arena);
   return f;
 }

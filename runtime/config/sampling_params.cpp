@@ -249,10 +249,48 @@ const FieldTable<SamplingParams, build_table>& table() {
   return FieldTable<SamplingParams, build_table>::get();
 }
 
+constexpr std::string_view kNoBeamSearch = "beam search is not implemented yet";
+
+std::vector<FieldInfo> build_beam_search_table(Arena& a) {
+  std::vector<FieldInfo> t;
+  t.push_back(refused<bool>(
+      a, {.name = "use_beam_search", .help = "Generate with beam search.", .note = kNoBeamSearch},
+      false));
+  t.push_back(
+      refused<double>(a,
+                      {.name = "length_penalty",
+                       .help = "Beam search: scores are divided by length ** length_penalty.",
+                       .note = "it only applies to beam search, which is not implemented yet"},
+                      1.0));
+  t.push_back(
+      refused<json>(a,
+                    {.name = "early_stopping",
+                     .help = "Beam search: when to stop (true, false or \"never\").",
+                     .note = "it only applies to beam search, which is not implemented yet"},
+                    json(false)));
+  t.push_back(
+      refused<int64_t>(a,
+                       {.name = "beam_width",
+                        .help = "Beam search: the number of beams (vLLM's BeamSearchParams).",
+                        .note = kNoBeamSearch},
+                       std::nullopt));
+  return t;
+}
+
 }  // namespace
 
 const std::vector<FieldInfo>& sampling_param_fields() {
   return table().fields;
+}
+
+const std::vector<FieldInfo>& beam_search_fields() {
+  static Arena arena;
+  static const std::vector<FieldInfo> fields = build_beam_search_table(arena);
+  return fields;
+}
+
+void apply_beam_search_field(const FieldInfo& f, const json& value, std::string_view label) {
+  f.set(nullptr, value, label, nullptr);
 }
 
 void validate(const SamplingParams& p) {
@@ -285,6 +323,11 @@ SamplingParams sampling_params_from_json(const nlohmann::json& j, const Sampling
   const auto& fields = table().fields;
   for (const auto& [key, value] : j.items()) {
     const FieldInfo* f = find_field(fields, key);
+    // Beam search's fields are refused by name (their neutral values change nothing).
+    if (const FieldInfo* b = find_field(beam_search_fields(), key); !f && b && b->name == key) {
+      apply_beam_search_field(*b, value, key);
+      continue;
+    }
     // JSON keys are the snake names only; "top-p" is a typo there, not an alias.
     if (!f || f->name != key) {
       fail("sampling params: unknown key '{}'{}", key, suggest(fields, key));

@@ -81,6 +81,19 @@ struct SamplingParams {
 /// One row per SamplingParams field, in declaration order.
 const std::vector<FieldInfo>& sampling_param_fields();
 
+/// vLLM's request fields that only beam search reads, which troupe does not have yet:
+/// use_beam_search, length_penalty and early_stopping (V0's SamplingParams; the server's
+/// use_beam_search and length_penalty) and BeamSearchParams' beam_width. They are not members
+/// of SamplingParams (vLLM's V1 SamplingParams has none of them either); every front end (the
+/// command line, TOML, --input JSON, the server) takes them from this table and refuses them by
+/// name unless they hold the value that asks for no beam search (use_beam_search false,
+/// length_penalty 1.0, early_stopping false; beam_width has none).
+const std::vector<FieldInfo>& beam_search_fields();
+/// Refuses a value of a beam_search_fields() row (troupe::Error naming `label`), or accepts its
+/// neutral value.
+void apply_beam_search_field(const FieldInfo& f, const nlohmann::json& value,
+                             std::string_view label);
+
 /// Range, enum and consistency checks. Throws troupe::Error naming the field, the value and
 /// what is allowed, or "<field> = <value>: not supported yet in troupe (...)".
 void validate(const SamplingParams& p);

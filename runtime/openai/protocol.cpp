@@ -173,6 +173,23 @@ void refuse_if_set(Fields& f, std::string_view key, std::string_view why) {
   if (const json* v = f.raw(key)) not_yet(key, *v, why);
 }
 
+/// Beam search's fields (use_beam_search, length_penalty, ...: beam_search_fields()), read as
+/// the server reads its other fields and refused unless they ask for no beam search.
+void refuse_beam_search(Fields& f) {
+  for (const FieldInfo& row : beam_search_fields()) {
+    const json* raw = f.raw(row.name);
+    if (!raw) continue;
+    json value = *raw;
+    if (row.type == "bool") value = *f.opt_bool(row.name);
+    if (row.type == "float") value = *f.opt_float(row.name);
+    try {
+      apply_beam_search_field(row, value, row.name);
+    } catch (const Error& e) {
+      bad_request(std::string(row.name), e.what());
+    }
+  }
+}
+
 constexpr std::string_view kNoStructured =
     "structured outputs / guided decoding need a grammar engine";
 
@@ -230,17 +247,15 @@ void read_common(Fields& f, GenerationRequest& r, const SamplingDefaults& d) {
                 fmt::format("truncate_prompt_tokens = {}: allowed: -1 (max_model_len) or >= 1",
                             *r.truncate_prompt_tokens));
 
-  // Known, accepted, and without effect here, as in vLLM: an end-user id; length_penalty only
-  // matters to beam search (refused below); "text" is the default output format.
+  // Known, accepted, and without effect here, as in vLLM: an end-user id; "text" is the default
+  // output format.
   (void)f.raw("user");
-  (void)f.opt_float("length_penalty");
   if (const json* rf = f.raw("response_format")) {
     if (!rf->is_object() || !rf->contains("type"))
       wrong("response_format", *rf, "an object with a type");
     if ((*rf)["type"] != "text") not_yet("response_format", *rf, kNoStructured);
   }
-  if (auto b = f.opt_bool("use_beam_search"); b && *b)
-    not_yet("use_beam_search", true, "beam search is not implemented yet");
+  refuse_beam_search(f);
   if (auto prio = f.opt_int("priority"); prio && *prio != 0)
     not_yet("priority", *prio, "the scheduler is first come first served (scheduling_policy fcfs)");
   for (const char* k :

@@ -56,7 +56,8 @@ std::string cli_error(std::vector<std::string> args) {
 
 TEST_CASE("every table row has its flag, and the two groups do not collide", "[config]") {
   Cli cli({});
-  for (const auto* table : {&troupe::engine_arg_fields(), &troupe::sampling_param_fields()}) {
+  for (const auto* table : {&troupe::engine_arg_fields(), &troupe::sampling_param_fields(),
+                            &troupe::beam_search_fields()}) {
     for (const auto& f : *table) {
       INFO(f.name);
       const CLI::Option* opt = cli.app.get_option_no_throw("--" + std::string(f.flag));
@@ -203,6 +204,19 @@ TEST_CASE("command-line errors name the flag, file errors the file and line", "[
              Contains("--top-p = 0.0: allowed: (0, 1]"));
   CHECK_THAT(cli_error({"--model", "m", "--flat-logprobs"}),
              Contains("--flat-logprobs = true: not supported yet"));
+  // Beam search's flags: refused by name, never an unknown option.
+  CHECK_THAT(cli_error({"--model", "m", "--use-beam-search"}),
+             Contains("--use-beam-search = true: not supported yet in troupe (beam search is not "
+                      "implemented yet)"));
+  CHECK_THAT(cli_error({"--model", "m", "--use-beam-search", "true", "a prompt"}),
+             Contains("--use-beam-search = true: not supported yet"));
+  CHECK_THAT(cli_error({"--model", "m", "--length-penalty", "0.5"}),
+             Contains("--length-penalty = 0.5: not supported yet in troupe"));
+  CHECK_THAT(cli_error({"--model", "m", "--early-stopping", "true"}),
+             Contains("--early-stopping = true: not supported yet in troupe"));
+  CHECK_THAT(cli_error({"--model", "m", "--beam-width", "4"}),
+             Contains("--beam-width = 4: not supported yet in troupe"));
+  CHECK(cli_error({"--model", "m", "--no-use-beam-search", "--length-penalty", "1"}).empty());
   CHECK_THAT(cli_error({"--model", "m", "--bad-words", " "}),
              Contains("--bad-words = [\" \"]: allowed: words with a character other than "
                       "whitespace"));
@@ -315,7 +329,8 @@ TEST_CASE("help: what works with its real defaults, the rest once at the end", "
   const auto footer = help.find("Engine flags of vLLM not supported yet");
   REQUIRE(footer != std::string::npos);
   for (const char* flag : {"--enable-lora", "--kv-cache-dtype", "--speculative-config",
-                           "--flat-logprobs", "--structured-outputs", "--worker-use-ray"}) {
+                           "--flat-logprobs", "--structured-outputs", "--worker-use-ray",
+                           "--use-beam-search", "--length-penalty", "--early-stopping"}) {
     INFO(flag);
     const std::regex named(std::string(flag) + "(\\s|$)");
     const auto all = std::distance(std::sregex_iterator(help.begin(), help.end(), named),

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/config/field_codec.hpp"
 #include "runtime/config/sampling_params.hpp"
 #include "runtime/error.hpp"
 
@@ -270,6 +271,46 @@ TEST_CASE("sampling_params_from_json errors name the key", "[config]") {
   CHECK_THAT(json_error({{"allowed_token_ids", {3, -1}}}),
              Contains("allowed_token_ids = [3,-1]: allowed: token ids >= 0"));
   CHECK_THAT(json_error(json::array({1})), Contains("expected a JSON object"));
+}
+
+TEST_CASE("beam search's fields are refused by name in JSON, their neutral values accepted",
+          "[config]") {
+  // Refused: never "unknown key", never ignored.
+  const std::pair<json, std::string> refused[] = {
+      {{{"use_beam_search", true}},
+       "use_beam_search = true: not supported yet in troupe (beam "
+       "search is not implemented yet)"},
+      {{{"length_penalty", 0.5}},
+       "length_penalty = 0.5: not supported yet in troupe (it only "
+       "applies to beam search, which is not implemented yet)"},
+      {{{"early_stopping", true}}, "early_stopping = true: not supported yet in troupe"},
+      {{{"early_stopping", "never"}}, "early_stopping = \"never\": not supported yet in troupe"},
+      {{{"beam_width", 4}}, "beam_width = 4: not supported yet in troupe (beam search"},
+      {{{"beam_width", 1}}, "beam_width = 1: not supported yet in troupe"},
+  };
+  for (const auto& [j, message] : refused) {
+    INFO(j.dump());
+    const std::string e = json_error(j);
+    CHECK_THAT(e, Contains(message));
+    CHECK(e.find("unknown key") == std::string::npos);
+  }
+  CHECK_THAT(json_error({{"use_beam_search", "yes please"}}),
+             Contains("use_beam_search = \"yes please\": expected a boolean"));
+  // The values that ask for no beam search change nothing.
+  const SamplingParams base{.temperature = 0.5};
+  CHECK(troupe::sampling_params_from_json(
+            json{{"use_beam_search", false},
+                 {"length_penalty", 1},
+                 {"early_stopping", false},
+                 {"beam_width", nullptr}},
+            base) == base);
+  // Rows of their own: SamplingParams keeps vLLM's V1 fields only.
+  for (const auto& f : troupe::beam_search_fields()) {
+    INFO(f.name);
+    CHECK(f.status == troupe::FieldInfo::Status::not_yet);
+    CHECK(troupe::config_detail::find_field(troupe::sampling_param_fields(), f.name) == nullptr);
+  }
+  CHECK(troupe::beam_search_fields().size() == 4);
 }
 
 TEST_CASE("to_json and sampling_params_from_json round-trip", "[config]") {

@@ -115,6 +115,22 @@ TEST_CASE("wrong TOML types and refused values carry the position", "[config]") 
                                              "yet in troupe"));
 }
 
+TEST_CASE("beam search's keys in [sampling] are refused by name with their position", "[config]") {
+  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nuse_beam_search = true\n"),
+             Contains("engine.toml:3:19: sampling.use_beam_search = true: not supported yet in "
+                      "troupe (beam search is not implemented yet)"));
+  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nlength_penalty = 0.8\n"),
+             Contains("sampling.length_penalty = 0.8: not supported yet in troupe"));
+  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nearly_stopping = \"never\"\n"),
+             Contains("sampling.early_stopping = \"never\": not supported yet in troupe"));
+  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nbeam_width = 2\n"),
+             Contains("sampling.beam_width = 2: not supported yet in troupe"));
+  // Their neutral values are fine.
+  const auto c = troupe::parse_engine_toml(
+      "model = \"m\"\n[sampling]\nuse_beam_search = false\nlength_penalty = 1.0\n", "e.toml");
+  CHECK(c.sampling == SamplingParams{});
+}
+
 TEST_CASE("cross-field checks run on the loaded file", "[config]") {
   CHECK_THAT(toml_error("model = \"m\"\nmax_num_seqs = 512\nmax_num_batched_tokens = 256\n"),
              Contains("engine.toml: max_num_batched_tokens = 256: allowed: >= max_num_seqs"));

@@ -185,6 +185,35 @@ TEST_CASE("openai: fields troupe cannot honour yet are refused by name", "[opena
   CHECK(r.params.best_of == 1);
 }
 
+TEST_CASE("openai: beam search's fields are refused by name on both endpoints", "[openai]") {
+  const std::pair<const char*, json> refused[] = {
+      {"use_beam_search", true}, {"use_beam_search", "true"}, {"length_penalty", 0.6},
+      {"length_penalty", "2"},   {"early_stopping", true},    {"early_stopping", "never"},
+      {"beam_width", 3}};
+  for (const auto& [field, value] : refused) {
+    json completion = {{"prompt", "x"}, {field, value}};
+    json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {field, value}};
+    for (const json& body : {completion, chat}) {
+      INFO(body.dump());
+      const auto e =
+          body.contains("prompt") ? completion_error(body.dump()) : chat_error(body.dump());
+      CHECK(e.status == 400);
+      CHECK(e.param == field);
+      CHECK(contains(e.message, std::string(field) + " = "));
+      CHECK(contains(e.message, "not supported yet in troupe"));
+      CHECK(contains(e.message, "beam search"));
+    }
+    // vLLM's plain /generate reads SamplingParams' JSON: refused there too.
+    const auto g = parse_request(Endpoint::generate, json{{"prompt", "x"}, {field, value}}.dump());
+    REQUIRE(std::holds_alternative<ApiError>(g));
+    CHECK(contains(std::get<ApiError>(g).message, std::string(field) + " = "));
+  }
+  // The values that ask for no beam search are fine, and none of them is an ignored field.
+  const auto r = parse_completion_request(parse_body(
+      R"({"prompt": "x", "use_beam_search": "false", "length_penalty": 1, "early_stopping": false})"));
+  CHECK(r.ignored_fields.empty());
+}
+
 TEST_CASE("openai: best_of, bad_words and allowed_token_ids reach SamplingParams", "[openai]") {
   const auto r = parse_completion_request(parse_body(
       R"({"prompt": "x", "n": 2, "best_of": 3, "bad_words": ["no", "never"],

@@ -288,6 +288,16 @@ def case_bad_requests():
         bad.write_text('{"prompt": "ok", "foo": 1}\n')
         p = run("generate", "--input", str(bad), ok=False)
         assert "unknown key 'foo'" in p.stderr and "did you mean" not in p.stderr, p.stderr
+        # Beam search's fields: refused by name, on a line and as flags; never "unknown".
+        for field, value in (("use_beam_search", True), ("length_penalty", 0.7),
+                             ("early_stopping", "never"), ("beam_width", 2)):
+            bad.write_text(json.dumps({"prompt": "ok", field: value}) + "\n")
+            expect_error(["generate", "--input", str(bad)], f"{bad}:1:", f"{field} = ",
+                         "not supported yet in troupe", "beam search")
+        expect_error(["generate", "--use-beam-search", "x"], "--use-beam-search = true",
+                     "not supported yet in troupe (beam search")
+        expect_error(["generate", "--length-penalty", "2", "x"], "--length-penalty = 2.0",
+                     "not supported yet")
 
 
 def case_remote_worker():
