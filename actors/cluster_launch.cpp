@@ -115,15 +115,12 @@ int run_headless_node(const EngineArgs& args) {
 ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
     : config_(std::move(config)), sys_(&sys) {
   validate(config_);
-  // Parsed and kept by the cluster file's reader; what they ask for comes with fault injection
-  // and recovery (issue 22), so until then they are refused rather than ignored.
-  if (!config_.faults.empty())
-    fail("cluster: [faults]: not supported yet in troupe (fault injection comes with issue 22); "
-         "remove the table");
+  // Spare nodes would take the rank of a lost worker; until that is written they are refused
+  // rather than ignored.
   for (const ClusterNode& node : config_.nodes)
     if (node.spare)
-      fail("cluster: node '{}': spare = true: not supported yet in troupe (replacing a lost "
-           "worker comes with issue 22); remove the node or set spare = false",
+      fail("cluster: node '{}': spare = true: not supported yet in troupe (a lost worker of a "
+           "cluster file is not replaced yet); remove the node or set spare = false",
            node.name);
   const std::vector<RankPlacement> ranks = place_ranks(config_);
   caf::scoped_actor self{sys};
