@@ -309,29 +309,29 @@ void ExecutorGroup::restart(size_t lost, bool process_lost) {
   const std::string lost_name = lost < names_.size() ? names_[lost] : std::to_string(lost);
   stop_executors();
   if (!local_.pids().empty()) {
-    // Our own workers: the lost one (killed first if it still runs, frozen say) and any other
-    // whose process ended are started again; the others serve a new session.
+    // Our own workers: the lost one when its process was lost (killed first if it still runs,
+    // frozen say) and any other whose process ended or is stopped are started again; the
+    // others serve a new session.
     for (size_t i = 0; i < workers_.size(); ++i) {
-      if (!((i == lost && process_lost) || !local_.alive(i))) continue;
+      if (!((i == lost && process_lost) || !local_.alive(i) || local_.stopped(i))) continue;
       spdlog::warn("engine: restarting the worker of {}", i == lost ? lost_name : names_[i]);
       local_.restart(i);
       endpoint_list_[i] = local_.endpoints()[i];
       workers_[i] = connect_worker(*sys_, endpoint_list_[i]);
       where_[i] = fmt::format("the worker at {}", endpoint_list_[i]);
     }
-  } else if (!spec_.endpoints.empty()) {
-    // Workers someone else runs: reached again where they listed (a supervisor such as
-    // systemd may have restarted the process there).
-    if (process_lost) {
-      try {
-        workers_[lost] = connect_worker(*sys_, endpoint_list_[lost]);
-      } catch (const Error& e) {
-        fail("{} was lost and cannot be replaced: {}", lost_name, e.what());
-      }
-    }
+  } else if (!spec_.endpoints.empty() && process_lost) {
+    // A worker someone else runs (executor_endpoints) whose process died or froze: troupe did
+    // not start it and cannot start another. (Reaching a frozen one again could block for as
+    // long as it stays frozen.) Only its executor lost, it serves a new session below.
+    fail("{} was lost: its worker process died or stopped answering, and troupe cannot restart "
+         "a worker it did not start (the workers of tensor or pipeline parallel runs without "
+         "executor_endpoints are restarted)",
+         lost_name);
   } else if (!workers_.empty() && process_lost) {
     fail("{} was lost, and restarting a worker that a cluster file started is not supported "
-         "yet; run the ranks as local workers or executor_endpoints to have them replaced",
+         "yet (the workers of tensor or pipeline parallel runs without a cluster file are "
+         "restarted)",
          lost_name);
   }
   start_ranks();

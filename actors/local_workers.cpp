@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "runtime/error.hpp"
 
@@ -152,6 +153,17 @@ void LocalWorkers::start(const std::vector<size_t>& which) {
 bool LocalWorkers::alive(size_t i) const {
   if (i >= pids_.size() || pids_[i] <= 0) return false;
   return waitpid(pids_[i], nullptr, WNOHANG) == 0;
+}
+
+bool LocalWorkers::stopped(size_t i) const {
+  if (i >= pids_.size() || pids_[i] <= 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pids_[i]));
+  std::string line;
+  std::getline(stat, line);
+  // "pid (comm) S ...": the state letter follows the last ')'.
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'T' || line[close + 2] == 't');
 }
 
 void LocalWorkers::restart(size_t i) {

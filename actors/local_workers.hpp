@@ -39,6 +39,8 @@ class LocalWorkers {
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
   /// Whether worker `i`'s process still runs (a stopped one does).
   [[nodiscard]] bool alive(size_t i) const;
+  /// Whether worker `i`'s process is stopped (SIGSTOP: frozen; it answers nothing).
+  [[nodiscard]] bool stopped(size_t i) const;
   /// Replaces worker `i` (fault recovery): SIGKILL to its process if it still runs (frozen,
   /// say), then a new one in its place, waited for as at the start; endpoints()[i] changes.
   void restart(size_t i);

@@ -43,8 +43,7 @@ struct scheduler_state {
     bool failed = false;
     bool discard = false;  // planned before a failure: its results are dropped
     std::string error;
-    size_t failed_rank = 0;  // the first rank whose answer was an error
-    bool timed_out = false;  // that rank did not answer within execute_timeout
+    size_t failed_rank = 0;  // the first rank whose answer was an error (or none came)
     bool has_prompt = false;
     uint64_t tokens = 0;
     Clock::time_point sent;
@@ -167,7 +166,9 @@ void finish_steps(self_ptr self) {
       spdlog::error("scheduler: step {} failed: {}", done.step_id, done.error);
       // The steps planned after it were built on its outcome: their results go too, and the
       // executors are replaced (a rank that failed a step may hold a half-done batch).
-      lose(self, done.failed_rank, done.error, done.timed_out);
+      // Its process may be fine (a failed transfer, a lost message) or stopped: the group
+      // restarts the workers whose processes died or stopped, and rejoins the others.
+      lose(self, done.failed_rank, done.error, false);
       return;
     }
     st.restarts_in_a_row = 0;
@@ -248,8 +249,7 @@ void run_plan(self_ptr self, StepPlan plan) {
               if (!g->failed) {
                 g->failed = true;
                 g->failed_rank = i;
-                g->timed_out = e == caf::sec::request_timeout;
-                g->error = g->timed_out
+                g->error = e == caf::sec::request_timeout
                                ? fmt::format("{} did not answer step {} within execute_timeout = "
                                              "{} s",
                                              self->state.ranks.names[i], id,
@@ -390,8 +390,10 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
     auto& s = self->state;
     for (size_t i = 0; i < s.ranks.handles.size(); ++i) {
       if (dm.source != s.ranks.handles[i].address()) continue;
+      // A lost connection is a dead or frozen process (restarted); an executor that exited
+      // with an error left its process running (rejoined).
       lose(self, i, fmt::format("{} is gone ({})", s.ranks.names[i], caf::to_string(dm.reason)),
-           true);
+           dm.reason == caf::exit_reason::remote_link_unreachable);
       return;
     }
   });
