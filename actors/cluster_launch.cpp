@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -25,11 +26,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Forwards each registration to the head's waiting thread.
-caf::behavior registry(caf::event_based_actor* self, caf::actor sink) {
-  return {[=](register_atom, WorkerHello& hello, caf::actor worker) {
-    self->send(sink, register_atom::value, std::move(hello), std::move(worker));
-  }};
+// Forwards each registration to whoever waits for workers now: the head's thread at the start,
+// the recovery's when a lost worker is restarted ((watch_atom, sink) switches it).
+caf::behavior registry(caf::stateful_actor<caf::actor>* self, caf::actor sink) {
+  self->state = std::move(sink);
+  return {
+      [=](register_atom, WorkerHello& hello, caf::actor worker) {
+        self->send(self->state, register_atom::value, std::move(hello), std::move(worker));
+      },
+      [=](watch_atom, caf::actor sink) { self->state = std::move(sink); },
+  };
 }
 
 pid_t start_shell(const std::string& command) {
@@ -137,7 +143,9 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
 
   // ---- start the workers ----
   const std::string binary = troupe_binary();
-  std::vector<std::string> commands(ranks.size());
+  std::vector<std::string>& commands = commands_;
+  commands.assign(ranks.size(), {});
+  pid_of_rank_.assign(ranks.size(), -1);
   try {
     for (const RankPlacement& r : ranks) {
       const ClusterNode& node = config_.nodes[size_t(r.node_index)];
@@ -158,6 +166,7 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
         continue;
       }
       launched_.push_back(start_shell(commands[size_t(r.rank)]));
+      pid_of_rank_[size_t(r.rank)] = launched_.back();
     }
   } catch (...) {
     stop(500);
@@ -221,6 +230,54 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
 }
 
 ClusterLaunch::~ClusterLaunch() { stop(); }
+
+bool ClusterLaunch::launched_alive(size_t rank) const {
+  if (rank >= pid_of_rank_.size() || pid_of_rank_[rank] <= 0) return true;  // the operator's
+  return waitpid(pid_of_rank_[rank], nullptr, WNOHANG) == 0;
+}
+
+caf::actor ClusterLaunch::restart(size_t rank) {
+  if (rank >= workers_.size()) fail("cluster: no rank {}", rank);
+  const ClusterNode* node = nullptr;
+  for (const RankPlacement& r : place_ranks(config_))
+    if (size_t(r.rank) == rank) node = &config_.nodes[size_t(r.node_index)];
+  if (node == nullptr || node->launcher == "external")
+    fail("cluster: rank {} was lost and is started by its operator (launcher = \"external\"); "
+         "troupe cannot restart it",
+         rank);
+  caf::scoped_actor self{*sys_};
+  caf::anon_send(caf::actor_cast<caf::actor>(registry_), watch_atom::value,
+                 caf::actor_cast<caf::actor>(self));
+  // The old process (its whole group: ssh or srun and the worker) goes first, frozen or not.
+  if (const pid_t old = pid_of_rank_[rank]; old > 0) {
+    kill(-old, SIGKILL);
+    waitpid(old, nullptr, 0);
+    launched_.erase(std::remove(launched_.begin(), launched_.end(), old), launched_.end());
+  }
+  spdlog::warn("cluster: restarting rank {} on node {}: {}", rank, node->name, commands_[rank]);
+  const pid_t pid = start_shell(commands_[rank]);
+  launched_.push_back(pid);
+  pid_of_rank_[rank] = pid;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.join_timeout_ms);
+  bool joined = false;
+  while (!joined) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      fail("cluster: rank {} restarted on node {} did not join the head within {} ms (`{}` {})",
+           rank, node->name, config_.join_timeout_ms, commands_[rank], exit_status(pid));
+    self->receive(
+        [&](register_atom, const WorkerHello& hello, const caf::actor& worker) {
+          if (hello.rank != int32_t(rank)) return;  // a stale registration
+          workers_[rank] = worker;
+          hosts_[rank] = hello.address.substr(0, hello.address.rfind(':'));
+          names_[rank] = fmt::format("the worker at {} (node {}, pid {})", hello.address,
+                                     hello.node, hello.pid);
+          joined = true;
+        },
+        caf::after(std::min(left, std::chrono::milliseconds(200))) >> [] {});
+  }
+  return workers_[rank];
+}
 
 bool ClusterLaunch::one_host() const {
   for (const ClusterNode& n : config_.nodes)

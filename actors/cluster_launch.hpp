@@ -48,6 +48,13 @@ class ClusterLaunch {
   [[nodiscard]] bool one_host() const;
   /// Stops the launched processes (SIGTERM, then SIGKILL after `grace`).
   void stop(int grace_ms = 2000);
+  /// Starts rank `rank`'s worker again (fault recovery): its old process group is killed (a
+  /// frozen one too), its launch command run again, and its registration awaited
+  /// (join_timeout_ms). Returns the new worker's handle; names() and hosts() follow. Throws
+  /// troupe::Error for an operator's worker (launcher = "external") or one that does not join.
+  caf::actor restart(size_t rank);
+  /// Whether the process launched for `rank` still runs (true for an operator's worker).
+  [[nodiscard]] bool launched_alive(size_t rank) const;
 
  private:
   ClusterConfig config_;
@@ -55,6 +62,8 @@ class ClusterLaunch {
   uint16_t port_ = 0;
   caf::actor_system* sys_ = nullptr;
   std::vector<pid_t> launched_;
+  std::vector<pid_t> pid_of_rank_;       // the launched process of each rank (-1: external)
+  std::vector<std::string> commands_;    // each rank's launch command
   std::vector<caf::actor> workers_;
   std::vector<std::string> names_;
   std::vector<std::string> hosts_;

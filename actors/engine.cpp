@@ -137,6 +137,12 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     spec.joined_workers = m.launch->workers();
     spec.joined_names = m.launch->names();
     spec.joined_hosts = m.launch->hosts();
+    ClusterLaunch* launch = m.launch.get();  // outlives the group (Impl's member order)
+    spec.restart_joined = [launch](size_t rank) {
+      caf::actor w = launch->restart(rank);
+      return std::make_pair(w, launch->names()[rank]);
+    };
+    spec.joined_alive = [launch](size_t rank) { return launch->launched_alive(rank); };
     spec.collectives = cluster->collectives;
     if (spec.collectives == "auto" && device != "cuda")
       spec.collectives = m.launch->one_host() ? "shm" : "ucx";

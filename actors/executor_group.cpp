@@ -328,11 +328,23 @@ void ExecutorGroup::restart(size_t lost, bool process_lost) {
          "a worker it did not start (the workers of tensor or pipeline parallel runs without "
          "executor_endpoints are restarted)",
          lost_name);
+  } else if (!workers_.empty() && spec_.restart_joined) {
+    // A cluster file's workers: its launcher starts the lost one (and any whose launched
+    // process ended) again, and they join as at the start.
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!((i == lost && process_lost) || (spec_.joined_alive && !spec_.joined_alive(i))))
+        continue;
+      try {
+        auto [worker, name] = spec_.restart_joined(i);
+        workers_[i] = worker;
+        where_[i] = name;
+      } catch (const Error& e) {
+        fail("{} was lost and cannot be replaced: {}", i == lost ? lost_name : names_[i],
+             e.what());
+      }
+    }
   } else if (!workers_.empty() && process_lost) {
-    fail("{} was lost, and restarting a worker that a cluster file started is not supported "
-         "yet (the workers of tensor or pipeline parallel runs without a cluster file are "
-         "restarted)",
-         lost_name);
+    fail("{} was lost, and its worker has no launcher to restart it", lost_name);
   }
   start_ranks();
 }

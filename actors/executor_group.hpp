@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,10 @@ struct ExecutorGroupSpec {
   std::chrono::milliseconds worker_start_timeout{30000};
   std::vector<std::string> worker_args;   // extra `troupe worker` arguments (local workers)
   std::vector<FaultSpec> faults;          // injected faults; each rank gets its own
+  // Joined workers' launcher (a cluster file): starts rank r's worker again, returning its
+  // handle and name; and whether rank r's launched process still runs.
+  std::function<std::pair<caf::actor, std::string>(size_t)> restart_joined;
+  std::function<bool(size_t)> joined_alive;
 };
 
 class ExecutorGroup {
