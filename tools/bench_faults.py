@@ -64,15 +64,18 @@ def stamp(line):
     return None
 
 
-def inputs(path):
-    path.write_text("".join(json.dumps({"prompt": f"Fortune {i}:", "max_tokens": 40,
+def inputs(path, count=16, tokens=40):
+    """`count` requests of `tokens` tokens, greedy and seeded sampling alternately (the system
+    tests use it too)."""
+    path.write_text("".join(json.dumps({"prompt": f"Fortune {i}:", "max_tokens": tokens,
                                         "ignore_eos": True,
                                         **({"temperature": 1.0, "seed": 100 + i} if i % 2
                                            else {"temperature": 0})}) + "\n"
-                            for i in range(16)))
+                            for i in range(count)))
 
 
 def worker_pids(parent):
+    """The `troupe worker` processes started by process `parent`."""
     pids = []
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         try:

@@ -18,6 +18,8 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+import bench_faults  # noqa: E402  (its inputs and worker lookup serve the fault cases)
 MODEL = REPO / "models" / "troupe-fortunes"
 FIXTURE = REPO / "tests" / "fixtures" / "models" / "llama_gqa"
 ENV = dict(os.environ, TROUPE_DEFAULT_MODEL=str(MODEL))
@@ -549,29 +551,6 @@ def case_lost_worker_keeps_finished():
         assert "executor 0" in err and f"{len(out)} of 40 results written" in err, err
 
 
-def mixed_inputs(path, count, tokens):
-    """`count` requests, greedy and seeded sampling alternately."""
-    path.write_text("".join(json.dumps({"prompt": f"Fortune {i}:", "max_tokens": tokens,
-                                        "ignore_eos": True,
-                                        **({"temperature": 1.0, "seed": 100 + i} if i % 2
-                                           else {"temperature": 0})}) + "\n"
-                            for i in range(count)))
-
-
-def worker_pids(parent):
-    """The `troupe worker` processes started by process `parent`."""
-    pids = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(fields[1]) == parent and b"worker" in cmd:
-            pids.append(int(stat.parent.name))
-    return pids
-
-
 def case_faults_recover():
     """Faults in `troupe generate -tp 2` (worker processes): an injected one (--fault) and a
     real kill -9 of a worker mid-run are recovered from; every request finishes with the tokens
@@ -580,7 +559,7 @@ def case_faults_recover():
     with tempfile.TemporaryDirectory() as d:
         d = pathlib.Path(d)
         src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
-        mixed_inputs(src, 16, 40)
+        bench_faults.inputs(src, 16, 40)
         common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
         run(*common, "--output", str(ref))
         want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
@@ -594,7 +573,7 @@ def case_faults_recover():
                                  str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
         try:
             wait_for_lines(got, 2, proc)
-            victims = worker_pids(proc.pid)
+            victims = bench_faults.worker_pids(proc.pid)
             assert len(victims) == 2, victims
             os.kill(victims[1], signal.SIGKILL)
             _, err = proc.communicate(timeout=120)
