@@ -785,10 +785,15 @@ TEST_CASE("after a lost executor every sequence is recomputed to exactly its own
       for (auto s : specs) sched.add(s);
       std::map<uint64_t, std::vector<int32_t>> out;
       std::map<uint64_t, FinishReason> finish;
+      // A recomputed sequence keeps the time it was first scheduled (RequestMetrics).
+      std::map<uint64_t, std::chrono::steady_clock::time_point> first_scheduled;
       DriveHooks hooks;
       hooks.on_update = [&](const SeqUpdate& u) {
         out[u.seq_id].insert(out[u.seq_id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
         if (u.finish != FinishReason::none) finish[u.seq_id] = u.finish;
+        REQUIRE(u.first_scheduled);
+        CHECK(first_scheduled.emplace(u.seq_id, *u.first_scheduled).first->second ==
+              *u.first_scheduled);
       };
       std::deque<StepResult> results;
       for (int step = 0; step < lose_at && sched.has_work(); ++step) {
