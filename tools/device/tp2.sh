@@ -52,7 +52,12 @@ done
 step "NCCL all-reduce latency, 8 KiB .. 4 MiB"
 timeout 120 "$root/bin/troupe_transport_bench" --sections nccl --no-perftest \
   --out "$out/nccl_allreduce.json" 2> "$out/nccl_bench.log" || rc=1
-python3 -c 'import json,sys; [print(f"{r[\"bytes\"]>>10:5d} KiB: {r[\"median_us\"]:7.1f} us median, {r[\"p90_us\"]:7.1f} p90, {r[\"pipelined_us\"]:7.1f} back to back") for r in json.load(open(sys.argv[1]))["nccl_allreduce"]]' "$out/nccl_allreduce.json" || true
+python3 - "$out/nccl_allreduce.json" <<'EOF' || true
+import json, sys
+for r in json.load(open(sys.argv[1]))["nccl_allreduce"]:
+    print(f"{r['bytes'] >> 10:5d} KiB: {r['median_us']:7.1f} us median, {r['p90_us']:7.1f} p90, "
+          f"{r['pipelined_us']:7.1f} back to back")
+EOF
 step "done"
 rm -f "$out/prompts.jsonl"
 exit $rc
