@@ -127,7 +127,9 @@ void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost)
   self->send(st.cache_manager, reset_atom::value);
   const uint64_t epoch = st.epoch;
   for (const auto& h : st.ranks.handles) self->demonitor(h.address());
-  self->request(st.recovery, caf::infinite, recover_atom::value, uint64_t(rank), process_lost)
+  // Bounded: starting workers and loading a large model on every rank takes minutes at most.
+  self->request(st.recovery, std::chrono::minutes(15), recover_atom::value, uint64_t(rank),
+                process_lost)
       .then(
           [=](ExecutorRanks& ranks) {
             auto& s = self->state;

@@ -193,10 +193,10 @@ TEST_CASE("a fault the layout cannot take is refused before anything starts", "[
   CHECK_THROWS_WITH(LLM(a), Catch::Contains("rank 2 is outside [0, 2)"));
 }
 
-// The soak test: one engine on two worker processes (TP 2) takes 12 waves of 40 requests of
+// The soak test: one engine on two worker processes (TP 2) takes 20 waves of 40 requests of
 // random lengths, greedy and seeded, while faults of every kind that loses an executor hit at
 // random steps (seeded, so a failure reproduces). Every request comes out, finished, with the
-// tokens a fault-free engine gives it. Bounded: a few minutes on 2 cores.
+// tokens a fault-free engine gives it. Bounded: about two minutes on 2 cores.
 TEST_CASE("soak: random faults at random steps lose no request", "[engine][faults][soak]") {
   if (!have_fixture()) return;
   std::mt19937_64 rng(20261205);
@@ -204,7 +204,7 @@ TEST_CASE("soak: random faults at random steps lose no request", "[engine][fault
                          "drop:message=result,rank={},step={}", "freeze:rank={},step={}"};
   std::vector<std::string> faults;
   uint64_t step = 0;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 20; ++i) {
     step += 10 + rng() % 20;  // apart enough that steps complete in between
     const std::string spec = fmt::format(fmt::runtime(kinds[rng() % 4]), rng() % 2, step);
     faults.push_back(spec);
@@ -214,7 +214,7 @@ TEST_CASE("soak: random faults at random steps lose no request", "[engine][fault
   faults.push_back(fmt::format("delay:message=execute,rank=0,step={},ms=200", 5 + rng() % 100));
   INFO("faults: " << fmt::format("{}", fmt::join(faults, " ")));
 
-  const size_t waves = 12, per_wave = 40;
+  const size_t waves = 20, per_wave = 40;
   std::vector<std::vector<Prompt>> prompts;
   std::vector<std::vector<SamplingParams>> params;
   for (size_t w = 0; w < waves; ++w) {
