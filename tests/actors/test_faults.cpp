@@ -119,7 +119,9 @@ TEST_CASE("an in-process executor's faults: requests finish with the fault-free 
       CHECK(got.tokens == clean.tokens);
       CHECK(got.stats.faults_seen == (c.recovers ? 1u : 0u));
       CHECK(got.stats.recoveries == (c.recovers ? 1u : 0u));
-      if (c.recovers) CHECK(got.stats.sequences_recomputed == 16);
+      // Every sequence the scheduler held then (under load, some of the 16 arrive later).
+      if (c.recovers) CHECK((got.stats.sequences_recomputed >= 1 &&
+                             got.stats.sequences_recomputed <= 16));
       if (std::string(c.fault).starts_with("refuse-kv")) CHECK(got.stats.num_preemptions > 0);
     }
   }
@@ -150,7 +152,7 @@ TEST_CASE("worker processes' faults: a killed, frozen or failing rank is replace
       CHECK(got.tokens == (c.tp == 2 ? clean_tp : clean_pp).tokens);
       CHECK(got.stats.faults_seen == 1);
       CHECK(got.stats.recoveries == 1);
-      CHECK(got.stats.sequences_recomputed == 16);
+      CHECK((got.stats.sequences_recomputed >= 1 && got.stats.sequences_recomputed <= 16));
       CHECK(got.stats.last_recovery_seconds > 0);
     }
   }
