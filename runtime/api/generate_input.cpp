@@ -12,7 +12,7 @@ GenerateInput parse_generate_input_line(std::string_view line, std::string where
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("{}: not JSON ({})", where, e.what());
   }
   if (!j.is_object()) fail("{}: expected a JSON object", where);

@@ -156,7 +156,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("{}: not valid JSON ({})", path, e.what());
   }
   if (!j.is_object())

@@ -105,6 +105,11 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
     const std::string h = R"({"w":{"dtype":"F32",)";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"not valid JSON"});
   }
+  SECTION("header holds a number beyond a double") {
+    // out_of_range, not parse_error, from nlohmann (found by the safetensors_header fuzz target)
+    const std::string h = R"({"w":{"dtype":"F32","shape":[2e400],"data_offsets":[0,8]}})";
+    expect_open_error(raw_safetensors(h.size(), h, data8), {"not valid JSON", "overflow"});
+  }
   SECTION("header is JSON but not an object") {
     const std::string h = "[1,2]";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"not a JSON object"});
@@ -304,6 +309,10 @@ TEST_CASE("checkpoint: every broken directory gets its own clear error", "[check
   }
   SECTION("index is not JSON") {
     write_sharded(d, "{\"weight_map\": ");
+    expect_dir_error(d, {"model.safetensors.index.json", "not valid JSON"});
+  }
+  SECTION("index holds a number beyond a double") {
+    write_sharded(d, R"({"metadata": {"total_size": 1e999}, "weight_map": {}})");
     expect_dir_error(d, {"model.safetensors.index.json", "not valid JSON"});
   }
   SECTION("index without weight_map") {

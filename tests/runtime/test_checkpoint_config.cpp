@@ -228,6 +228,13 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field",
                  Contains("/models/x/config.json") && Contains("not valid JSON"));
     }
   }
+  SECTION("a number beyond a double") {
+    // nlohmann throws out_of_range, not parse_error, for it (found by the model_config fuzz
+    // target: it escaped as a non-troupe exception).
+    CHECK_THROWS_WITH(parse_model_config("{\"rope_theta\": 1e400}", "/models/x"),
+                      Contains("/models/x/config.json") && Contains("not valid JSON") &&
+                          Contains("number overflow"));
+  }
 }
 
 TEST_CASE("config.json: architectures may be implied by model_type", "[checkpoint][config]") {
@@ -309,6 +316,8 @@ TEST_CASE("generation_config.json: optional, typed", "[checkpoint][config]") {
   CHECK_THROWS_WITH(parse_generation_config(R"({"eos_token_id": [1, null]})", "g.json"),
                     Contains("'eos_token_id'"));
   CHECK_THROWS_WITH(parse_generation_config("[", "g.json"), Contains("not valid JSON"));
+  CHECK_THROWS_WITH(parse_generation_config(R"({"temperature": -1e999})", "g.json"),
+                    Contains("g.json") && Contains("not valid JSON"));
   write_text(dir.path() / "generation_config.json", "{oops");
   CHECK_THROWS_WITH(load_generation_config(dir.path()),
                     Contains((dir.path() / "generation_config.json").string()));

@@ -53,6 +53,10 @@ TEST_CASE("tokenizer errors: missing path, missing tokenizer.json, unreadable JS
   bad.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\", ");
   CHECK(has(error_of([&] { (void)Tokenizer::load(bad.path()); }),
             {(bad.path() / "tokenizer.json").string(), "not valid JSON"}));
+  // A number beyond a double is nlohmann's out_of_range, not parse_error (found by fuzzing).
+  bad.write("tokenizer.json", R"({"model": {"type": "BPE", "dropout": 1e999}})");
+  CHECK(has(error_of([&] { (void)Tokenizer::load(bad.path()); }),
+            {(bad.path() / "tokenizer.json").string(), "not valid JSON", "overflow"}));
 
   TempDir not_object;
   not_object.write("tokenizer.json", "[1, 2]");
