@@ -165,6 +165,18 @@ std::shared_ptr<const Tokenizer> Tokenizer::build(std::string_view tokenizer_jso
     impl->token_bytes[t.id] = byte_level::decode_token(t.content);
     impl->flags[t.id] = Impl::kExists | (t.special ? Impl::kSpecial : 0);
   }
+  // Every id the post_processor adds must be a token's, or encode would give ids that decode
+  // refuses (HF does not check; found by the tokenizer_json fuzz target).
+  std::vector<int32_t> added_ids;
+  impl->post_processor.apply(added_ids);
+  for (const int32_t id : added_ids) {
+    if (id >= impl->vocab_size ||
+        (impl->flags[static_cast<std::size_t>(id)] & Impl::kExists) == 0) {
+      (top / "post_processor")
+          .fail(fmt::format("adds token id {}, which no token of the vocabulary has (ids 0..{})",
+                            id, impl->vocab_size - 1));
+    }
+  }
 
   const Config config = config_dir ? read_config(*config_dir) : Config{};
   auto lookup = [&](const std::string& token) -> std::optional<int32_t> {
