@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "runtime/error.hpp"
@@ -22,8 +23,15 @@ GenerateInput parse_generate_input_line(std::string_view line, std::string where
     if (!ids.is_array() || ids.empty())
       fail("{}: prompt_token_ids must be a non-empty array of token ids", where);
     for (const auto& v : ids) {
-      if (!v.is_number_integer())
-        fail("{}: prompt_token_ids holds {}, not a token id", where, v.dump());
+      // In int32 range, checked before the conversion (it would wrap 4294967297 to 1).
+      bool fits = false;
+      if (v.is_number_unsigned()) {
+        fits = v.get<uint64_t>() <= uint64_t(INT32_MAX);
+      } else if (v.is_number_integer()) {
+        fits = v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+      }
+      if (!fits)
+        fail("{}: prompt_token_ids holds {}, not a token id (a 32-bit integer)", where, v.dump());
       item.token_ids.push_back(v.get<int32_t>());
     }
     j.erase("prompt_token_ids");

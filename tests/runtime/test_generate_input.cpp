@@ -69,6 +69,13 @@ TEST_CASE("generate input: a bad line is refused naming the file and its line",
              Contains("prompt_token_ids must be a non-empty array"));
   CHECK_THAT(error_of([] { (void)read("{\"prompt_token_ids\": [1, \"2\"]}\n"); }),
              Contains("prompt_token_ids holds \"2\", not a token id"));
+  // Beyond 32 bits is refused, not wrapped (4294967297 was read as token 1).
+  CHECK_THAT(error_of([] { (void)read("{\"prompt_token_ids\": [5, 4294967297]}\n"); }),
+             Contains("--input in.jsonl:1: prompt_token_ids holds 4294967297, not a token id"));
+  CHECK_THAT(error_of([] { (void)read("{\"prompt_token_ids\": [-2147483649]}\n"); }),
+             Contains("holds -2147483649"));
+  CHECK(read("{\"prompt_token_ids\": [2147483647, 0]}\n")[0].token_ids ==
+        std::vector<int32_t>{2147483647, 0});
 
   // A sampling field is checked against the base it goes over, and named with the line.
   const auto inputs = read("{\"prompt\": \"ok\"}\n\n{\"prompt\": \"a\", \"temprature\": 0.5}\n");
