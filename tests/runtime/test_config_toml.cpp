@@ -81,6 +81,12 @@ TEST_CASE("malformed TOML names the file, line and column", "[config]") {
   CHECK_THAT(e, Contains("engine.toml:3:"));
   CHECK_THAT(e, Contains("TOML parse error"));
   CHECK_THAT(toml_error("model = \"m\nx"), Contains("engine.toml:1:"));
+  // A table header whose key starts with a character no key may start with: toml++ 3.3.0's
+  // debug build asserts there (found by the config_toml fuzz target; marzer/tomlplusplus#301),
+  // the release build troupe links reports it.
+  for (const char* header : {"[%node]]\n", "[[%node]]\n", "[[[1]]]\n", "[[=\n"})
+    CHECK_THAT(toml_error(std::string("model = \"m\"\n") + header),
+               Contains("engine.toml:2:") && Contains("TOML parse error"));
 }
 
 TEST_CASE("unknown TOML keys are errors with the position and a suggestion", "[config]") {
