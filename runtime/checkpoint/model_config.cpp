@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -54,8 +55,9 @@ class Fields {
     if (v->is_number_integer()) {
       out = v->get<int64_t>();
     } else if (v->is_number_float()) {  // 4096.0 is an integer too
-      double d = v->get<double>();
-      if (d == double(int64_t(d))) out = int64_t(d);
+      // Converted only inside int64's range: casting 1e58 is undefined (found by fuzzing).
+      const double d = v->get<double>();
+      if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) out = int64_t(d);
     }
     if (!out || *out < min) {
       std::string allowed = fmt::format("an integer >= {}", min);

@@ -194,6 +194,16 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field",
     j["num_hidden_layers"] = "32";
     expect_error(j, {"'num_hidden_layers'", "\"32\"", "integer"});
   }
+  SECTION("an integral float beyond int64") {
+    // 4096.0 counts as an integer; 1.28e58 used to be cast to int64 (undefined behaviour,
+    // found by the model_config fuzz target).
+    j["vocab_size"] = 1.28e58;
+    expect_error(j, {"'vocab_size'", "1.28e+58", "an integer >= 1"});
+    j["vocab_size"] = -9.3e18;
+    expect_error(j, {"'vocab_size'", "an integer >= 1"});
+    j["vocab_size"] = 128256.0;
+    CHECK(parse(j).vocab_size == 128256);
+  }
   SECTION("zero heads") {
     j["num_attention_heads"] = 0;
     expect_error(j, {"'num_attention_heads'", "0"});
