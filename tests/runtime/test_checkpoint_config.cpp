@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.hpp"
 #include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/checkpoint/model_config.hpp"
+#include "runtime/error.hpp"
 #include "runtime/models/model.hpp"
 #include "tests/runtime/test_checkpoint_writer.hpp"
 
@@ -197,12 +197,21 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field",
   SECTION("an integral float beyond int64") {
     // 4096.0 counts as an integer; 1.28e58 used to be cast to int64 (undefined behaviour,
     // found by the model_config fuzz target).
-    j["vocab_size"] = 1.28e58;
-    expect_error(j, {"'vocab_size'", "1.28e+58", "an integer >= 1"});
-    j["vocab_size"] = -9.3e18;
-    expect_error(j, {"'vocab_size'", "an integer >= 1"});
-    j["vocab_size"] = 128256.0;
-    CHECK(parse(j).vocab_size == 128256);
+    j["hidden_size"] = 1.28e58;
+    expect_error(j, {"'hidden_size'", "1.28e+58", "an integer >= 1"});
+    j["hidden_size"] = -9.3e18;
+    expect_error(j, {"'hidden_size'", "an integer >= 1"});
+    j["hidden_size"] = 4096.0;
+    CHECK(parse(j).hidden_size == 4096);
+  }
+  SECTION("a vocabulary or context beyond 32 bits") {
+    // The engine keeps both in int32: 2^32 + 256 would have been read as 256.
+    j["vocab_size"] = 4294967552LL;
+    expect_error(j, {"'vocab_size'", "4294967552", "an integer in 1..2147483647"});
+    j["vocab_size"] = 2147483647;
+    CHECK(parse(j).vocab_size == 2147483647);
+    j["max_position_embeddings"] = 4294967808LL;
+    expect_error(j, {"'max_position_embeddings'", "4294967808", "1..2147483647"});
   }
   SECTION("zero heads") {
     j["num_attention_heads"] = 0;
