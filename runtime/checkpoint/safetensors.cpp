@@ -148,8 +148,10 @@ SafetensorsFile::Header SafetensorsFile::read_header(std::span<const unsigned ch
       if (!d.is_number_unsigned())
         fail("{}: tensor '{}': shape {} has a negative or non-integer dimension", p, name,
              sh->dump());
+      // Every running product must fit in int64, as TensorInfo::numel() multiplies them: a
+      // zero dimension after [2^62, 3] made the count 0 here and overflowed there.
       auto n = mul(numel, d.get<uint64_t>());
-      if (!n || d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      if (!n || *n > uint64_t(std::numeric_limits<int64_t>::max()))
         fail("{}: tensor '{}': shape {} overflows", p, name, sh->dump());
       numel = *n;
       e.shape.push_back(d.get<int64_t>());

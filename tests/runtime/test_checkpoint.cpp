@@ -143,6 +143,12 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
     const std::string h = R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"'w'", "shape"});
   }
+  SECTION("a shape whose running product passes int64 before a zero dimension") {
+    // 0 elements, but TensorInfo::numel() multiplies left to right and overflowed int64.
+    const std::string h =
+        R"({"w":{"dtype":"F32","shape":[4611686018427387904,3,0],"data_offsets":[0,0]}})";
+    expect_open_error(raw_safetensors(h.size(), h, ""), {"'w'", "overflows"});
+  }
   SECTION("missing data_offsets") {
     const std::string h = R"({"w":{"dtype":"F32","shape":[2]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"'w'", "data_offsets"});
