@@ -317,6 +317,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                 g.prefix_queries = s.kv.prefix_queries;
                 g.prefix_hits = s.kv.prefix_hits;
                 g.preemptions = s.scheduler.num_preemptions;
+                g.faults = s.scheduler.faults_seen;
+                g.recoveries = s.scheduler.recoveries;
+                g.sequences_recomputed = s.scheduler.sequences_recomputed;
+                g.recovery_seconds = s.scheduler.recovery_seconds;
                 reply(g);
               },
               [=](caf::error&) { reply({}); });

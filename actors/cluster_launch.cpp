@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -25,11 +26,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Forwards each registration to the head's waiting thread.
-caf::behavior registry(caf::event_based_actor* self, caf::actor sink) {
-  return {[=](register_atom, WorkerHello& hello, caf::actor worker) {
-    self->send(sink, register_atom::value, std::move(hello), std::move(worker));
-  }};
+// Forwards each registration to whoever waits for workers now: the head's thread at the start,
+// the recovery's when a lost worker is restarted ((watch_atom, sink) switches it).
+caf::behavior registry(caf::stateful_actor<caf::actor>* self, caf::actor sink) {
+  self->state = std::move(sink);
+  return {
+      [=](register_atom, WorkerHello& hello, caf::actor worker) {
+        self->send(self->state, register_atom::value, std::move(hello), std::move(worker));
+      },
+      [=](watch_atom, caf::actor sink) { self->state = std::move(sink); },
+  };
 }
 
 pid_t start_shell(const std::string& command) {
@@ -115,17 +121,22 @@ int run_headless_node(const EngineArgs& args) {
 ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
     : config_(std::move(config)), sys_(&sys) {
   validate(config_);
-  // Parsed and kept by the cluster file's reader; what they ask for comes with fault injection
-  // and recovery (issue 22), so until then they are refused rather than ignored.
-  if (!config_.faults.empty())
-    fail("cluster: [faults]: not supported yet in troupe (fault injection comes with issue 22); "
-         "remove the table");
-  for (const ClusterNode& node : config_.nodes)
-    if (node.spare)
-      fail("cluster: node '{}': spare = true: not supported yet in troupe (replacing a lost "
-           "worker comes with issue 22); remove the node or set spare = false",
-           node.name);
-  const std::vector<RankPlacement> ranks = place_ranks(config_);
+  // The ranks, then the spare nodes' workers, numbered on from the last rank: a spare
+  // registers as rank world + k and waits, loaded with nothing, to take a lost rank's place.
+  std::vector<RankPlacement> ranks = place_ranks(config_);
+  const size_t world = ranks.size();
+  for (size_t i = 0; i < config_.nodes.size(); ++i) {
+    const ClusterNode& n = config_.nodes[i];
+    if (!n.spare) continue;
+    for (int32_t k = 0; k < n.workers; ++k) {
+      RankPlacement p;
+      p.rank = int32_t(ranks.size());
+      p.node_index = int32_t(i);
+      p.local_index = k;
+      p.device = n.devices.empty() ? -1 : n.devices[size_t(k)];
+      ranks.push_back(p);
+    }
+  }
   caf::scoped_actor self{sys};
   registry_ = sys.spawn(registry, caf::actor_cast<caf::actor>(self));
   auto bound = sys.middleman().publish(caf::actor_cast<caf::actor>(registry_), config_.head_port,
@@ -140,7 +151,10 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
 
   // ---- start the workers ----
   const std::string binary = troupe_binary();
-  std::vector<std::string> commands(ranks.size());
+  std::vector<std::string>& commands = commands_;
+  commands.assign(ranks.size(), {});
+  pid_of_rank_.assign(ranks.size(), -1);
+  node_of_.assign(ranks.size(), 0);
   try {
     for (const RankPlacement& r : ranks) {
       const ClusterNode& node = config_.nodes[size_t(r.node_index)];
@@ -155,12 +169,15 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
         args.push_back(std::to_string(getpid()));
       }
       commands[size_t(r.rank)] = worker_launch_command(config_, r, binary, args);
+      node_of_[size_t(r.rank)] = r.node_index;
       if (node.launcher == "external") {
-        spdlog::info("cluster: rank {} on node {} is started by its operator: {}", r.rank,
-                     node.name, commands[size_t(r.rank)]);
+        spdlog::info("cluster: {} {} on node {} is started by its operator: {}",
+                     size_t(r.rank) < world ? "rank" : "spare", r.rank, node.name,
+                     commands[size_t(r.rank)]);
         continue;
       }
       launched_.push_back(start_shell(commands[size_t(r.rank)]));
+      pid_of_rank_[size_t(r.rank)] = launched_.back();
     }
   } catch (...) {
     stop(500);
@@ -202,6 +219,15 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
     stop(500);
     fail("{}", error);
   }
+  if (joined == ranks.size()) {
+    for (size_t k = world; k < ranks.size(); ++k)
+      spares_.push_back(Spare{workers_[k], names_[k], hosts_[k], pid_of_rank_[k], int32_t(k)});
+    workers_.resize(world);
+    names_.resize(world);
+    hosts_.resize(world);
+    registers_as_.resize(world);
+    for (size_t r = 0; r < world; ++r) registers_as_[r] = int32_t(r);
+  }
   if (joined < ranks.size()) {
     std::vector<std::string> missing;
     size_t launched_index = 0;
@@ -224,6 +250,66 @@ ClusterLaunch::ClusterLaunch(caf::actor_system& sys, ClusterConfig config)
 }
 
 ClusterLaunch::~ClusterLaunch() { stop(); }
+
+bool ClusterLaunch::launched_alive(size_t rank) const {
+  if (rank >= pid_of_rank_.size() || pid_of_rank_[rank] <= 0) return true;  // the operator's
+  return waitpid(pid_of_rank_[rank], nullptr, WNOHANG) == 0;
+}
+
+caf::actor ClusterLaunch::restart(size_t rank) {
+  if (rank >= workers_.size()) fail("cluster: no rank {}", rank);
+  const ClusterNode* node = &config_.nodes[size_t(node_of_[size_t(registers_as_[rank])])];
+  if (spares_.empty() && node->launcher == "external")
+    fail("cluster: rank {} was lost and is started by its operator (launcher = \"external\"); "
+         "troupe cannot restart it",
+         rank);
+  // The old process (its whole group: ssh or srun and the worker) goes first, frozen or not.
+  if (const pid_t old = pid_of_rank_[rank]; old > 0) {
+    kill(-old, SIGKILL);
+    waitpid(old, nullptr, 0);
+    launched_.erase(std::remove(launched_.begin(), launched_.end(), old), launched_.end());
+    pid_of_rank_[rank] = -1;
+  }
+  // A spare takes the rank when there is one: it is running and registered already.
+  if (!spares_.empty()) {
+    Spare sp = spares_.front();
+    spares_.erase(spares_.begin());
+    workers_[rank] = sp.worker;
+    names_[rank] = sp.name + " (a spare)";
+    hosts_[rank] = sp.host;
+    pid_of_rank_[rank] = sp.pid;
+    commands_[rank] = commands_[size_t(sp.registers_as)];
+    registers_as_[rank] = sp.registers_as;
+    spdlog::warn("cluster: rank {} is taken over by the spare {}", rank, sp.name);
+    return workers_[rank];
+  }
+  caf::scoped_actor self{*sys_};
+  caf::anon_send(caf::actor_cast<caf::actor>(registry_), watch_atom::value,
+                 caf::actor_cast<caf::actor>(self));
+  spdlog::warn("cluster: restarting rank {} on node {}: {}", rank, node->name, commands_[rank]);
+  const pid_t pid = start_shell(commands_[rank]);
+  launched_.push_back(pid);
+  pid_of_rank_[rank] = pid;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.join_timeout_ms);
+  bool joined = false;
+  while (!joined) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      fail("cluster: rank {} restarted on node {} did not join the head within {} ms (`{}` {})",
+           rank, node->name, config_.join_timeout_ms, commands_[rank], exit_status(pid));
+    self->receive(
+        [&](register_atom, const WorkerHello& hello, const caf::actor& worker) {
+          if (hello.rank != registers_as_[rank]) return;  // a stale registration
+          workers_[rank] = worker;
+          hosts_[rank] = hello.address.substr(0, hello.address.rfind(':'));
+          names_[rank] = fmt::format("the worker at {} (node {}, pid {})", hello.address,
+                                     hello.node, hello.pid);
+          joined = true;
+        },
+        caf::after(std::min(left, std::chrono::milliseconds(200))) >> [] {});
+  }
+  return workers_[rank];
+}
 
 bool ClusterLaunch::one_host() const {
   for (const ClusterNode& n : config_.nodes)

@@ -48,6 +48,14 @@ class ClusterLaunch {
   [[nodiscard]] bool one_host() const;
   /// Stops the launched processes (SIGTERM, then SIGKILL after `grace`).
   void stop(int grace_ms = 2000);
+  /// Replaces rank `rank`'s worker (fault recovery): its old process group is killed (a
+  /// frozen one too); a spare node's idle worker takes its place if one is left, else its
+  /// launch command runs again and its registration is awaited (join_timeout_ms). Returns the
+  /// new worker's handle; names() and hosts() follow. Throws troupe::Error for an operator's
+  /// worker (launcher = "external") with no spare left, or one that does not join.
+  caf::actor restart(size_t rank);
+  /// Whether the process launched for `rank` still runs (true for an operator's worker).
+  [[nodiscard]] bool launched_alive(size_t rank) const;
 
  private:
   ClusterConfig config_;
@@ -55,6 +63,19 @@ class ClusterLaunch {
   uint16_t port_ = 0;
   caf::actor_system* sys_ = nullptr;
   std::vector<pid_t> launched_;
+  // Per rank, then per spare (index world + k): the launched process (-1: external or gone),
+  // the launch command and its node.
+  std::vector<pid_t> pid_of_rank_;
+  std::vector<std::string> commands_;
+  std::vector<int32_t> node_of_;
+  std::vector<int32_t> registers_as_;  // per rank: the rank its command registers as
+  struct Spare {
+    caf::actor worker;
+    std::string name, host;
+    pid_t pid = -1;
+    int32_t registers_as = 0;
+  };
+  std::vector<Spare> spares_;  // registered and idle, first taken first
   std::vector<caf::actor> workers_;
   std::vector<std::string> names_;
   std::vector<std::string> hosts_;

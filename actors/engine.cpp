@@ -14,6 +14,7 @@
 #include "actors/executor_actor.hpp"
 #include "actors/cluster_launch.hpp"
 #include "actors/executor_group.hpp"
+#include "actors/recovery.hpp"
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/models/model.hpp"
@@ -30,7 +31,8 @@ struct Engine::Impl {
   SamplingParams defaults;
   std::unique_ptr<ClusterLaunch> launch;  // a cluster file's workers (before the group: it
                                          // goes after the group has left them)
-  std::unique_ptr<ExecutorGroup> group;
+  std::shared_ptr<ExecutorGroup> group;  // shared with the recovery actor
+  recovery_actor recovery;
   engine_actor engine;
   explicit Impl(caf::actor_system& s) : sys(s) {}
 };
@@ -135,6 +137,12 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     spec.joined_workers = m.launch->workers();
     spec.joined_names = m.launch->names();
     spec.joined_hosts = m.launch->hosts();
+    ClusterLaunch* launch = m.launch.get();  // outlives the group (Impl's member order)
+    spec.restart_joined = [launch](size_t rank) {
+      caf::actor w = launch->restart(rank);
+      return std::make_pair(w, launch->names()[rank]);
+    };
+    spec.joined_alive = [launch](size_t rank) { return launch->launched_alive(rank); };
     spec.collectives = cluster->collectives;
     if (spec.collectives == "auto" && device != "cuda")
       spec.collectives = m.launch->one_host() ? "shm" : "ucx";
@@ -144,7 +152,22 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   }
   spec.max_parallel_loading = size_t(args.max_parallel_loading_workers.value_or(0));
   spec.worker_args = {"--log-level", worker_log_level()};
-  m.group = std::make_unique<ExecutorGroup>(sys, spec, init);
+  // Injected faults (issue 22): the flags' and the cluster file's, checked against the layout
+  // before anything starts.
+  std::vector<std::string> fault_texts = args.fault;
+  int64_t max_restarts = args.max_executor_restarts;
+  if (m.launch) {
+    const ClusterConfig& c = m.launch->config();
+    fault_texts.insert(fault_texts.end(), c.fault_inject.begin(), c.fault_inject.end());
+    if (c.max_executor_restarts) max_restarts = *c.max_executor_restarts;
+  }
+  spec.faults = parse_fault_specs(fault_texts);
+  check_fault_layout(spec.faults,
+                     FaultLayout{spec.tp, spec.pp,
+                                 spec.tp * spec.pp > 1 || !spec.endpoints.empty() ||
+                                     !spec.joined_workers.empty()});
+  for (const FaultSpec& f : spec.faults) spdlog::warn("engine: fault to inject: {}", f.text);
+  m.group = std::make_shared<ExecutorGroup>(sys, spec, init);
   const int32_t num_blocks = m.group->num_blocks();
   m.info.backend = m.group->infos().front().backend;
   m.info.num_kv_blocks = num_blocks;
@@ -185,6 +208,14 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   ctx.scheduler.policy.async_scheduling = args.async_scheduling;
   ctx.scheduler.policy.preemption_mode = swap ? PreemptionMode::swap : PreemptionMode::recompute;
   ctx.scheduler.log_stats = !args.disable_log_stats;
+  ctx.scheduler.max_executor_restarts = int32_t(max_restarts);
+  ctx.scheduler.execute_timeout_seconds = args.execute_timeout;
+  for (const FaultSpec& f : spec.faults)
+    if (!f.on_rank()) ctx.scheduler.faults.push_back(f);
+  if (max_restarts > 0) {
+    m.recovery = spawn_recovery(sys, m.group);
+    ctx.recovery = m.recovery;
+  }
   m.engine = spawn_engine_actor(sys, std::move(ctx));
   m.info.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -202,6 +233,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
 Engine::~Engine() {
   if (!impl_) return;
   caf::anon_send_exit(impl_->engine, caf::exit_reason::user_shutdown);
+  if (impl_->recovery) caf::anon_send_exit(impl_->recovery, caf::exit_reason::user_shutdown);
   if (impl_->group) impl_->group->shutdown();
 }
 

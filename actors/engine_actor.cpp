@@ -99,7 +99,8 @@ engine_actor::behavior_type engine_behavior(self_ptr self, EngineContext ctx) {
   st.ctx = std::move(ctx);
   st.outputs = std::make_unique<OutputProcessor>(st.ctx.requests, st.ctx.tokenizer);
   st.scheduler = spawn_scheduler(self->system(), st.ctx.scheduler, st.ctx.cache_manager,
-                                 st.ctx.executors, caf::actor_cast<engine_actor>(self));
+                                 st.ctx.executors, caf::actor_cast<engine_actor>(self),
+                                 st.ctx.recovery);
   // The engine owns its helpers: when it goes, they go.
   self->attach_functor([sched = st.scheduler, cm = st.ctx.cache_manager,
                         toks = st.ctx.tokenizers.members()](const caf::error&) {

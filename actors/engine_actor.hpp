@@ -13,6 +13,7 @@
 #include "actors/cache_manager_actor.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/recovery.hpp"
 #include "actors/tokenizer_pool.hpp"
 
 namespace troupe {
@@ -37,6 +38,7 @@ struct EngineContext {
   cache_manager_actor cache_manager;
   ExecutorRanks executors;
   SchedulerLoopConfig scheduler;
+  recovery_actor recovery;  // replaces lost executors; null: a lost executor is fatal
 };
 
 /// Spawns the engine actor, which spawns (and owns) its scheduler.

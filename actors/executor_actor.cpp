@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -12,6 +17,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "runtime/error.hpp"
 #include "runtime/exec/model_runner.hpp"
+#include "runtime/faults/fault_spec.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -33,10 +39,38 @@ struct executor_state {
   // promise, delivered by the next execute (after enqueueing that step's forward) or by the
   // finish poll, whichever comes first.
   std::optional<std::pair<uint64_t, caf::typed_response_promise<StepResult>>> waiting;
+  // Injected faults (runtime/faults/fault_spec.hpp): this rank's, from its init.
+  struct Faults {
+    std::vector<FaultSpec> specs;
+    bool in_worker_process = false;
+    bool unanswering = false;  // frozen in-process, or a plan was dropped: nothing is answered
+    std::vector<caf::typed_response_promise<StepResult>> unanswered;  // kept, never delivered
+    std::set<uint64_t> drop_result;
+    std::map<uint64_t, int32_t> delay_result;  // step -> ms
+  } faults;
   static inline const char* name = "troupe.executor";
 };
 
 using self_ptr = executor_actor::stateful_pointer<executor_state>;
+
+// Delivers a step's result, unless an injected fault holds it back, delays it or slows the step.
+void deliver_result(self_ptr self, uint64_t step_id, caf::typed_response_promise<StepResult>& rp,
+                    StepResult result) {
+  auto& f = self->state.faults;
+  for (const FaultSpec& spec : f.specs)
+    if (spec.kind == FaultKind::slow && step_id >= spec.step)
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          (spec.factor - 1.0) * std::max(result.execute_seconds, 1e-4)));
+  if (f.drop_result.erase(step_id) > 0) {
+    f.unanswered.push_back(rp);
+    return;
+  }
+  if (auto it = f.delay_result.find(step_id); it != f.delay_result.end()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(it->second));
+    f.delay_result.erase(it);
+  }
+  rp.deliver(std::move(result));
+}
 
 // Delivers the step in flight's result, or its error (the batch is then reset, as after any
 // failed step).
@@ -46,7 +80,7 @@ void finish_waiting(self_ptr self) {
   auto [step_id, rp] = std::move(*st.waiting);
   st.waiting.reset();
   try {
-    rp.deliver(st.runner->finish());
+    deliver_result(self, step_id, rp, st.runner->finish());
   } catch (const std::exception& e) {
     spdlog::error("executor: step {} failed: {}", step_id, e.what());
     st.runner->reset_batch();
@@ -93,6 +127,73 @@ caf::result<StepResult> execute_step(self_ptr self, const StepPlan& plan) {
   st.waiting.emplace(plan.step_id, rp);
   self->send(self, finish_atom::value, plan.step_id);
   return rp;
+}
+
+// The injection points of the faults that act on an executor (fault_spec.hpp), run as a
+// step's plan arrives. Returns the answer to give instead of running it (an error, or a
+// promise that is never kept), or nothing to run it.
+std::optional<caf::result<StepResult>> inject_faults(self_ptr self, const StepPlan& plan) {
+  auto& st = self->state;
+  auto& f = st.faults;
+  auto hold = [&]() -> caf::result<StepResult> {
+    auto rp = self->make_response_promise<StepResult>();
+    f.unanswered.push_back(rp);
+    return rp;
+  };
+  if (f.unanswering) return hold();
+  for (const FaultSpec& spec : f.specs) {
+    if (spec.step != plan.step_id) continue;
+    spdlog::warn("executor: injected fault '{}' at step {}", spec.text, plan.step_id);
+    switch (spec.kind) {
+      case FaultKind::kill_worker:
+        spdlog::default_logger()->flush();
+        ::kill(::getpid(), SIGKILL);
+        break;
+      case FaultKind::kill_executor: {
+        const std::string why = fmt::format("injected fault '{}' at step {}", spec.text,
+                                            plan.step_id);
+        self->quit(make_troupe_error(why));
+        return caf::result<StepResult>(make_troupe_error(why));
+      }
+      case FaultKind::freeze:
+        if (f.in_worker_process) {
+          spdlog::default_logger()->flush();
+          ::raise(SIGSTOP);  // the whole process stops until SIGCONT (or SIGKILL)
+          break;
+        }
+        f.unanswering = true;
+        return hold();
+      case FaultKind::drop:
+        if (spec.message == FaultMessage::result) {
+          f.drop_result.insert(plan.step_id);
+          break;
+        }
+        // A plan lost on the way leaves this rank out of step with the others: it answers
+        // nothing any more, as a rank whose connection broke.
+        f.unanswering = true;
+        return hold();
+      case FaultKind::delay:
+        if (spec.message == FaultMessage::result)
+          f.delay_result[plan.step_id] = spec.ms;
+        else
+          std::this_thread::sleep_for(std::chrono::milliseconds(spec.ms));
+        break;
+      case FaultKind::ucx_fail:
+        if (!st.connected || !st.connected->second)
+          return caf::result<StepResult>(make_troupe_error(fmt::format(
+              "injected fault '{}': this rank has no stage link to break", spec.text)));
+        try {
+          st.connected->second->inject_send_failure(plan.step_id);
+        } catch (const std::exception& e) {
+          return caf::result<StepResult>(make_troupe_error(e.what()));
+        }
+        break;
+      case FaultKind::slow:       // deliver_result
+      case FaultKind::refuse_kv:  // the cache manager's
+        break;
+    }
+  }
+  return std::nullopt;
 }
 
 executor_actor::behavior_type executor_behavior(self_ptr self) {
@@ -145,6 +246,9 @@ executor_actor::behavior_type executor_behavior(self_ptr self) {
           if (!backend)
             return make_troupe_error("executor: init after a failed start; prepare it again");
           st.runner = std::make_unique<ModelRunner>(std::move(backend), init, options, link);
+          st.faults = {};
+          st.faults.specs = parse_fault_specs(init.faults);
+          st.faults.in_worker_process = init.in_worker_process;
           return st.runner->info();
         } catch (const std::exception& e) {
           return make_troupe_error(e.what());
@@ -161,6 +265,7 @@ executor_actor::behavior_type executor_behavior(self_ptr self) {
         }
       },
       [=](execute_atom, const StepPlan& plan) -> caf::result<StepResult> {
+        if (auto held = inject_faults(self, plan)) return *held;
         if (!self->state.runner) return make_troupe_error("executor: execute before init");
         return execute_step(self, plan);
       },

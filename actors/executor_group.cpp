@@ -11,6 +11,7 @@
 
 #include "actors/group_call.hpp"
 #include "runtime/error.hpp"
+#include "runtime/faults/fault_spec.hpp"
 
 namespace troupe {
 
@@ -57,9 +58,10 @@ std::string host_of(const std::string& endpoint) {
 
 ExecutorGroup::ExecutorGroup(caf::actor_system& sys, const ExecutorGroupSpec& spec,
                              const ExecutorInit& init)
-    : tp_(spec.tp), pp_(spec.pp) {
+    : sys_(&sys), spec_(spec), init_(init), tp_(spec.tp), pp_(spec.pp) {
   try {
-    start(sys, spec, init);
+    find_workers();
+    start_ranks();
   } catch (...) {
     shutdown();
     throw;
@@ -68,16 +70,13 @@ ExecutorGroup::ExecutorGroup(caf::actor_system& sys, const ExecutorGroupSpec& sp
 
 ExecutorGroup::~ExecutorGroup() { shutdown(); }
 
-void ExecutorGroup::start(caf::actor_system& sys, const ExecutorGroupSpec& spec,
-                          const ExecutorInit& base) {
+void ExecutorGroup::find_workers() {
+  caf::actor_system& sys = *sys_;
+  const ExecutorGroupSpec& spec = spec_;
   const int32_t n = tp_ * pp_;
   if (tp_ < 1 || pp_ < 1) fail("tensor_parallel_size {} x pipeline_parallel_size {}", tp_, pp_);
-  anchor_ = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
-    return {[](caf::unit_t) {}};  // lives until shutdown()
-  });
-
-  // ---- the executors ----
-  std::vector<std::string> endpoints = spec.endpoints;
+  std::vector<std::string>& endpoints = endpoint_list_;
+  endpoints = spec.endpoints;
   if (!spec.joined_workers.empty()) {
     if (spec.joined_workers.size() != size_t(n))
       fail("{} workers joined for tensor_parallel_size {} x pipeline_parallel_size {} = {} ranks",
@@ -98,18 +97,48 @@ void ExecutorGroup::start(caf::actor_system& sys, const ExecutorGroupSpec& spec,
       where_.push_back(fmt::format("the worker at {}", ep));
     }
   }
+  if (workers_.empty()) where_.push_back("in this process");
+}
+
+void ExecutorGroup::start_ranks() {
+  caf::actor_system& sys = *sys_;
+  const ExecutorGroupSpec& spec = spec_;
+  const ExecutorInit& base = init_;
+  const int32_t n = tp_ * pp_;
+  const std::vector<std::string>& endpoints = endpoint_list_;
+  executors_.clear();
+  names_.clear();
+  endpoints_.clear();
+  infos_.clear();
+  devices_.clear();
+  anchor_ = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](caf::unit_t) {}};  // lives until the executors are stopped
+  });
   if (workers_.empty()) {
     executors_.push_back(spawn_executor(sys));
-    where_.push_back("in this process");
   } else {
     caf::scoped_actor self{sys};
     const WorkerJoin join{head_name(), anchor_};
     for (size_t i = 0; i < workers_.size(); ++i) {
+      // A worker whose previous session (before a restart) is still ending answers busy for
+      // a moment: asked again, for up to 10 s.
       std::string err;
-      self->request(caf::actor_cast<worker_actor>(workers_[i]), std::chrono::seconds(30),
-                    join_atom::value, join)
-          .receive([&](caf::actor& exec) { executors_.push_back(caf::actor_cast<executor_actor>(exec)); },
-                   [&](caf::error& e) { err = error_text(e); });
+      for (int attempt = 0; attempt < 100; ++attempt) {
+        err.clear();
+        bool busy = false;
+        self->request(caf::actor_cast<worker_actor>(workers_[i]), std::chrono::seconds(30),
+                      join_atom::value, join)
+            .receive(
+                [&](caf::actor& exec) {
+                  executors_.push_back(caf::actor_cast<executor_actor>(exec));
+                },
+                [&](caf::error& e) {
+                  err = error_text(e);
+                  busy = err.find(" is busy: ") != std::string::npos;
+                });
+        if (!busy) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       if (!err.empty()) fail("{}: {}", where_[i], err);
     }
   }
@@ -192,6 +221,9 @@ void ExecutorGroup::start(caf::actor_system& sys, const ExecutorGroupSpec& spec,
     in.pp_size = pp_;
     in.device = spec.device;
     in.device_index = placements[size_t(r)].device_index;
+    in.in_worker_process = !workers_.empty();
+    for (const FaultSpec& f : spec.faults)
+      if (f.on_rank() && f.rank == r) in.faults.push_back(f.text);
   }
   // Ranks sharing one GPU (pipeline stages of one small machine; NCCL refuses TP ranks on one
   // GPU) split --gpu-memory-utilization between them, and load and start one after another, so
@@ -254,14 +286,67 @@ std::string ExecutorGroup::topology() const {
   return out;
 }
 
-void ExecutorGroup::shutdown() {
-  if (down_) return;
-  down_ = true;
+void ExecutorGroup::stop_executors() {
   for (auto& e : executors_) caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
   for (auto& w : workers_)
     caf::anon_send(caf::actor_cast<worker_actor>(w), leave_atom::value, anchor_);
   if (anchor_) caf::anon_send_exit(anchor_, caf::exit_reason::user_shutdown);
+  anchor_ = nullptr;
+}
+
+void ExecutorGroup::shutdown() {
+  std::lock_guard lk(mu_);
+  if (down_) return;
+  down_ = true;
+  stop_executors();
   local_.stop();
+}
+
+void ExecutorGroup::restart(size_t lost, bool process_lost) {
+  std::lock_guard lk(mu_);
+  if (down_) fail("the engine is shutting down");
+  if (lost >= size_t(tp_ * pp_)) fail("executor group: no rank {}", lost);
+  const std::string lost_name = lost < names_.size() ? names_[lost] : std::to_string(lost);
+  stop_executors();
+  if (!local_.pids().empty()) {
+    // Our own workers: the lost one when its process was lost (killed first if it still runs,
+    // frozen say) and any other whose process ended or is stopped are started again; the
+    // others serve a new session.
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!((i == lost && process_lost) || !local_.alive(i) || local_.stopped(i))) continue;
+      spdlog::warn("engine: restarting the worker of {}", i == lost ? lost_name : names_[i]);
+      local_.restart(i);
+      endpoint_list_[i] = local_.endpoints()[i];
+      workers_[i] = connect_worker(*sys_, endpoint_list_[i]);
+      where_[i] = fmt::format("the worker at {}", endpoint_list_[i]);
+    }
+  } else if (!spec_.endpoints.empty() && process_lost) {
+    // A worker someone else runs (executor_endpoints) whose process died or froze: troupe did
+    // not start it and cannot start another. (Reaching a frozen one again could block for as
+    // long as it stays frozen.) Only its executor lost, it serves a new session below.
+    fail("{} was lost: its worker process died or stopped answering, and troupe cannot restart "
+         "a worker it did not start (the workers of tensor or pipeline parallel runs without "
+         "executor_endpoints are restarted)",
+         lost_name);
+  } else if (!workers_.empty() && spec_.restart_joined) {
+    // A cluster file's workers: its launcher starts the lost one (and any whose launched
+    // process ended) again, and they join as at the start.
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!((i == lost && process_lost) || (spec_.joined_alive && !spec_.joined_alive(i))))
+        continue;
+      try {
+        auto [worker, name] = spec_.restart_joined(i);
+        workers_[i] = worker;
+        where_[i] = name;
+      } catch (const Error& e) {
+        fail("{} was lost and cannot be replaced: {}", i == lost ? lost_name : names_[i],
+             e.what());
+      }
+    }
+  } else if (!workers_.empty() && process_lost) {
+    fail("{} was lost, and its worker has no launcher to restart it", lost_name);
+  }
+  start_ranks();
 }
 
 }  // namespace troupe

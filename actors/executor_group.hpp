@@ -14,7 +14,9 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "actors/executor_actor.hpp"
 #include "actors/local_workers.hpp"
 #include "actors/worker_actor.hpp"
+#include "runtime/faults/fault_spec.hpp"
 
 namespace troupe {
 
@@ -39,6 +42,11 @@ struct ExecutorGroupSpec {
   int32_t timeout_ms = 30000;             // collectives' and hand-offs' bound
   std::chrono::milliseconds worker_start_timeout{30000};
   std::vector<std::string> worker_args;   // extra `troupe worker` arguments (local workers)
+  std::vector<FaultSpec> faults;          // injected faults; each rank gets its own
+  // Joined workers' launcher (a cluster file): starts rank r's worker again, returning its
+  // handle and name; and whether rank r's launched process still runs.
+  std::function<std::pair<caf::actor, std::string>(size_t)> restart_joined;
+  std::function<bool(size_t)> joined_alive;
 };
 
 class ExecutorGroup {
@@ -65,10 +73,25 @@ class ExecutorGroup {
   [[nodiscard]] std::string topology() const;
   /// Stops the executors, leaves the workers and stops the local worker processes.
   void shutdown();
+  /// Replaces the executors after rank `lost` was lost (fault recovery): every executor is
+  /// stopped and every worker's session ended; when `process_lost` (its process died or froze)
+  /// the lost rank's worker is started again if this group started it (killed first if it
+  /// still runs), or reached again at its endpoint; local workers found dead are started
+  /// again too. Then every rank starts afresh (prepare, connect, init, start) on the same
+  /// layout. Throws troupe::Error naming the rank that cannot be replaced. Blocks (run it on a
+  /// detached actor); shutdown() waits for it.
+  void restart(size_t lost, bool process_lost);
 
  private:
-  void start(caf::actor_system& sys, const ExecutorGroupSpec& spec, const ExecutorInit& init);
+  void find_workers();   // the workers of every rank (none: one in-process executor)
+  void start_ranks();    // joins them and starts an executor per rank
+  void stop_executors();
 
+  caf::actor_system* sys_ = nullptr;
+  ExecutorGroupSpec spec_;
+  ExecutorInit init_;
+  std::vector<std::string> endpoint_list_;  // host:port per rank, when workers listen
+  std::mutex mu_;  // restart() against shutdown()
   int32_t tp_ = 1, pp_ = 1;
   caf::actor anchor_;  // the workers' sessions end when it does
   std::vector<caf::actor> workers_;  // per rank, when remote

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "runtime/error.hpp"
 
@@ -72,84 +73,120 @@ std::string troupe_binary() {
 }
 
 LocalWorkers::LocalWorkers(int count, const std::vector<std::string>& extra,
-                           std::chrono::milliseconds timeout) {
-  const std::string binary = troupe_binary();
-  const std::string parent = std::to_string(getpid());
-  struct Child {
-    pid_t pid;
-    int out;  // read end of its stdout
-    std::string seen;
-  };
-  std::vector<Child> children;
+                           std::chrono::milliseconds timeout)
+    : binary_(troupe_binary()), extra_(extra), timeout_(timeout) {
+  pids_.assign(size_t(count), -1);
+  outs_.assign(size_t(count), -1);
+  endpoints_.assign(size_t(count), {});
+  std::vector<size_t> all(static_cast<size_t>(count));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   try {
-    for (int i = 0; i < count; ++i) {
-      int fds[2];
-      if (pipe2(fds, O_CLOEXEC) != 0) fail("starting workers: pipe: {}", std::strerror(errno));
-      std::vector<std::string> args = {binary, "worker", "--host", "127.0.0.1", "--port", "0",
-                                       "--parent-pid", parent};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      const pid_t pid = fork();
-      if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        fail("starting workers: fork: {}", std::strerror(errno));
-      }
-      if (pid == 0) {  // the child: only async-signal-safe calls until exec
-        dup2(fds[1], STDOUT_FILENO);
-        execv(argv[0], argv.data());
-        _exit(127);
-      }
-      close(fds[1]);
-      pids_.push_back(pid);
-      outs_.push_back(fds[0]);
-      children.push_back(Child{pid, fds[0], {}});
-    }
-    endpoints_.resize(children.size());
-    const auto deadline = Clock::now() + timeout;
-    size_t ready = 0;
-    while (ready < children.size()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0)
-        fail("starting workers: {} of {} did not say where they listen within {} ms",
-             children.size() - ready, children.size(), timeout.count());
-      std::vector<pollfd> fds;
-      for (Child& c : children) fds.push_back(pollfd{c.out, POLLIN, 0});
-      if (poll(fds.data(), fds.size(), int(std::min<int64_t>(left.count(), 200))) < 0 &&
-          errno != EINTR)
-        fail("starting workers: poll: {}", std::strerror(errno));
-      for (size_t i = 0; i < children.size(); ++i) {
-        if (!endpoints_[i].empty() || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-        char buf[512];
-        const ssize_t n = read(children[i].out, buf, sizeof buf);
-        if (n > 0) children[i].seen.append(buf, size_t(n));
-        const std::string_view key = "troupe worker listening on ";
-        const size_t at = children[i].seen.find(key);
-        const size_t eol = at == std::string::npos ? at : children[i].seen.find('\n', at);
-        if (eol != std::string::npos) {
-          endpoints_[i] = children[i].seen.substr(at + key.size(), eol - at - key.size());
-          ++ready;
-        } else if (n <= 0) {
-          int status = 0;
-          waitpid(children[i].pid, &status, WNOHANG);
-          fail("starting workers: worker {} (pid {}) exited before listening{}", i,
-               children[i].pid,
-               children[i].seen.empty() ? "" : ": " + children[i].seen);
-        }
-      }
-    }
+    start(all);
   } catch (...) {
     stop(std::chrono::milliseconds(500));
     throw;
   }
 }
 
+void LocalWorkers::start(const std::vector<size_t>& which) {
+  const std::string parent = std::to_string(getpid());
+  std::vector<std::string> seen(which.size());
+  for (size_t i : which) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) fail("starting workers: pipe: {}", std::strerror(errno));
+    std::vector<std::string> args = {binary_, "worker", "--host", "127.0.0.1", "--port", "0",
+                                     "--parent-pid", parent};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      fail("starting workers: fork: {}", std::strerror(errno));
+    }
+    if (pid == 0) {  // the child: only async-signal-safe calls until exec
+      dup2(fds[1], STDOUT_FILENO);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    pids_[i] = pid;
+    outs_[i] = fds[0];
+    endpoints_[i].clear();
+  }
+  const auto deadline = Clock::now() + timeout_;
+  size_t ready = 0;
+  while (ready < which.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      fail("starting workers: {} of {} did not say where they listen within {} ms",
+           which.size() - ready, which.size(), timeout_.count());
+    std::vector<pollfd> fds;
+    for (size_t i : which) fds.push_back(pollfd{outs_[i], POLLIN, 0});
+    if (poll(fds.data(), fds.size(), int(std::min<int64_t>(left.count(), 200))) < 0 &&
+        errno != EINTR)
+      fail("starting workers: poll: {}", std::strerror(errno));
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t i = which[k];
+      if (!endpoints_[i].empty() || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+      char buf[512];
+      const ssize_t n = read(outs_[i], buf, sizeof buf);
+      if (n > 0) seen[k].append(buf, size_t(n));
+      const std::string_view key = "troupe worker listening on ";
+      const size_t at = seen[k].find(key);
+      const size_t eol = at == std::string::npos ? at : seen[k].find('\n', at);
+      if (eol != std::string::npos) {
+        endpoints_[i] = seen[k].substr(at + key.size(), eol - at - key.size());
+        ++ready;
+      } else if (n <= 0) {
+        int status = 0;
+        waitpid(pids_[i], &status, WNOHANG);
+        fail("starting workers: worker {} (pid {}) exited before listening{}", i, pids_[i],
+             seen[k].empty() ? "" : ": " + seen[k]);
+      }
+    }
+  }
+}
+
+bool LocalWorkers::alive(size_t i) const {
+  if (i >= pids_.size() || pids_[i] <= 0) return false;
+  return waitpid(pids_[i], nullptr, WNOHANG) == 0;
+}
+
+bool LocalWorkers::stopped(size_t i) const {
+  if (i >= pids_.size() || pids_[i] <= 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pids_[i]));
+  std::string line;
+  std::getline(stat, line);
+  // "pid (comm) S ...": the state letter follows the last ')'.
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'T' || line[close + 2] == 't');
+}
+
+void LocalWorkers::restart(size_t i) {
+  if (i >= pids_.size()) fail("local workers: no worker {} (of {})", i, pids_.size());
+  if (pids_[i] > 0) {
+    kill(pids_[i], SIGKILL);  // a frozen one too
+    waitpid(pids_[i], nullptr, 0);
+  }
+  if (outs_[i] >= 0) close(outs_[i]);
+  pids_[i] = -1;
+  outs_[i] = -1;
+  start({i});
+}
+
 LocalWorkers::~LocalWorkers() { stop(); }
 
 LocalWorkers::LocalWorkers(LocalWorkers&& o) noexcept
-    : pids_(std::move(o.pids_)), outs_(std::move(o.outs_)), endpoints_(std::move(o.endpoints_)) {
+    : pids_(std::move(o.pids_)),
+      outs_(std::move(o.outs_)),
+      endpoints_(std::move(o.endpoints_)),
+      binary_(std::move(o.binary_)),
+      extra_(std::move(o.extra_)),
+      timeout_(o.timeout_) {
   o.pids_.clear();
   o.outs_.clear();
 }
@@ -160,6 +197,9 @@ LocalWorkers& LocalWorkers::operator=(LocalWorkers&& o) noexcept {
     pids_ = std::move(o.pids_);
     outs_ = std::move(o.outs_);
     endpoints_ = std::move(o.endpoints_);
+    binary_ = std::move(o.binary_);
+    extra_ = std::move(o.extra_);
+    timeout_ = o.timeout_;
     o.pids_.clear();
     o.outs_.clear();
   }
@@ -167,12 +207,16 @@ LocalWorkers& LocalWorkers::operator=(LocalWorkers&& o) noexcept {
 }
 
 void LocalWorkers::stop(std::chrono::milliseconds grace) {
-  for (int fd : outs_) close(fd);
+  for (int fd : outs_)
+    if (fd >= 0) close(fd);
   outs_.clear();
-  if (pids_.empty()) return;
-  for (pid_t p : pids_) kill(p, SIGTERM);
+  std::vector<pid_t> left;
+  for (pid_t p : pids_)
+    if (p > 0) left.push_back(p);
+  pids_.clear();
+  if (left.empty()) return;
+  for (pid_t p : left) kill(p, SIGTERM);
   const auto deadline = Clock::now() + grace;
-  std::vector<pid_t> left = pids_;
   while (!left.empty()) {
     for (auto it = left.begin(); it != left.end();) {
       const pid_t r = waitpid(*it, nullptr, WNOHANG);
@@ -185,7 +229,6 @@ void LocalWorkers::stop(std::chrono::milliseconds grace) {
     kill(p, SIGKILL);
     waitpid(p, nullptr, 0);
   }
-  pids_.clear();
 }
 
 }  // namespace troupe

@@ -37,11 +37,23 @@ class LocalWorkers {
   [[nodiscard]] const std::vector<pid_t>& pids() const { return pids_; }
   /// SIGTERM to every worker, then SIGKILL to those still there after `grace`.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
+  /// Whether worker `i`'s process still runs (a stopped one does).
+  [[nodiscard]] bool alive(size_t i) const;
+  /// Whether worker `i`'s process is stopped (SIGSTOP: frozen; it answers nothing).
+  [[nodiscard]] bool stopped(size_t i) const;
+  /// Replaces worker `i` (fault recovery): SIGKILL to its process if it still runs (frozen,
+  /// say), then a new one in its place, waited for as at the start; endpoints()[i] changes.
+  void restart(size_t i);
 
  private:
-  std::vector<pid_t> pids_;
+  void start(const std::vector<size_t>& which);  // starts these workers, waits for each
+
+  std::vector<pid_t> pids_;  // -1: none
   std::vector<int> outs_;  // read ends of their stdout, open while they run (no SIGPIPE)
   std::vector<std::string> endpoints_;
+  std::string binary_;
+  std::vector<std::string> extra_;
+  std::chrono::milliseconds timeout_{30000};
 };
 
 }  // namespace troupe

@@ -20,8 +20,18 @@ struct scheduler_state {
   cache_manager_actor cache_manager;
   ExecutorRanks ranks;  // every rank; the driver's results are applied
   engine_actor engine;
+  recovery_actor recovery;  // replaces lost executors (null: they cannot be replaced)
   bool planning = false;  // waiting for the cache manager's grant
-  bool executors_lost = false;
+  bool executors_lost = false;  // for good: nothing runs any more
+  // Fault recovery: while `recovering`, new executors are being started and nothing is
+  // planned. `epoch` counts losses, so that answers meant for the executors (or the cache
+  // manager's state) before one are told apart and dropped.
+  bool recovering = false;
+  uint64_t epoch = 0;
+  int32_t restarts_in_a_row = 0;
+  Clock::time_point lost_at;
+  uint64_t faults_seen = 0, recoveries = 0, sequences_recomputed = 0;
+  double recovery_seconds = 0, last_recovery_seconds = 0;
   // Steps sent to the executors, oldest first (two with async scheduling: the one running and
   // the one planned ahead; up to pipeline_parallel_size micro-batches under PP). Each collects
   // a result from every executor of the group; the driver's is used. Results are applied in
@@ -33,6 +43,7 @@ struct scheduler_state {
     bool failed = false;
     bool discard = false;  // planned before a failure: its results are dropped
     std::string error;
+    size_t failed_rank = 0;  // the first rank whose answer was an error (or none came)
     bool has_prompt = false;
     uint64_t tokens = 0;
     Clock::time_point sent;
@@ -82,6 +93,69 @@ void fail_everything(self_ptr self, const std::string& why, bool fatal) {
   self->send(st.cache_manager, reset_atom::value);
 }
 
+/// An executor was lost (`rank`: down, failed a step or did not answer one; `process_lost` when
+/// its process died or froze): every sequence goes back to waiting and the recovery actor
+/// starts new executors, or, when none can be started (no recovery actor, or too many
+/// restarts in a row), every sequence fails with `why`.
+void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost) {
+  auto& st = self->state;
+  if (st.executors_lost || st.recovering) return;
+  ++st.faults_seen;
+  ++st.epoch;
+  st.in_flight.clear();  // late answers of these steps find nothing and are dropped
+  st.planning = false;   // a grant in flight belongs to the old epoch
+  if (!st.recovery || st.restarts_in_a_row >= st.config.max_executor_restarts) {
+    st.executors_lost = true;
+    const std::string fatal =
+        !st.recovery || st.config.max_executor_restarts == 0
+            ? why
+            : fmt::format("{} (after {} restart(s) in a row without a step completing, "
+                          "max_executor_restarts = {})",
+                          why, st.restarts_in_a_row, st.config.max_executor_restarts);
+    spdlog::error("scheduler: {}: the engine cannot run steps any more", fatal);
+    fail_everything(self, fatal, true);
+    return;
+  }
+  st.recovering = true;
+  ++st.restarts_in_a_row;
+  st.lost_at = Clock::now();
+  const size_t requeued = st.sched->requeue_all();
+  st.sequences_recomputed += requeued;
+  spdlog::error("scheduler: {}; replacing the executors (restart {} of at most {} in a row), "
+                "{} sequence(s) to recompute",
+                why, st.restarts_in_a_row, st.config.max_executor_restarts, requeued);
+  self->send(st.cache_manager, reset_atom::value);
+  const uint64_t epoch = st.epoch;
+  for (const auto& h : st.ranks.handles) self->demonitor(h.address());
+  // Bounded: starting workers and loading a large model on every rank takes minutes at most.
+  self->request(st.recovery, std::chrono::minutes(15), recover_atom::value, uint64_t(rank),
+                process_lost)
+      .then(
+          [=](ExecutorRanks& ranks) {
+            auto& s = self->state;
+            if (s.epoch != epoch || s.executors_lost) return;
+            s.ranks = std::move(ranks);
+            for (const auto& h : s.ranks.handles) self->monitor(h);
+            s.recovering = false;
+            s.last_recovery_seconds = since(s.lost_at);
+            s.recovery_seconds += s.last_recovery_seconds;
+            ++s.recoveries;
+            spdlog::warn("scheduler: executors replaced in {:.3f} s; resuming {} sequence(s)",
+                         s.last_recovery_seconds, s.sched->stats().num_waiting);
+            step(self);
+          },
+          [=](caf::error& e) {
+            auto& s = self->state;
+            if (s.epoch != epoch || s.executors_lost) return;
+            s.recovering = false;
+            s.executors_lost = true;
+            const std::string fatal =
+                fmt::format("{}; replacing it failed: {}", why, error_text(e));
+            spdlog::error("scheduler: {}", fatal);
+            fail_everything(self, fatal, true);
+          });
+}
+
 /// Applies the results of the oldest steps in flight that have all their replies.
 void finish_steps(self_ptr self) {
   auto& st = self->state;
@@ -92,11 +166,14 @@ void finish_steps(self_ptr self) {
     if (done.discard || st.executors_lost) continue;
     if (done.failed) {
       spdlog::error("scheduler: step {} failed: {}", done.step_id, done.error);
-      // The steps planned after it were built on its outcome: drop their results too.
-      for (auto& later : st.in_flight) later.discard = true;
-      fail_everything(self, done.error, false);
-      continue;
+      // The steps planned after it were built on its outcome: their results go too, and the
+      // executors are replaced (a rank that failed a step may hold a half-done batch).
+      // Its process may be fine (a failed transfer, a lost message) or stopped: the group
+      // restarts the workers whose processes died or stopped, and rejoins the others.
+      lose(self, done.failed_rank, done.error, false);
+      return;
     }
+    st.restarts_in_a_row = 0;
     const auto t0 = Clock::now();
     auto& t = st.timings;
     t.round_trip += std::chrono::duration<double>(t0 - done.sent).count();
@@ -157,8 +234,10 @@ void run_plan(self_ptr self, StepPlan plan) {
       if (g.step_id == step_id) return &g;
     return nullptr;  // dropped by fail_everything's reset
   };
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(st.config.execute_timeout_seconds));
   for (size_t i = 0; i < st.ranks.handles.size(); ++i) {
-    self->request(st.ranks.handles[i], caf::infinite, execute_atom::value, plan)
+    self->request(st.ranks.handles[i], timeout, execute_atom::value, plan)
         .then(
             [=](StepResult& r) {
               auto* g = find(id);
@@ -171,7 +250,14 @@ void run_plan(self_ptr self, StepPlan plan) {
               if (g == nullptr) return;
               if (!g->failed) {
                 g->failed = true;
-                g->error = fmt::format("{} failed: {}", self->state.ranks.names[i], error_text(e));
+                g->failed_rank = i;
+                g->error = e == caf::sec::request_timeout
+                               ? fmt::format("{} did not answer step {} within execute_timeout = "
+                                             "{} s",
+                                             self->state.ranks.names[i], id,
+                                             self->state.config.execute_timeout_seconds)
+                               : fmt::format("{} failed: {}", self->state.ranks.names[i],
+                                             error_text(e));
               }
               if (++g->replies == self->state.ranks.handles.size()) finish_steps(self);
             });
@@ -180,7 +266,7 @@ void run_plan(self_ptr self, StepPlan plan) {
 
 void step(self_ptr self) {
   auto& st = self->state;
-  if (st.planning || st.executors_lost) return;
+  if (st.planning || st.executors_lost || st.recovering) return;
   if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
   // One step at a time, or a second one planned ahead (async scheduling), or one micro-batch
   // per pipeline stage. A step sent with no sequences (only releases or swaps) is not in the
@@ -199,10 +285,20 @@ void step(self_ptr self) {
     fail_everything(self, e.what(), false);
     return;
   }
+  const uint64_t planned = st.sched->next_step_id();
+  for (const FaultSpec& f : st.config.faults)
+    if (f.kind == FaultKind::refuse_kv && planned >= f.step && planned < f.step + uint64_t(f.count)) {
+      spdlog::warn("scheduler: injected fault '{}': step {}'s KV-block allocations are refused",
+                   f.text, planned);
+      ask.refuse_allocations = true;
+    }
+  const bool refused = ask.refuse_allocations;
+  const uint64_t epoch = st.epoch;
   self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
       .then(
           [=](KVGrant& grant) {
             auto& s = self->state;
+            if (s.epoch != epoch) return;  // granted before a loss reset the cache manager
             s.planning = false;
             StepPlan plan;
             try {
@@ -213,6 +309,10 @@ void step(self_ptr self) {
               return;
             }
             if (plan.empty() && plan.finished_seq_ids.empty() && !plan.has_swaps()) {
+              if (refused) {  // an injected refusal: nothing could run; try again shortly
+                self->delayed_send(self, std::chrono::milliseconds(10), step_atom::value);
+                return;
+              }
               if (s.in_flight.empty() && s.sched->has_work() &&
                   s.sched->stats().num_running == 0) {
                 // Nothing runs and the head of the queue does not fit an empty cache: it never
@@ -226,6 +326,7 @@ void step(self_ptr self) {
             step(self);  // plans the next step ahead when async scheduling allows
           },
           [=](caf::error& e) {
+            if (self->state.epoch != epoch) return;
             self->state.planning = false;
             fail_everything(self, "cache manager failed: " + error_text(e), false);
           });
@@ -246,6 +347,13 @@ void log_stats(self_ptr self) {
   const double gen_tps = double(st.generated_tokens) / secs;
   st.prompt_tokens = st.generated_tokens = 0;
   st.last_log = Clock::now();
+  // Faults, once there were any: losses seen, recoveries, sequences recomputed, recovery time.
+  const std::string faults =
+      st.faults_seen == 0
+          ? std::string()
+          : fmt::format(", Faults: {} (recovered {}, {} sequences recomputed, recovery {:.2f} s)",
+                        st.faults_seen, st.recoveries, st.sequences_recomputed,
+                        st.recovery_seconds);
   self->request(st.cache_manager, std::chrono::seconds(5), stats_atom::value)
       .then(
           [=](const KVStats& kv) {
@@ -260,10 +368,10 @@ void log_stats(self_ptr self) {
                 "Avg prompt throughput: {:.1f} tokens/s, Avg generation throughput: {:.1f} "
                 "tokens/s, Running: {} reqs, Swapped: {} reqs, Waiting: {} reqs, KV cache "
                 "usage: {:.1f}%, CPU KV cache usage: {:.1f}%, Prefix cache hit rate: {:.1f}%, "
-                "Preemptions: {} (swapped out {}, in {})",
+                "Preemptions: {} (swapped out {}, in {}){}",
                 prompt_tps, gen_tps, ss.num_running, ss.num_swapped, ss.num_waiting,
                 100.0 * kv.usage, cpu_usage, hit, ss.num_preemptions, ss.num_swap_outs,
-                ss.num_swap_ins);
+                ss.num_swap_ins, faults);
           },
           [](caf::error&) {});
 }
@@ -271,25 +379,23 @@ void log_stats(self_ptr self) {
 scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopConfig config,
                                                   cache_manager_actor cache_manager,
                                                   ExecutorRanks executors,
-                                                  engine_actor engine) {
+                                                  engine_actor engine, recovery_actor recovery) {
   auto& st = self->state;
   st.sched = std::make_unique<Scheduler>(config.policy);
   st.config = config;
   st.cache_manager = std::move(cache_manager);
   st.ranks = std::move(executors);
   st.engine = std::move(engine);
+  st.recovery = std::move(recovery);
   for (const auto& e : st.ranks.handles) self->monitor(e);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
     for (size_t i = 0; i < s.ranks.handles.size(); ++i) {
       if (dm.source != s.ranks.handles[i].address()) continue;
-      if (s.executors_lost) return;
-      s.executors_lost = true;
-      const std::string why =
-          fmt::format("{} is gone ({}): the engine cannot run steps any more", s.ranks.names[i],
-                      caf::to_string(dm.reason));
-      spdlog::error("scheduler: {}", why);
-      fail_everything(self, why, true);
+      // A lost connection is a dead or frozen process (restarted); an executor that exited
+      // with an error left its process running (rejoined).
+      lose(self, i, fmt::format("{} is gone ({})", s.ranks.names[i], caf::to_string(dm.reason)),
+           dm.reason == caf::exit_reason::remote_link_unreachable);
       return;
     }
   });
@@ -335,8 +441,15 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
         ss.decode_steps = t.decode_steps;
         ss.decode_step_tokens = t.decode_tokens;
         ss.decode_step_seconds = t.decode_seconds;
+        const auto& st2 = self->state;
+        ss.faults_seen = st2.faults_seen;
+        ss.recoveries = st2.recoveries;
+        ss.sequences_recomputed = st2.sequences_recomputed;
+        ss.recovery_seconds = st2.recovery_seconds;
+        ss.last_recovery_seconds = st2.last_recovery_seconds;
         return ss;
       },
+      [=](step_atom) { step(self); },
       [=](tick_atom) {
         log_stats(self);
         self->delayed_send(self, stats_interval(self->state.config), tick_atom::value);
@@ -348,9 +461,10 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
-                                ExecutorRanks executors, engine_actor engine) {
+                                ExecutorRanks executors, engine_actor engine,
+                                recovery_actor recovery) {
   return sys.spawn(scheduler_behavior, std::move(config), std::move(cache_manager),
-                   std::move(executors), std::move(engine));
+                   std::move(executors), std::move(engine), std::move(recovery));
 }
 
 }  // namespace troupe

@@ -4,9 +4,13 @@
 // or two with async scheduling (the next one planned while one runs; results are applied in
 // step order); requests that arrive meanwhile join the next step (continuous batching).
 //
-// Supervision: it monitors the executors. When one goes down, or a step fails, every sequence
-// is failed with the reason (never dropped silently) and the cache manager starts afresh; a
-// lost executor leaves the engine refusing new work until it is restarted.
+// Supervision (issue 22): it monitors the executors. When one goes down, fails a step or leaves
+// one unanswered for execute_timeout, every sequence goes back to the waiting queue (to be
+// recomputed from its tokens so far: greedy and seeded ones come out exactly as without the
+// fault), the cache manager starts afresh and the recovery actor (actors/recovery.hpp) starts
+// new executors; then steps resume. With no recovery actor, or after max_executor_restarts
+// replacements in a row with no step completing, every sequence fails with the reason (never
+// dropped silently) and the engine refuses new work.
 #pragma once
 
 #include <vector>
@@ -14,6 +18,7 @@
 #include "actors/cache_manager_actor.hpp"
 #include "actors/engine_actor.hpp"
 #include "actors/executor_actor.hpp"
+#include "actors/recovery.hpp"
 
 namespace troupe {
 
@@ -22,10 +27,12 @@ using scheduler_actor = caf::typed_actor<
     caf::reacts_to<add_atom, SeqSpecs>,
     caf::reacts_to<abort_atom, std::vector<uint64_t>>,
     caf::replies_to<stats_atom>::with<SchedulerStats>,
-    caf::reacts_to<tick_atom>>;
+    caf::reacts_to<tick_atom>,
+    caf::reacts_to<step_atom>>;
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,
-                                ExecutorRanks executors, engine_actor engine);
+                                ExecutorRanks executors, engine_actor engine,
+                                recovery_actor recovery = {});
 
 }  // namespace troupe

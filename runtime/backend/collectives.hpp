@@ -13,6 +13,8 @@
 // leaves the group unusable; the executor reports the error and the group is rebuilt.
 #pragma once
 
+#include "runtime/error.hpp"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -57,6 +59,14 @@ class StageLink {
   /// with other tags that arrive first are kept for their own recv. Throws troupe::Error on a
   /// size mismatch, a dead peer or the timeout.
   virtual void recv_prev(uint64_t tag, void* data, size_t bytes) = 0;
+
+  /// Fault injection (issue 22, `ucx-fail`): the send of step `tag` fails as a broken
+  /// connection does, for this stage and for the next. Links with nothing to break refuse.
+  virtual void inject_send_failure(uint64_t tag) {
+    fail("stage link: cannot inject a failure of step {}'s transfer: this link has no "
+         "connection to break",
+         tag);
+  }
 };
 
 }  // namespace troupe

@@ -21,6 +21,7 @@
 #include "runtime/config/launch_template.hpp"
 #include "runtime/config/toml_source.hpp"
 #include "runtime/error.hpp"
+#include "runtime/faults/fault_spec.hpp"
 
 namespace troupe {
 
@@ -146,6 +147,17 @@ std::vector<int32_t> read_int32_list(std::string_view origin, const toml::node& 
   return out;
 }
 
+std::vector<std::string> read_string_list(std::string_view origin, const toml::node& n,
+                                          std::string_view path) {
+  const auto* a = n.as_array();
+  if (!a) wrong_type(origin, n, path, "an array of strings (e.g. [\"kill-worker:rank=1,step=20\"])");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a->size(); ++i) {
+    out.push_back(read_string(origin, *a->get(i), fmt::format("{}[{}]", path, i)));
+  }
+  return out;
+}
+
 using ConfigSetter = void (*)(std::string_view, const toml::node&, const std::string&,
                               ClusterConfig&);
 using NodeSetter = void (*)(std::string_view, const toml::node&, const std::string&, ClusterNode&);
@@ -161,7 +173,7 @@ struct NodeKey {
 };
 
 // One row per key of the file; the lists of allowed keys in errors come from these rows.
-const std::array<ConfigKey, 12> kConfigKeys = {{
+const std::array<ConfigKey, 14> kConfigKeys = {{
     {"head", "address",
      [](auto o, auto& n, auto& p, auto& c) { c.head_address = read_string(o, n, p); }},
     {"head", "port",
@@ -190,6 +202,10 @@ const std::array<ConfigKey, 12> kConfigKeys = {{
      [](auto o, auto& n, auto& p, auto& c) { c.ssh_command = read_string(o, n, p); }},
     {"launcher", "srun_command",
      [](auto o, auto& n, auto& p, auto& c) { c.srun_command = read_string(o, n, p); }},
+    {"faults", "inject",
+     [](auto o, auto& n, auto& p, auto& c) { c.fault_inject = read_string_list(o, n, p); }},
+    {"faults", "max_executor_restarts",
+     [](auto o, auto& n, auto& p, auto& c) { c.max_executor_restarts = read_int32(o, n, p); }},
 }};
 
 const std::array<NodeKey, 8> kNodeKeys = {{
@@ -336,10 +352,6 @@ ClusterConfig read_keys(const toml::table& doc, std::string_view origin) {
       }
       continue;
     }
-    if (section == "faults") {
-      c.faults = read_table(origin, *np, "faults", "[faults]");
-      continue;
-    }
     if (std::find(kTopLevel.begin(), kTopLevel.end(), section) == kTopLevel.end()) {
       unknown_key(origin, *kp, "", section);
     }
@@ -471,6 +483,15 @@ void check_settings(const ClusterConfig& c, const Where& w) {
         "names a network device, but ucx_tls = \"sm\" (shared memory) uses none; drop it or use "
         "ucx_tls = \"tcp\"");
   }
+  for (size_t i = 0; i < c.fault_inject.size(); ++i) {
+    try {
+      (void)parse_fault_spec(c.fault_inject[i]);
+    } catch (const Error& e) {
+      bad(w, fmt::format("faults.inject[{}]", i), show(c.fault_inject[i]), e.what());
+    }
+  }
+  if (c.max_executor_restarts)
+    check_at_least(w, "faults.max_executor_restarts", *c.max_executor_restarts, 0, 100);
   check_at_least(w, "heartbeat.interval_ms", c.heartbeat_interval_ms, 1);
   check_at_least(w, "heartbeat.timeout_ms", c.heartbeat_timeout_ms, 1);
   if (c.heartbeat_timeout_ms <= c.heartbeat_interval_ms) {

@@ -61,9 +61,11 @@ struct ClusterConfig {
   std::string ssh_command = "ssh -o BatchMode=yes {host} {command}";
   std::string srun_command =
       "srun --nodes=1 --ntasks=1 --nodelist={host} {troupe} worker {worker_args}";
-  // [faults]: kept as written for the fault-injection settings (issue 22). Nothing here reads
-  // it: its consumer validates it, and refuses a non-empty table until it does.
-  toml::table faults;
+  // [faults]: faults to inject (runtime/faults/fault_spec.hpp; added to the engine's --fault
+  // specs) and how many times in a row lost workers are replaced (unset: the engine's
+  // max_executor_restarts).
+  std::vector<std::string> fault_inject;
+  std::optional<int32_t> max_executor_restarts;
 
   bool operator==(const ClusterConfig&) const = default;
 };

@@ -11,6 +11,7 @@
 
 #include "runtime/config/field_codec.hpp"
 #include "runtime/error.hpp"
+#include "runtime/faults/fault_spec.hpp"
 #include "runtime/protocol/step.hpp"
 
 namespace troupe {
@@ -246,6 +247,13 @@ std::vector<FieldInfo> build_table(Arena& a) {
       if (e.get_ref<const std::string&>().empty()) return false;
     return true;
   }, .text_items = true}));
+  add(member(a, &E::fault, {.name = "fault", .help = "Inject a fault (testing recovery): KIND:key=value,... e.g. kill-worker:rank=1,step=20; kinds kill-worker, kill-executor, freeze, drop, delay, ucx-fail, refuse-kv, slow (docs/faults.md). Repeat the flag for several.", .allowed = "fault specs (docs/faults.md)", .valid = [](const json& v) {
+    for (const auto& e : v)
+      if (e.get_ref<const std::string&>().empty()) return false;
+    return true;
+  }, .text_items = true}));
+  add(member(a, &E::max_executor_restarts, {.name = "max_executor_restarts", .help = "Times in a row the engine replaces lost executors (restarting their workers) and recomputes their requests before it fails them; a step that completes resets the count. 0: a lost executor fails its requests at once.", .allowed = "0 .. 100", .valid = [](const json& v) { return v.get<int64_t>() >= 0 && v.get<int64_t>() <= 100; }}));
+  add(member(a, &E::execute_timeout, {.name = "execute_timeout", .help = "Seconds a step may take on the executors before the ones that did not answer are taken for lost (as VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS).", .allowed = "> 0 and <= 86400", .valid = [](const json& v) { return v.get<double>() > 0 && v.get<double>() <= 86400; }}));
   // ---- legacy flags: no member of their own ----
   add(legacy<E, bool>(a, {.name = "worker_use_ray", .help = "Old vLLM flag: run workers as Ray actors.", .note = "no Ray in troupe: executors are actors already"}, "false",
       [](E&, const bool&) { return std::string("--worker-use-ray: no Ray in troupe; executors are already actors (in-process, or `troupe worker` processes listed in executor_endpoints); ignored"); }));
@@ -313,6 +321,7 @@ void validate(const EngineArgs& a) {
     fail("max_num_batched_tokens = {}: allowed: >= max_num_seqs (max_num_seqs = {})",
          *a.max_num_batched_tokens, a.max_num_seqs);
   }
+  (void)parse_fault_specs(a.fault);  // names the spec at fault
   if (a.preemption_mode == "swap" && a.swap_space <= 0) {
     fail(
         "preemption_mode = \"swap\": allowed only with swap_space > 0 (swap_space = {}); set "

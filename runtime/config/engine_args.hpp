@@ -214,6 +214,12 @@ struct EngineArgs {
   /// Logits-processor plug-ins (runtime/sampling/logits_processor_plugin.h) that the engine and
   /// every executor load; requests name their processors in SamplingParams.logits_processors.
   std::vector<std::string> logits_processor_plugin;
+  /// Faults to inject (runtime/faults/fault_spec.hpp; docs/faults.md), for testing recovery.
+  std::vector<std::string> fault;
+  /// Times in a row lost executors are replaced before their requests fail (0: never).
+  int64_t max_executor_restarts = 3;
+  /// Seconds a step may take before the executors that did not answer are taken for lost.
+  double execute_timeout = 300.0;
 
   bool operator==(const EngineArgs&) const = default;
 };

@@ -94,6 +94,31 @@ EngineConfigFile parse_engine_toml(std::string_view text, std::string_view sourc
       }
       continue;
     }
+    if (k == "faults") {
+      // [faults]: inject = ["SPEC", ...] (the --fault flags) and the recovery settings.
+      const toml::table* faults = node.as_table();
+      if (!faults)
+        fail("{}: 'faults' must be a table ([faults]) with inject = [\"KIND:key=value\", ...], "
+             "max_executor_restarts, execute_timeout",
+             where(source_name, key.source()));
+      for (const auto& [fkey_ptr, fnode_ptr] : in_file_order(*faults)) {
+        const std::string_view fk = fkey_ptr->str();
+        const std::string_view field = fk == "inject" ? std::string_view("fault") : fk;
+        const FieldInfo* f = fk == "inject" || fk == "max_executor_restarts" ||
+                                     fk == "execute_timeout"
+                                 ? config_detail::find_field(engine_fields, field)
+                                 : nullptr;
+        if (!f)
+          fail("{}: unknown key 'faults.{}'; allowed: inject, max_executor_restarts, "
+               "execute_timeout",
+               where(source_name, fkey_ptr->source()), fk);
+        at(source_name, fnode_ptr->source(), [&] {
+          config_detail::apply_engine_value(out.engine, *f, to_json(*fnode_ptr),
+                                            fmt::format("faults.{}", fk), &out.notices);
+        });
+      }
+      continue;
+    }
     const FieldInfo* f = config_detail::find_field(engine_fields, k);
     if (!f) {
       fail("{}: unknown key '{}': not an EngineArgs field{}", where(source_name, key.source()), k,

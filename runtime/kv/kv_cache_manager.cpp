@@ -126,6 +126,15 @@ void KVCacheManager::release(uint64_t seq_id, std::vector<int32_t> appended, int
 KVGrant KVCacheManager::grant(const KVAsk& ask) {
   KVGrant out;
   for (const auto& r : ask.released) release(r.seq_id, r.appended_token_ids, r.num_computed_tokens);
+  // An injected allocation refusal (ask.refuse_allocations): every free block is held for the
+  // length of this grant, so that each allocation fails as with a full cache.
+  struct Hold {
+    BlockPool& pool;
+    std::vector<int32_t> blocks;
+    ~Hold() { pool.release(blocks); }
+  } hold{pool_, {}};
+  if (ask.refuse_allocations && pool_.num_free() > 0)
+    hold.blocks = pool_.allocate(pool_.num_free()).value_or(std::vector<int32_t>{});
 
   // Where each running ask stands this step (by its index in ask.running), and where each of
   // the policy's victims is.

@@ -98,6 +98,10 @@ struct KVAsk {
   // the next one meanwhile): nobody is preempted then, and the scheduler preempts in a later
   // step made with nothing in flight.
   std::vector<KVPreemption> preemption_order;
+  // Fault injection (refuse-kv, runtime/faults/fault_spec.hpp): every allocation of this
+  // grant fails as if the cache were full (running sequences that must grow are preempted,
+  // nothing is admitted or swapped in).
+  bool refuse_allocations = false;
 };
 
 struct KVRunningGrant {

@@ -194,6 +194,16 @@ std::string ServingMetrics::render(const EngineGauges& g) const {
           l, double(g.prefix_hits));
   counter(out, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", l,
           double(g.preemptions));
+  // troupe's own (vLLM has no fault recovery): docs/faults.md.
+  counter(out, "troupe:executor_faults", "Executors lost (dead, frozen or failing a step).", l,
+          double(g.faults));
+  counter(out, "troupe:executor_recoveries", "Losses recovered from by replacing the executors.",
+          l, double(g.recoveries));
+  counter(out, "troupe:sequences_recomputed",
+          "Sequences put back in the waiting queue to be recomputed after an executor loss.", l,
+          double(g.sequences_recomputed));
+  counter(out, "troupe:recovery_seconds",
+          "Seconds from executor losses to their replacements' start.", l, g.recovery_seconds);
   counter(out, "vllm:prompt_tokens", "Number of prefill tokens processed.", l,
           double(prompt_tokens_));
   counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", l,

@@ -52,6 +52,10 @@ struct EngineGauges {
   double kv_usage = 0, cpu_kv_usage = 0;         // fractions, 1 = full
   uint64_t prefix_queries = 0, prefix_hits = 0;  // tokens
   uint64_t preemptions = 0;
+  // Fault recovery (troupe's own, docs/faults.md): executor losses, recoveries, sequences put
+  // back to be recomputed, seconds from losses to the replacements' start.
+  uint64_t faults = 0, recoveries = 0, sequences_recomputed = 0;
+  double recovery_seconds = 0;
 };
 
 /// What one finished sequence (one choice) looked like from the server.

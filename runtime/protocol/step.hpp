@@ -152,6 +152,11 @@ struct ExecutorInit {
   std::vector<int32_t> cudagraph_capture_sizes;  // empty: the default sizes (model_runner.hpp)
   int64_t swap_space_bytes = 0;  // host memory for swapped-out KV blocks (0: no swap space)
   std::vector<std::string> logits_processor_plugins;  // shared libraries to load (absolute)
+  // Faults to inject on this rank (runtime/faults/fault_spec.hpp, as written; the head checked
+  // them), and whether this executor runs in a `troupe worker` process (which a kill-worker or
+  // a freeze then stops) rather than in the engine's own.
+  std::vector<std::string> faults;
+  bool in_worker_process = false;
 };
 
 /// The second start-up message of an executor in a group: its peers' endpoints, to connect

@@ -363,6 +363,33 @@ std::vector<SeqUpdate> Scheduler::fail_all() {
   return updates;
 }
 
+size_t Scheduler::requeue_all() {
+  std::vector<uint64_t> ids;
+  ids.reserve(seqs_.size());
+  for (auto& [id, s] : seqs_) {
+    ids.push_back(id);
+    s.num_computed = 0;
+    s.num_in_flight = 0;
+    s.samples_in_flight = 0;
+    s.num_scheduled = 0;
+    s.pending_kv.clear();
+    s.pending_exec.clear();
+    s.known_to_executors = false;
+    s.running = false;
+    s.swapped = false;
+  }
+  std::sort(ids.begin(), ids.end(),
+            [&](uint64_t a, uint64_t b) { return seqs_.at(a).arrival < seqs_.at(b).arrival; });
+  running_.clear();
+  swapped_.clear();
+  waiting_.assign(ids.begin(), ids.end());
+  releases_.clear();
+  forget_.clear();
+  in_flight_.clear();
+  sync_needed_ = false;
+  return ids.size();
+}
+
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
   st.num_running = int32_t(running_.size());

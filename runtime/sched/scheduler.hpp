@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/faults/fault_spec.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
 #include "runtime/protocol/step.hpp"
 #include "runtime/sched/preemption_policy.hpp"
@@ -70,6 +71,13 @@ struct SchedulerLoopConfig {
   SchedulerConfig policy;
   bool log_stats = true;
   double stats_interval_seconds = 5.0;
+  // Fault recovery (issue 22): lost executors are replaced this many times in a row (a step
+  // that completes resets the count) before the requests fail; a step unanswered for
+  // execute_timeout_seconds counts as its silent ranks lost.
+  int32_t max_executor_restarts = 3;
+  double execute_timeout_seconds = 300.0;
+  // Injected faults that act on the head (refuse-kv), runtime/faults/fault_spec.hpp.
+  std::vector<FaultSpec> faults;
 };
 
 /// When a sequence stops, besides the engine's stop strings.
@@ -126,6 +134,11 @@ struct SchedulerStats {
   // so that steps in flight together count once) and the tokens each kind ran.
   uint64_t prompt_steps = 0, prompt_step_tokens = 0, decode_steps = 0, decode_step_tokens = 0;
   double prompt_step_seconds = 0, decode_step_seconds = 0;
+  // Faults (filled by the scheduler actor): executor losses seen, recoveries completed,
+  // sequences put back to be recomputed by them, and the time from each loss to the new
+  // executors' start (summed, and the last one).
+  uint64_t faults_seen = 0, recoveries = 0, sequences_recomputed = 0;
+  double recovery_seconds = 0, last_recovery_seconds = 0;
 };
 
 class Scheduler {
@@ -152,6 +165,8 @@ class Scheduler {
   /// Results come in plan order (a plan with no sequences needs none).
   [[nodiscard]] std::vector<SeqUpdate> on_result(const StepResult& result);
 
+  /// The id the next plan will get.
+  [[nodiscard]] uint64_t next_step_id() const { return next_step_; }
   /// Steps planned whose results are not in yet (plans with no sequences do not count).
   [[nodiscard]] size_t steps_in_flight() const { return in_flight_.size(); }
   /// Whether the next step may be planned now, before the one in flight returns: async
@@ -168,6 +183,13 @@ class Scheduler {
   /// Fails every sequence (the executors are gone): returns one error update per sequence,
   /// and leaves the scheduler empty.
   [[nodiscard]] std::vector<SeqUpdate> fail_all();
+
+  /// The executors were lost and are being replaced (fault recovery): every sequence goes back
+  /// to the waiting queue in arrival order, to be recomputed from its tokens so far (prompt and
+  /// every output token already applied; the results of steps in flight are dropped), on
+  /// executors and a cache manager that know nothing of it. Returns how many sequences were
+  /// put back.
+  size_t requeue_all();
 
   [[nodiscard]] SchedulerStats stats() const;
 

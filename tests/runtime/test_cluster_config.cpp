@@ -126,7 +126,8 @@ command = "ssh -J bastion {host} {command}"
 spare = true
 
 [faults]
-kill_rank = 1
+inject = ["kill-worker:rank=1,step=20"]
+max_executor_restarts = 2
 )",
                                                  "cluster.toml");
   CHECK(c.head_address == "head.example.com");
@@ -156,7 +157,8 @@ kill_rank = 1
   CHECK(c.nodes[1].command == "env CUDA_VISIBLE_DEVICES={device} {troupe} worker {worker_args}");
   CHECK(c.nodes[2].spare);
   CHECK(c.nodes[2].workers == 1);
-  CHECK(c.faults["kill_rank"].value<int64_t>() == 1);  // kept as written
+  CHECK(c.fault_inject == std::vector<std::string>{"kill-worker:rank=1,step=20"});
+  CHECK(c.max_executor_restarts == 2);
 }
 
 TEST_CASE("a cluster file that names only a node gets every default", "[cluster]") {
@@ -186,6 +188,12 @@ TEST_CASE("every bad cluster file is refused naming the file, line, key and what
   const std::string node = "[[node]]\n";
   const std::vector<Case> cases = {
       {"TOML syntax", "[head\n", {"cluster.toml:1:", "TOML parse error"}},
+      {"a bad fault spec",
+       node + "[faults]\ninject = [\"kill-worker:rank=1,setp=3\"]\n",
+       {"cluster.toml:3:", "faults.inject[0]", "takes no key 'setp'", "allowed: rank, step"}},
+      {"an unknown [faults] key",
+       node + "[faults]\nkill_rank = 1\n",
+       {"cluster.toml:3:1:", "'faults.kill_rank'", "allowed: inject, max_executor_restarts"}},
       {"unknown top-level key that belongs in a table",
        "tensor_parallel_size = 2\n" + node,
        {"cluster.toml:1:1:", "unknown key 'tensor_parallel_size'", "it belongs in [parallel]",

@@ -612,10 +612,12 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   CHECK_FALSE(j.contains("worker_use_ray"));
   // + device, max_seq_len_to_capture, enable_log_requests, max_log_len, executor_endpoints;
   // nnodes, node_rank, master_addr, master_port, headless (the multi-node flags of later
-  // vLLMs' serve command), cluster and logits_processor_plugin
-  CHECK(j.size() == kVllmEngineFields.size() + 12);
+  // vLLMs' serve command), cluster and logits_processor_plugin; fault, max_executor_restarts
+  // and execute_timeout (troupe's fault injection and recovery)
+  CHECK(j.size() == kVllmEngineFields.size() + 15);
   for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "headless", "cluster",
-                        "logits_processor_plugin"})
+                        "logits_processor_plugin", "fault", "max_executor_restarts",
+                        "execute_timeout"})
     CHECK(j.contains(f));
 }
 

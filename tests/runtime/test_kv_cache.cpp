@@ -487,3 +487,26 @@ TEST_CASE("swapping out a sequence leaves the prefix blocks it shared intact", "
     CHECK_FALSE(kv.pool().is_cached(blk));  // and not registered in the prefix index
   }
 }
+
+TEST_CASE("an injected allocation refusal admits nothing and preempts a sequence that must grow",
+          "[kv][faults]") {
+  KVCacheManager kv(16, 4, false);
+  KVAsk first;
+  first.waiting.push_back(KVWaitingAsk{1, iota_tokens(4), 4});
+  REQUIRE(kv.grant(first).admitted.size() == 1);
+  // Refused: the waiting one is not admitted, and the running one, which needs a second block,
+  // is preempted (its policy's victim), as with a full cache, though 15 blocks are free.
+  KVAsk ask;
+  ask.running.push_back(KVRunningAsk{1, {104}, 4, 1, 0});
+  ask.waiting.push_back(KVWaitingAsk{2, iota_tokens(4, 300), 4});
+  ask.refuse_allocations = true;
+  const KVGrant g = kv.grant(with_victims(ask));
+  CHECK(g.admitted.empty());
+  CHECK(g.running.empty());
+  CHECK(g.preempted == std::vector<uint64_t>{1});
+  CHECK(kv.stats().num_free_blocks == 16);  // the held blocks came back
+  // Not refused: admitted again.
+  KVAsk again;
+  again.waiting.push_back(KVWaitingAsk{2, iota_tokens(4, 300), 4});
+  CHECK(kv.grant(again).admitted.size() == 1);
+}

@@ -111,3 +111,19 @@ TEST_CASE("metrics: the exposition has vLLM's names, labels and buckets", "[open
   CHECK(has_line(text,
                  "vllm:request_time_per_output_token_seconds_sum{" + l + "} 0.07333333333333333"));
 }
+
+TEST_CASE("metrics: fault recovery counters (troupe's own names)", "[openai][faults]") {
+  ServingMetrics m("my-model", 512);
+  EngineGauges g;
+  g.faults = 3;
+  g.recoveries = 2;
+  g.sequences_recomputed = 40;
+  g.recovery_seconds = 1.25;
+  const std::string text = m.render(g);
+  const std::string l = R"(engine="0",model_name="my-model")";
+  CHECK(has_line(text, "# TYPE troupe:executor_faults_total counter"));
+  CHECK(has_line(text, "troupe:executor_faults_total{" + l + "} 3.0"));
+  CHECK(has_line(text, "troupe:executor_recoveries_total{" + l + "} 2.0"));
+  CHECK(has_line(text, "troupe:sequences_recomputed_total{" + l + "} 40.0"));
+  CHECK(has_line(text, "troupe:recovery_seconds_total{" + l + "} 1.25"));
+}

@@ -529,6 +529,34 @@ def case_engine_death():
             w.kill()
 
 
+def case_fault_recovery():
+    """A worker of `troupe serve -tp 2` killed by an injected fault mid-stream: the stream ends
+    normally with the tokens of a run without the fault, /health stays 200, and /metrics counts
+    the fault, the recovery and the recomputed sequences."""
+    body = {"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    want = generate("-tp", "2", "--temperature", "0", "--max-tokens", "48", "--ignore-eos",
+                    "Once upon a time")[0]["outputs"][0]["text"]
+    s = Server("-tp", "2", "--fault", "kill-worker:rank=1,step=10")
+    try:
+        t, got = background_stream(s, body)
+        t.join(120)
+        assert got["status"] == 200, got
+        events = sse_data(got["body"])
+        assert events[-1] == "[DONE]", events[-3:]
+        text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]
+                       if json.loads(e).get("choices"))
+        assert text == want, (text, want)
+        assert http(s.url + "/health")[0] == 200
+        m = metrics(s)
+        key = f'{{engine="0",model_name="{NAME}"}}'
+        assert m["troupe:executor_faults_total" + key] == 1.0, m
+        assert m["troupe:executor_recoveries_total" + key] == 1.0, m
+        assert m["troupe:sequences_recomputed_total" + key] == 1.0, m
+        assert m["troupe:recovery_seconds_total" + key] > 0, m
+    finally:
+        s.stop()
+
+
 def case_graceful_shutdown():
     """SIGTERM stops new work but lets an in-flight stream finish with its [DONE]; exit 0."""
     s = Server("--generation-config", "vllm", "--shutdown-timeout", "20")

@@ -18,6 +18,8 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+import bench_faults  # noqa: E402  (its inputs and worker lookup serve the fault cases)
 MODEL = REPO / "models" / "troupe-fortunes"
 FIXTURE = REPO / "tests" / "fixtures" / "models" / "llama_gqa"
 ENV = dict(os.environ, TROUPE_DEFAULT_MODEL=str(MODEL))
@@ -553,6 +555,47 @@ def case_lost_worker_keeps_finished():
         assert p.returncode == 1, (p.returncode, err)
         out = check_finished_results(dst, 40, 120)
         assert "executor 0" in err and f"{len(out)} of 40 results written" in err, err
+
+
+def case_faults_recover():
+    """Faults in `troupe generate -tp 2` (worker processes): an injected one (--fault) and a
+    real kill -9 of a worker mid-run are recovered from; every request finishes with the tokens
+    of the run without faults, every result is in the file, exit status 0, and the log says
+    what was recovered."""
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
+        bench_faults.inputs(src, 16, 40)
+        common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
+        run(*common, "--output", str(ref))
+        want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
+        assert len(want) == 16
+        p = run(*common, "--output", str(got), "--fault", "kill-worker:rank=1,step=6")
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+        assert "replacing the executors" in p.stderr, p.stderr
+        got.unlink()
+        # The real thing: SIGKILL to a worker process while results are being written.
+        proc = subprocess.Popen([TROUPE, *QUIET, *common, "--max-num-seqs", "2", "--output",
+                                 str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+        try:
+            wait_for_lines(got, 2, proc)
+            victims = bench_faults.worker_pids(proc.pid)
+            assert len(victims) == 2, victims
+            os.kill(victims[1], signal.SIGKILL)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert "is gone" in err and "replacing the executors" in err, err
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+
+
+def case_faults_bad_spec():
+    """A bad --fault is refused before the model loads, naming the spec and what is allowed."""
+    expect_error(["generate", "--fault", "kill-worker:rank=1,stp=3", "x"],
+                 "kill-worker:rank=1,stp=3", "takes no key 'stp'", "allowed: rank, step")
+    expect_error(["generate", "--fault", "kill-worker:rank=0", "x"], "no worker process to kill")
 
 
 def case_output_order_completion():

@@ -106,6 +106,30 @@ def case_launch_serve():
     assert not left, f"workers left running: {left}"
 
 
+def case_launch_faults():
+    """A cluster file's [faults]: a worker killed by an injected fault (and one frozen) is
+    restarted by the launcher; every request finishes with the tokens of a run without faults."""
+    want = reference()
+    base = (REPO / "configs" / "cluster" / "local.toml").read_text()
+    with tempfile.TemporaryDirectory() as d:
+        for fault in ("kill-worker:rank=1,step=5", "freeze:rank=0,step=5"):
+            path = write(d, "faults.toml", base + f'\n[faults]\ninject = ["{fault}"]\n')
+            p = run("launch", path, "--", "generate", *GREEDY, *PROMPTS)
+            assert tokens(p) == want, f"{fault}: {tokens(p)} != {want}"
+            assert "restarting rank" in p.stderr and "executors replaced" in p.stderr, \
+                p.stderr[-3000:]
+        # A spare node: it takes the lost rank's place (no restart), and a second loss of the
+        # same rank, with no spare left, restarts the rank's worker with the spare's command.
+        spare = ('\n[[node]]\nname = "standby"\nhost = "127.0.0.1"\nworkers = 1\n'
+                 'launcher = "local"\nspare = true\n')
+        path = write(d, "spare.toml", base + spare + '\n[faults]\ninject = '
+                     '["kill-worker:rank=1,step=5", "kill-worker:rank=1,step=12"]\n')
+        p = run("launch", path, "--", "generate", *GREEDY, *PROMPTS)
+        assert tokens(p) == want, f"spare: {tokens(p)} != {want}"
+        assert "rank 1 is taken over by the spare" in p.stderr, p.stderr[-3000:]
+        assert "restarting rank 1 on node standby" in p.stderr, p.stderr[-3000:]
+
+
 def write(d, name, text):
     path = pathlib.Path(d) / name
     path.write_text(text)
@@ -139,9 +163,8 @@ def case_bad_clusters():
         expect_cluster_error(write(d, "never.toml", never), "did not join", "exited with status 3")
         # What the file may say but troupe cannot do yet is refused, never ignored.
         expect_cluster_error(write(d, "faults.toml", base + '\n[faults]\nkill_rank = 1\n'),
-                             "[faults]", "not supported yet")
-        expect_cluster_error(write(d, "spare.toml", base + '\n[[node]]\nname = "s"\nspare = true\n'),
-                             "spare = true", "not supported yet")
+                             "faults.kill_rank", "allowed: inject, max_executor_restarts")
+
         # TP that does not divide the model's heads, before any worker starts.
         p = run("generate", "-tp", "3", *GREEDY, "Hello", ok=False)
         assert p.returncode != 0 and "num_attention_heads" in p.stderr, p.stderr[-2000:]

@@ -2,7 +2,7 @@
 # Builds here (no GPU needed) and packs what the GPU machine runs, into .carry/cuda/:
 #   troupe_cuda.tar.gz  bin/ (troupe, troupe_cuda_tests, troupe_cuda_opbench,
 #                       troupe_actors_tests, troupe_transport_tests and its rank process
-#                       troupe_transport_peer), lib/ (the shared libraries they load that a stock
+#                       troupe_transport_peer, troupe_transport_bench), lib/ (the shared libraries they load that a stock
 #                       CUDA image may lack: Debian's fmt, spdlog, OpenBLAS, libcudart 13, ...;
 #                       not cuBLASLt, ~500 MB, nor NCCL, ~210 MB: env.sh finds the machine's
 #                       own, NCCL in its PyTorch when nowhere else) and paths (this
@@ -20,13 +20,13 @@ if [[ ${1:-} == --ab ]]; then
 fi
 build=${1:-build}
 nice -n 10 cmake --build "$build" --target troupe_cuda_tests troupe_cuda_opbench troupe \
-  troupe_actors_tests troupe_transport_tests troupe_transport_peer
+  troupe_actors_tests troupe_transport_tests troupe_transport_peer troupe_transport_bench
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/tests/troupe_cuda_tests" "$build/cuda/troupe_cuda_opbench" "$build/tools/troupe" \
    "$build/tests/troupe_actors_tests" "$build/tests/troupe_transport_tests" \
-   "$build/tests/troupe_transport_peer" "$stage/bin/"
+   "$build/tests/troupe_transport_peer" "$build/transport/troupe_transport_bench" "$stage/bin/"
 printf '%s\n%s\n' "$PWD" "$(cd "$build" && pwd)" > "$stage/paths"
 # Every non-glibc, non-toolchain library the binaries load, except cuBLAS.
 for bin in "$stage"/bin/*; do

@@ -10,11 +10,13 @@
 #      TP=1 (the first divergence of each sequence, if any, for a near-tie check);
 #   4. batch-1 decode (128 in / 128 out) and 1000 x 1000 throughput at TP=1 and TP=2 (target:
 #      TP=2 batch-1 <= 0.6x TP=1 per token), with the executor's split of a step.
+#   5. NCCL all-reduce latency, bf16, 8 KiB .. 4 MiB between the two GPUs (troupe_transport_bench
+#      --sections nccl: GPU time of one call, median and p90, and back-to-back time per call).
 # Not in it yet (not written): the custom one-shot all-reduce over CUDA IPC and its crossover
-# against NCCL, and an all-reduce latency bench at 8 KB..4 MB (issue 23's table).
+# against NCCL.
 # NVLink multicast stays off (env.sh sets NCCL_NVLS_ENABLE=0; nothing calls cuMulticastCreate).
 # Into $OUT: tp2.log, nccl.log, fixtures.log, tp1.jsonl, tp2.jsonl, b1_tp1/2.json, long_tp1/2.json
-# and their logs. Exit status: non-zero when a test failed.
+# and their logs, nccl_allreduce.json. Exit status: non-zero when a test failed.
 source "$(dirname "$0")/env.sh"
 unpack_bundle || exit 2
 export TROUPE_MODEL_FIXTURES="$PWD/tests/fixtures/models"
@@ -47,6 +49,15 @@ for tp in 1 2; do
   echo "1000x1000 TP=$tp: $(field "$out/long_tp$tp.json" output_tokens_per_s) output tok/s"
   steps "$out/long_tp$tp.log"
 done
+step "NCCL all-reduce latency, 8 KiB .. 4 MiB"
+timeout 120 "$root/bin/troupe_transport_bench" --sections nccl --no-perftest \
+  --out "$out/nccl_allreduce.json" 2> "$out/nccl_bench.log" || rc=1
+python3 - "$out/nccl_allreduce.json" <<'EOF' || true
+import json, sys
+for r in json.load(open(sys.argv[1]))["nccl_allreduce"]:
+    print(f"{r['bytes'] >> 10:5d} KiB: {r['median_us']:7.1f} us median, {r['p90_us']:7.1f} p90, "
+          f"{r['pipelined_us']:7.1f} back to back")
+EOF
 step "done"
 rm -f "$out/prompts.jsonl"
 exit $rc

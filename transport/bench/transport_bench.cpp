@@ -3,7 +3,7 @@
 // settings (peer error handling on, as troupe's endpoints have it). Writes JSON.
 //
 //   troupe_transport_bench [--out FILE] [--tls sm,tcp] [--reps N] [--no-perftest]
-//                          [--sections kv,latency,allreduce] [--perftest PATH]
+//                          [--sections kv,latency,allreduce,nccl] [--perftest PATH]
 //                          [--region alloc|user]   (the KvRegion's memory: UCX's, the default,
 //                                                   or the helper's own vector)
 //
@@ -19,6 +19,12 @@
 // - latency: one block read (median of 50), Llama block and 64 KiB.
 // - allreduce: CPU all_reduce_sum of 16, 32 and 64 KiB between 2 rank processes (shm and UCX),
 //   median and 90th percentile of 3000 calls after 300 warm-up calls.
+// - nccl (builds with NCCL; needs 2 GPUs, not in the default sections): NcclCollectives'
+//   all_reduce_sum of bf16 tensors of 8 KiB .. 4 MiB between 2 processes, one per GPU (issue 23's
+//   latency table): the GPU time of one call (CUDA events around it on the rank's stream, the
+//   wait for the peer included) as median and 90th percentile of 500 calls after 50 warm-up
+//   calls, and the mean time per call of 200 calls enqueued back to back (what a pipelined run
+//   sees), with the algorithm bandwidth bytes / time.
 // Helper processes are this program again (--role ...), bootstrapped over their stdin/stdout.
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -44,6 +50,12 @@
 #include "transport/kv/kv_region.hpp"
 #include "transport/kv/kv_remote.hpp"
 #include "transport/stdio_bootstrap.hpp"
+#ifdef TROUPE_BENCH_NCCL
+#include <cuda_runtime.h>
+
+#include "runtime/backend/dtype.hpp"
+#include "transport/nccl/nccl_collectives.hpp"
+#endif
 
 using namespace troupe;
 using json = nlohmann::json;
@@ -151,6 +163,89 @@ int role_allreduce(const std::string& impl, const std::string& tls, int32_t rank
   }
   return 0;
 }
+
+#ifdef TROUPE_BENCH_NCCL
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("bench: {} failed: {}", what, cudaGetErrorString(e));
+}
+
+// --role nccl rank: rank 0 makes NCCL's unique id (and hosts its bootstrap root) and passes it
+// in its blob; each rank runs on GPU `rank`. Rank 0 prints RESULT lines.
+int role_nccl(int32_t rank) {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  const Blob mine = rank == 0 ? NcclCollectives::make_unique_id() : Blob{};
+  const std::vector<Blob> blobs = stdio_bootstrap(mine, std::chrono::seconds(60));
+  cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  NcclCollectives c(rank, 2, blobs.at(0), stream);
+  void* dev = nullptr;
+  const size_t max_bytes = size_t(4) << 20;
+  cuda_ok(cudaMalloc(&dev, max_bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(dev, 0, max_bytes), "cudaMemset");
+  cudaEvent_t begin, end;
+  cuda_ok(cudaEventCreate(&begin), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&end), "cudaEventCreate");
+  for (size_t bytes = size_t(8) << 10; bytes <= max_bytes; bytes *= 2) {
+    const Tensor t(dev, DType::bf16, Device{DeviceKind::cuda, rank}, {int64_t(bytes / 2)});
+    for (int i = 0; i < 50; ++i) c.all_reduce_sum(t);
+    c.synchronize();
+    std::vector<double> us;
+    for (int i = 0; i < 500; ++i) {
+      cuda_ok(cudaEventRecord(begin, stream), "cudaEventRecord");
+      c.all_reduce_sum(t);
+      cuda_ok(cudaEventRecord(end, stream), "cudaEventRecord");
+      c.synchronize();
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+      us.push_back(double(ms) * 1000.0);
+    }
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 200; ++i) c.all_reduce_sum(t);
+    c.synchronize();
+    const double pipelined =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200.0;
+    const auto s = sorted(us);
+    if (rank == 0)
+      stdio_say(fmt::format("RESULT {} {} {:.2f} {:.2f} {:.2f}", bytes, s.size(), pct(s, 0.5),
+                            pct(s, 0.9), pipelined));
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  cudaFree(dev);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+json run_nccl() {
+  json out = json::array();
+  test::ProcessGroup g(self_exe(), 2, [](int r) {
+    return std::vector<std::string>{"--role", "nccl", std::to_string(r)};
+  });
+  if (const std::string e = g.exchange_blobs(60); !e.empty()) fail("bench: {}", e);
+  for (size_t bytes = size_t(8) << 10; bytes <= (size_t(4) << 20); bytes *= 2) {
+    auto line = g[0].expect("RESULT", test::after(300));
+    if (!line || line->rfind("RESULT", 0) != 0)
+      fail("bench: NCCL rank 0 said {}", line.value_or("nothing"));
+    size_t b = 0, n = 0;
+    double med = 0, p90 = 0, pipelined = 0;
+    std::sscanf(line->c_str(), "RESULT %zu %zu %lf %lf %lf", &b, &n, &med, &p90, &pipelined);
+    json row{{"impl", "nccl"},
+             {"dtype", "bfloat16"},
+             {"bytes", b},
+             {"calls", n},
+             {"median_us", med},
+             {"p90_us", p90},
+             {"pipelined_us", pipelined},
+             {"algbw_gb_s", med > 0 ? double(b) / (med * 1e3) : 0.0}};
+    std::cerr << row.dump() << "\n";
+    out.push_back(row);
+  }
+  g[0].wait_exit(60);
+  g[1].wait_exit(60);
+  return out;
+}
+#endif
 
 // ucx_perftest server + client on 127.0.0.1; returns the "overall" bandwidth (MiB/s) of Final.
 double perftest(const std::string& exe, const std::string& tls, const std::string& test,
@@ -324,6 +419,10 @@ int main(int argc, char** argv) {
       return role_kv_region(args[2], KvCase::parse(args.at(3)), args.at(4));
     if (args.size() >= 5 && args[0] == "--role" && args[1] == "allreduce")
       return role_allreduce(args[2], args[3], std::stoi(args[4]));
+#ifdef TROUPE_BENCH_NCCL
+    if (args.size() >= 3 && args[0] == "--role" && args[1] == "nccl")
+      return role_nccl(std::stoi(args[2]));
+#endif
     std::string out_path, perftest_exe = "ucx_perftest", memory = "alloc";
     std::vector<std::string> tls{"sm", "tcp"}, sections{"kv", "latency", "allreduce"};
     int reps = 5;
@@ -377,6 +476,13 @@ int main(int argc, char** argv) {
     result["kv_latency"] = latency;
     if (has("allreduce"))
       result["allreduce"] = run_allreduce({{"shm", "-"}, {"ucx", "tcp"}, {"ucx", "sm"}});
+    if (has("nccl")) {
+#ifdef TROUPE_BENCH_NCCL
+      result["nccl_allreduce"] = run_nccl();
+#else
+      fail("bench: --sections nccl: this build has no NCCL (it needs the CUDA backend and NCCL)");
+#endif
+    }
     const std::string text = result.dump(2);
     if (out_path.empty()) {
       std::cout << text << "\n";

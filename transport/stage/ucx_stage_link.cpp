@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "runtime/error.hpp"
 #include "transport/ucx/am_mailbox.hpp"
 
@@ -121,6 +123,13 @@ void UcxStageLink::send_next(uint64_t tag, const void* data, size_t bytes) {
   outbox_.emplace_back(tag, std::move(copy));
   lk.unlock();
   wake();
+}
+
+void UcxStageLink::inject_send_failure(uint64_t tag) {
+  if (stage_ == num_stages_ - 1)
+    fail("stage link: stage {} is the last of {}: it sends nothing to break", stage_, num_stages_);
+  std::lock_guard lk(mu_);
+  fail_tag_ = tag;
 }
 
 void UcxStageLink::recv_prev(uint64_t tag, void* data, size_t bytes) {
@@ -295,6 +304,21 @@ void UcxStageLink::run() {
       cv_.notify_all();
     }
     for (auto& [tag, data] : sends) {
+      bool inject = false;
+      {
+        std::lock_guard lk(mu_);
+        inject = fail_tag_ && *fail_tag_ == tag;
+      }
+      if (inject && io->next) {
+        spdlog::warn("stage link: stage {}: injected fault: the connection to {} breaks at the "
+                     "send of step {}",
+                     stage_, who(stage_ + 1), tag);
+        io->next->force_close(UCS_ERR_CONNECTION_RESET);
+        io->next.reset();
+        std::lock_guard lk(mu_);
+        next_error_ = fmt::format("the connection to {} broke at step {} (injected fault)",
+                                  who(stage_ + 1), tag);
+      }
       Io::InFlight f;
       f.pending = std::make_unique<ucx::Pending>(io->worker);
       f.data = std::move(data);

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -53,6 +54,9 @@ class UcxStageLink final : public StageLink {
 
   void send_next(uint64_t tag, const void* data, size_t bytes) override;
   void recv_prev(uint64_t tag, void* data, size_t bytes) override;
+  /// Closes the endpoint to the next stage forcibly when step `tag` is to be sent, so that
+  /// send fails here and the next stage sees this one fail (as after a broken connection).
+  void inject_send_failure(uint64_t tag) override;
 
   [[nodiscard]] int32_t stage() const { return stage_; }
   [[nodiscard]] int32_t num_stages() const { return num_stages_; }
@@ -84,6 +88,7 @@ class UcxStageLink final : public StageLink {
   std::map<uint64_t, Arrived> arrived_;                           // from the previous stage, by tag
   std::deque<std::pair<uint64_t, std::vector<uint8_t>>> outbox_;  // to the next stage
   size_t buffered_bytes_ = 0;                                     // in outbox_ or in flight
+  std::optional<uint64_t> fail_tag_;  // inject_send_failure: the step whose send breaks
   void* worker_handle_ = nullptr;  // for ucp_worker_signal from the caller
 
   std::thread thread_;
