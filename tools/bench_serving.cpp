@@ -166,7 +166,7 @@ std::vector<Sample> sharegpt_dataset(const ServingOptions& o, const Tokenizer& t
   json data;
   try {
     data = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("--dataset-path {}: not JSON ({})", o.dataset_path, e.what());
   }
   if (!data.is_array())

@@ -2,7 +2,8 @@
 //
 // Prompts come from the arguments or from --input (JSON lines: {"prompt": "..."} or
 // {"prompt_token_ids": [...]}, optionally with per-request SamplingParams fields; `-` reads
-// standard input). Results are JSON lines, to --output or stdout:
+// standard input; runtime/api/generate_input.hpp reads them). Results are JSON lines, to
+// --output or stdout:
 //   {"request_id": "0" (the input's position, as vLLM numbers offline requests),
 //    "prompt": ..., "prompt_token_ids": [...], "outputs": [{"index": 0, "text": ...,
 //    "token_ids": [...], "cumulative_logprob": ... (null without --logprobs),
@@ -36,6 +37,7 @@
 #include "actors/cluster_launch.hpp"
 #include "actors/engine.hpp"
 #include "actors/llm.hpp"
+#include "runtime/api/generate_input.hpp"
 #include "runtime/api/outputs_json.hpp"
 #include "runtime/error.hpp"
 #include "tools/cli_args.hpp"
@@ -45,61 +47,11 @@ namespace troupe::cli {
 
 namespace {
 
-struct Input {
-  Prompt prompt;
-  nlohmann::json overrides;  // per-request SamplingParams fields (object or null)
-  std::string where;         // "--input FILE:LINE" or "prompt N" for errors
-};
-
-/// Reads JSON lines from `in`; `name` is the file's name in errors. Blank lines are skipped
-/// but counted, so a line number is the line an editor shows.
-std::vector<Input> read_jsonl(std::istream& in, const std::string& name) {
-  std::vector<Input> out;
-  std::string line;
-  for (int lineno = 1; std::getline(in, line); ++lineno) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("--input {}:{}", name, lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}: not JSON ({})", where, e.what());
-    }
-    if (!j.is_object()) fail("{}: expected a JSON object", where);
-    Input item;
-    item.where = where;
-    if (j.contains("prompt_token_ids")) {
-      const auto& ids = j["prompt_token_ids"];
-      if (!ids.is_array() || ids.empty())
-        fail("{}: prompt_token_ids must be a non-empty array of token ids", where);
-      for (const auto& v : ids) {
-        if (!v.is_number_integer())
-          fail("{}: prompt_token_ids holds {}, not a token id", where, v.dump());
-        item.prompt.token_ids.push_back(v.get<int32_t>());
-      }
-      j.erase("prompt_token_ids");
-      if (j.contains("prompt") && j["prompt"].is_string())
-        item.prompt.text = j["prompt"].get<std::string>();
-      j.erase("prompt");
-    } else if (j.contains("prompt")) {
-      if (!j["prompt"].is_string()) fail("{}: prompt must be a string", where);
-      item.prompt.text = j["prompt"].get<std::string>();
-      j.erase("prompt");
-    } else {
-      fail("{}: needs \"prompt\" or \"prompt_token_ids\"", where);
-    }
-    if (!j.empty()) item.overrides = std::move(j);
-    out.push_back(std::move(item));
-  }
-  if (in.bad()) fail("--input {}: read error", name);
-  return out;
-}
-
-std::vector<Input> read_input(const std::string& path) {
-  if (path == "-") return read_jsonl(std::cin, "<stdin>");
+std::vector<GenerateInput> read_input(const std::string& path) {
+  if (path == "-") return read_generate_input(std::cin, "<stdin>");
   std::ifstream in(path);
   if (!in) fail("--input {}: cannot open the file", path);
-  return read_jsonl(in, path);
+  return read_generate_input(in, path);
 }
 
 /// Fails now, before the model loads, when `path` could not be written later.
@@ -231,10 +183,10 @@ Runner add_generate_command(CLI::App& app) {
     // A node past 0 of vLLM's multi-node flags runs its workers only; the head has the prompts.
     if (engine_args.headless) return run_headless_node(engine_args);
 
-    std::vector<Input> inputs;
+    std::vector<GenerateInput> inputs;
     if (!o->input.empty()) inputs = read_input(o->input);
     for (const auto& p : o->prompts)
-      inputs.push_back(Input{Prompt(p), nullptr, fmt::format("prompt {}", inputs.size())});
+      inputs.push_back(GenerateInput{p, {}, nullptr, fmt::format("prompt {}", inputs.size())});
     if (inputs.empty()) fail("no prompts: give PROMPT arguments or --input FILE.jsonl");
     if (!o->output.empty()) check_writable(o->output);
 
@@ -245,13 +197,10 @@ Runner add_generate_command(CLI::App& app) {
     std::vector<Prompt> prompts;
     std::vector<SamplingParams> params;
     for (const auto& in : inputs) {
-      prompts.push_back(in.prompt);
-      try {
-        params.push_back(in.overrides.is_null() ? base
-                                                : sampling_params_from_json(in.overrides, base));
-      } catch (const std::exception& e) {
-        fail("{}: {}", in.where, e.what());
-      }
+      Prompt prompt(in.text);
+      prompt.token_ids = in.token_ids;
+      prompts.push_back(std::move(prompt));
+      params.push_back(input_sampling_params(in, base));
     }
 
     // From here on a signal stops generation cleanly; before, while the model loads, there

@@ -22,7 +22,9 @@ std::vector<Value> bind(std::string_view function, const CallArgs& args,
   std::vector<std::optional<Value>> bound(ps.size());
   for (std::size_t i = 0; i < args.positional.size(); ++i) bound[i] = args.positional[i];
   for (const auto& [name, v] : args.keyword) {
-    auto it = std::find_if(ps.begin(), ps.end(), [&](const Param& p) { return name == p.name; });
+    // clang 14 cannot capture a structured binding (C++20 allows it): capture a reference.
+    const auto& key = name;
+    auto it = std::find_if(ps.begin(), ps.end(), [&](const Param& p) { return key == p.name; });
     if (it == ps.end())
       fault(FaultKind::type,
             fmt::format("{}() got an unexpected keyword argument {}", function, str_repr(name)));
@@ -183,7 +185,9 @@ std::pair<std::size_t, std::size_t> byte_range(const std::string& s, const Value
 
 bool affix_match(const std::string& s, const Value& affix, const Value& start, const Value& end,
                  bool prefix, const char* method) {
-  auto [b, e] = byte_range(s, start, end);
+  // Named copies, not a structured binding: clang 14 cannot capture those in the lambda.
+  const auto range = byte_range(s, start, end);
+  const std::size_t b = range.first, e = range.second;
   auto check = [&](const Value& a) {
     if (!a.is_string())
       type_error(

@@ -41,7 +41,7 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("{}: not valid JSON ({})", path, e.what());
   }
   if (!j.is_object())

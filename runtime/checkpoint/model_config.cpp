@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "runtime/error.hpp"
@@ -44,7 +46,8 @@ class Fields {
   }
 
   [[nodiscard]] int64_t integer(const char* key, std::optional<int64_t> def = std::nullopt,
-                                int64_t min = 1) const {
+                                int64_t min = 1,
+                                int64_t max = std::numeric_limits<int64_t>::max()) const {
     const json* v = find(key);
     if (!v) {
       if (def) return *def;
@@ -54,11 +57,14 @@ class Fields {
     if (v->is_number_integer()) {
       out = v->get<int64_t>();
     } else if (v->is_number_float()) {  // 4096.0 is an integer too
-      double d = v->get<double>();
-      if (d == double(int64_t(d))) out = int64_t(d);
+      // Converted only inside int64's range: casting 1e58 is undefined (found by fuzzing).
+      const double d = v->get<double>();
+      if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) out = int64_t(d);
     }
-    if (!out || *out < min) {
-      std::string allowed = fmt::format("an integer >= {}", min);
+    if (!out || *out < min || *out > max) {
+      std::string allowed = max == std::numeric_limits<int64_t>::max()
+                                ? fmt::format("an integer >= {}", min)
+                                : fmt::format("an integer in {}..{}", min, max);
       bad(key, *v, allowed.c_str());
     }
     return *out;
@@ -156,7 +162,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("{}: not valid JSON ({})", path, e.what());
   }
   if (!j.is_object())
@@ -179,7 +185,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
           path, c.model_type);
   }
 
-  c.vocab_size = f.integer("vocab_size");
+  // Token ids and positions are 32-bit in the engine: a larger vocab_size or context would be
+  // cut short there, not used.
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  c.vocab_size = f.integer("vocab_size", std::nullopt, 1, kInt32Max);
   c.hidden_size = f.integer("hidden_size");
   c.intermediate_size = f.integer("intermediate_size");
   c.num_hidden_layers = f.integer("num_hidden_layers");
@@ -196,7 +205,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   c.head_dim = f.integer("head_dim", c.hidden_size / c.num_attention_heads);
   if (c.head_dim % 2 != 0)
     fail("{}: head_dim ({}) must be even for rotary embeddings", path, c.head_dim);
-  c.max_position_embeddings = f.integer("max_position_embeddings");
+  c.max_position_embeddings = f.integer("max_position_embeddings", std::nullopt, 1, kInt32Max);
   c.rms_norm_eps = f.number("rms_norm_eps", c.rms_norm_eps);
   c.hidden_act = f.string("hidden_act", c.hidden_act);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", c.tie_word_embeddings);

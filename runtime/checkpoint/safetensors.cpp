@@ -73,20 +73,30 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     ::close(fd);
     fail("{}: cannot stat ({})", p, std::strerror(e));
   }
-  const auto file_size = uint64_t(st.st_size);
-  if (file_size < 8) {
+  const auto file_size = size_t(st.st_size);
+  if (file_size > 0) {  // mmap refuses an empty range; read_header names the empty file
+    void* m = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    ::close(fd);  // the mapping keeps the file alive
+    if (m == MAP_FAILED) fail("{}: mmap failed ({})", p, std::strerror(map_errno));
+    f.base_ = static_cast<const unsigned char*>(m);
+    f.size_ = file_size;
+  } else {
     ::close(fd);
-    fail("{}: truncated: {} bytes, shorter than the 8-byte header length", p, file_size);
   }
-  void* m = ::mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (m == MAP_FAILED) fail("{}: mmap failed ({})", p, std::strerror(map_errno));
-  f.base_ = static_cast<const unsigned char*>(m);
-  f.size_ = size_t(file_size);
+  f.header_ = read_header(std::span(f.base_, f.size_), p);  // f unmaps if this throws
+  return f;
+}
+
+SafetensorsFile::Header SafetensorsFile::read_header(std::span<const unsigned char> file,
+                                                     std::string_view origin) {
+  const std::string_view p = origin;
+  const uint64_t file_size = file.size();
+  if (file_size < 8)
+    fail("{}: truncated: {} bytes, shorter than the 8-byte header length", p, file_size);
 
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | f.base_[i];  // little-endian
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file[size_t(i)];  // little-endian
   if (header_len > max_header_bytes || header_len > file_size - 8)
     fail(
         "{}: header length {} runs past the end of the {}-byte file (truncated or not a "
@@ -95,12 +105,13 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
 
   json header;
   try {
-    header = json::parse(f.base_ + 8, f.base_ + 8 + header_len);
-  } catch (const json::parse_error& e) {
+    header = json::parse(file.begin() + 8, file.begin() + 8 + std::ptrdiff_t(header_len));
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail("{}: the header is not valid JSON ({})", p, e.what());
   }
   if (!header.is_object()) fail("{}: the header is {}, not a JSON object", p, header.type_name());
 
+  Header out;
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = file_size - data_start;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -111,7 +122,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       for (auto m2 = v.begin(); m2 != v.end(); ++m2) {
         if (!m2.value().is_string())
           fail("{}: '__metadata__.{}' must be a string, got {}", p, m2.key(), m2.value().dump());
-        f.metadata_[m2.key()] = m2.value().get<std::string>();
+        out.metadata[m2.key()] = m2.value().get<std::string>();
       }
       continue;
     }
@@ -137,8 +148,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       if (!d.is_number_unsigned())
         fail("{}: tensor '{}': shape {} has a negative or non-integer dimension", p, name,
              sh->dump());
+      // Every running product must fit in int64, as TensorInfo::numel() multiplies them: a
+      // zero dimension after [2^62, 3] made the count 0 here and overflowed there.
       auto n = mul(numel, d.get<uint64_t>());
-      if (!n || d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      if (!n || *n > uint64_t(std::numeric_limits<int64_t>::max()))
         fail("{}: tensor '{}': shape {} overflows", p, name, sh->dump());
       numel = *n;
       e.shape.push_back(d.get<int64_t>());
@@ -160,29 +173,28 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
            e.st_dtype, shape_string(e.shape), want ? *want : 0, b, end, end - b);
     e.offset = size_t(data_start + b);
     e.nbytes = size_t(end - b);
-    f.entries_.emplace(name, std::move(e));
+    out.entries.emplace(name, std::move(e));
   }
 
   // Overlap check: sorted by start, each tensor must begin at or after the previous one's end.
   std::vector<std::pair<size_t, const std::string*>> spans;
-  for (const auto& [name, e] : f.entries_)
+  for (const auto& [name, e] : out.entries)
     if (e.nbytes > 0) spans.emplace_back(e.offset, &name);
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) {
-    const Entry& prev = f.entries_.find(*spans[i - 1].second)->second;
+    const Entry& prev = out.entries.find(*spans[i - 1].second)->second;
     if (spans[i].first < prev.offset + prev.nbytes)
       fail("{}: tensors '{}' and '{}' overlap in the data buffer", p, *spans[i - 1].second,
            *spans[i].second);
   }
-  return f;
+  return out;
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)),
       base_(std::exchange(o.base_, nullptr)),
       size_(std::exchange(o.size_, 0)),
-      entries_(std::move(o.entries_)),
-      metadata_(std::move(o.metadata_)) {}
+      header_(std::move(o.header_)) {}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
@@ -190,8 +202,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
     path_ = std::move(o.path_);
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
-    entries_ = std::move(o.entries_);
-    metadata_ = std::move(o.metadata_);
+    header_ = std::move(o.header_);
   }
   return *this;
 }
@@ -207,12 +218,12 @@ void SafetensorsFile::unmap() noexcept {
 }
 
 bool SafetensorsFile::contains(std::string_view name) const {
-  return entries_.find(name) != entries_.end();
+  return header_.entries.find(name) != header_.entries.end();
 }
 
 TensorInfo SafetensorsFile::get(std::string_view name) const {
-  auto it = entries_.find(name);
-  if (it == entries_.end()) fail("{}: no tensor '{}'", path_.string(), name);
+  auto it = header_.entries.find(name);
+  if (it == header_.entries.end()) fail("{}: no tensor '{}'", path_.string(), name);
   const Entry& e = it->second;
   if (!e.dtype)
     fail("{}: tensor '{}' is stored as {}, which troupe cannot load (F32, F16, BF16, I32, I64, U8)",

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,8 +50,18 @@ class SafetensorsFile {
     size_t nbytes = 0;
   };
 
+  /// What the header says, every entry checked against the file's size.
+  struct Header {
+    std::map<std::string, Entry, std::less<>> entries;
+    std::map<std::string, std::string> metadata;
+  };
+
   /// Maps and validates `path`; throws troupe::Error naming the file (and tensor) on any flaw.
   static SafetensorsFile open(const std::filesystem::path& path);
+
+  /// The checks open() makes, on a whole file held in memory (`file`: its bytes, length
+  /// prefix, header and data); `origin` starts each error. Throws troupe::Error on any flaw.
+  static Header read_header(std::span<const unsigned char> file, std::string_view origin);
 
   SafetensorsFile(SafetensorsFile&& o) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& o) noexcept;
@@ -63,9 +74,11 @@ class SafetensorsFile {
   /// Throws troupe::Error when absent or stored in a dtype troupe does not support.
   [[nodiscard]] TensorInfo get(std::string_view name) const;
   [[nodiscard]] const std::map<std::string, Entry, std::less<>>& entries() const {
-    return entries_;
+    return header_.entries;
   }
-  [[nodiscard]] const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const {
+    return header_.metadata;
+  }
 
  private:
   SafetensorsFile() = default;
@@ -74,8 +87,7 @@ class SafetensorsFile {
   std::filesystem::path path_;
   const unsigned char* base_ = nullptr;
   size_t size_ = 0;
-  std::map<std::string, Entry, std::less<>> entries_;
-  std::map<std::string, std::string> metadata_;
+  Header header_;
 };
 
 }  // namespace troupe

@@ -321,8 +321,10 @@ ClusterNode read_node(std::string_view origin, const toml::node& n, size_t index
   bool workers_given = false;
   for (const auto& [kp, vp] : in_file_order(*t)) {
     std::string path = node_path(index, kp->str());
+    // A named copy: clang 14 cannot capture a structured binding in the lambda.
+    const std::string_view name = kp->str();
     auto row = std::find_if(kNodeKeys.begin(), kNodeKeys.end(),
-                            [&](const NodeKey& k) { return k.key == kp->str(); });
+                            [&](const NodeKey& k) { return k.key == name; });
     if (row == kNodeKeys.end()) unknown_key(origin, *kp, "node", path);
     row->set(origin, *vp, path, node);
     workers_given |= row->key == "workers";
@@ -356,8 +358,9 @@ ClusterConfig read_keys(const toml::table& doc, std::string_view origin) {
     const toml::table& t = read_table(origin, *np, section, header_of(section));
     for (const auto& [key, value] : in_file_order(t)) {
       std::string path = fmt::format("{}.{}", section, key->str());
+      const std::string_view name = key->str();  // clang 14 cannot capture the binding `key`
       auto row = std::find_if(kConfigKeys.begin(), kConfigKeys.end(), [&](const ConfigKey& k) {
-        return k.section == section && k.key == key->str();
+        return k.section == section && k.key == name;
       });
       if (row == kConfigKeys.end()) unknown_key(origin, *key, section, path);
       row->set(origin, *value, path, c);

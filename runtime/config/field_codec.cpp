@@ -182,7 +182,7 @@ double parse_float_text(std::string_view s) {
 json parse_json_text(std::string_view s) {
   try {
     return json::parse(s);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw Problem(fmt::format("expected JSON ({})", e.what()));
   }
 }

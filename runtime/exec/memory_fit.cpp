@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 
 #include "runtime/error.hpp"
@@ -28,9 +29,43 @@ int64_t layers_on_stage(int64_t num_layers, const ParallelRank& rank) {
   return n;
 }
 
+/// Products and sums of config.json's sizes, checked: sizes whose counts do not fit in int64
+/// describe no model that can load, and are refused naming the file instead of wrapping
+/// (signed overflow is undefined; a config with hidden_size 2^62 reached it).
+class SizeMath {
+ public:
+  explicit SizeMath(const ModelConfig& c) : c_(c) {}
+
+  [[nodiscard]] int64_t mul(std::initializer_list<int64_t> factors) const {
+    int64_t r = 1;
+    for (const int64_t f : factors)
+      if (__builtin_mul_overflow(r, f, &r)) too_large();
+    return r;
+  }
+  [[nodiscard]] int64_t add(std::initializer_list<int64_t> terms) const {
+    int64_t r = 0;
+    for (const int64_t t : terms)
+      if (__builtin_add_overflow(r, t, &r)) too_large();
+    return r;
+  }
+
+ private:
+  [[noreturn]] void too_large() const {
+    fail(
+        "{}: vocab_size {}, hidden_size {}, intermediate_size {}, num_hidden_layers {}, "
+        "{} heads of head_dim {} and max_position_embeddings {} make more than 2^63 parameters "
+        "or bytes: not a model that can be loaded",
+        (c_.dir / "config.json").string(), c_.vocab_size, c_.hidden_size, c_.intermediate_size,
+        c_.num_hidden_layers, c_.num_attention_heads, c_.head_dim, c_.max_position_embeddings);
+  }
+
+  const ModelConfig& c_;
+};
+
 }  // namespace
 
 int64_t model_parameter_count(const ModelConfig& c, const ParallelRank& rank) {
+  const SizeMath k(c);
   const int64_t tp = std::max<int64_t>(rank.tp_size, 1);
   const int64_t H = c.hidden_size, d = c.head_dim, I = c.intermediate_size / tp;
   const int64_t nh = c.num_attention_heads / tp;
@@ -41,35 +76,38 @@ int64_t model_parameter_count(const ModelConfig& c, const ParallelRank& rank) {
   const bool o_bias = !qwen2 && c.attention_bias;
   const bool mlp_bias = !qwen2 && c.mlp_bias;
 
-  const int64_t qkv_rows = (nh + 2 * nkv) * d;
-  int64_t layer = 2 * H           // input and post-attention norms
-                  + qkv_rows * H  // q, k, v
-                  + H * nh * d    // o_proj
-                  + 3 * I * H;    // gate, up, down
-  if (qkv_bias) layer += qkv_rows;
-  if (o_bias) layer += H;
-  if (mlp_bias) layer += 2 * I + H;
+  const int64_t qkv_rows = k.mul({k.add({nh, k.mul({2, nkv})}), d});
+  int64_t layer = k.add({k.mul({2, H}),         // input and post-attention norms
+                         k.mul({qkv_rows, H}),  // q, k, v
+                         k.mul({H, nh, d}),     // o_proj
+                         k.mul({3, I, H})});    // gate, up, down
+  if (qkv_bias) layer = k.add({layer, qkv_rows});
+  if (o_bias) layer = k.add({layer, H});
+  if (mlp_bias) layer = k.add({layer, k.mul({2, I}), H});
 
   const bool first = rank.pp_rank == 0, last = rank.pp_rank == std::max(rank.pp_size, 1) - 1;
-  int64_t n = layers_on_stage(c.num_hidden_layers, rank) * layer;
-  if (first) n += V * H;  // the embedding
+  int64_t n = k.mul({layers_on_stage(c.num_hidden_layers, rank), layer});
+  if (first) n = k.add({n, k.mul({V, H})});  // the embedding
   // The last stage: the final norm, and lm_head unless it is the (tied) embedding.
-  if (last) n += H + (c.tie_word_embeddings && first ? 0 : V * H);
+  if (last) n = k.add({n, H, c.tie_word_embeddings && first ? 0 : k.mul({V, H})});
   return n;
 }
 
 ModelMemory model_memory(const ModelConfig& c, DType dtype, int64_t max_model_len,
                          const ParallelRank& rank) {
+  const SizeMath k(c);
+  const auto element = int64_t(dtype_size(dtype));
   ModelMemory m;
   m.parameters = model_parameter_count(c, rank);
   m.dtype = dtype;
   m.max_model_len = max_model_len;
-  const int64_t rope_table = rope_max_positions(c) * c.head_dim * int64_t(sizeof(float));
-  m.weight_bytes = m.parameters * int64_t(dtype_size(dtype)) + rope_table;
+  const int64_t rope_table = k.mul({rope_max_positions(c), c.head_dim, int64_t(sizeof(float))});
+  m.weight_bytes = k.add({k.mul({m.parameters, element}), rope_table});
   const int64_t tp = std::max<int64_t>(rank.tp_size, 1);
   const int64_t nkv = c.num_key_value_heads >= tp ? c.num_key_value_heads / tp : 1;
-  m.kv_bytes_per_token = 2 * layers_on_stage(c.num_hidden_layers, rank) * nkv * c.head_dim *
-                         int64_t(dtype_size(dtype));
+  m.kv_bytes_per_token =
+      k.mul({2, layers_on_stage(c.num_hidden_layers, rank), nkv, c.head_dim, element});
+  (void)k.add({m.weight_bytes, k.mul({m.kv_bytes_per_token, max_model_len})});  // fits too
   return m;
 }
 

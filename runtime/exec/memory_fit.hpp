@@ -17,7 +17,9 @@
 
 namespace troupe {
 
-/// Parameters one rank holds (embedding, layers, final norm, lm_head unless tied).
+/// Parameters one rank holds (embedding, layers, final norm, lm_head unless tied). Throws
+/// troupe::Error naming config.json when its sizes make more than int64 holds (as does
+/// model_memory, for the bytes of one max_model_len sequence too).
 [[nodiscard]] int64_t model_parameter_count(const ModelConfig& c, const ParallelRank& rank = {});
 
 /// What one executor needs before its first step.

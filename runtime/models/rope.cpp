@@ -55,8 +55,16 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int32_t rotary_dim) {
 }
 
 int64_t rope_max_positions(const ModelConfig& c) {
-  if (c.rope_scaling.type == "linear")
-    return int64_t(std::ceil(double(c.max_position_embeddings) * c.rope_scaling.factor));
+  if (c.rope_scaling.type == "linear") {
+    const double n = std::ceil(double(c.max_position_embeddings) * c.rope_scaling.factor);
+    // Converted only below 2^62 (casting 1e300 to int64 is undefined).
+    if (!(n < 0x1p62))
+      fail(
+          "{}: max_position_embeddings {} x rope_scaling factor {} is {} positions: beyond any "
+          "position table",
+          (c.dir / "config.json").string(), c.max_position_embeddings, c.rope_scaling.factor, n);
+    return int64_t(n);
+  }
   return c.max_position_embeddings;
 }
 

@@ -19,6 +19,7 @@ namespace troupe {
 std::vector<float> rope_inv_freq(const ModelConfig& config, int32_t rotary_dim);
 
 /// Rows the cos/sin table needs: max_position_embeddings (times the factor for "linear").
+/// Throws troupe::Error naming config.json when that product reaches 2^62.
 int64_t rope_max_positions(const ModelConfig& config);
 
 /// The table the backend's rope op reads: [max_positions, rotary_dim] f32, row p holds

@@ -50,13 +50,16 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-json parse_json(const fs::path& path) {
-  const std::string text = read_file(path);
+json parse_json_text(std::string_view text, std::string_view origin) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("'{}': not valid JSON: {}", path.string(), e.what());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
+    fail("'{}': not valid JSON: {}", origin, e.what());
   }
+}
+
+json parse_json(const fs::path& path) {
+  return parse_json_text(read_file(path), path.string());
 }
 
 // bos_token / eos_token in tokenizer_config.json: "text", {"content": "text", ...} or null.
@@ -104,8 +107,20 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const fs::path& path) {
                          : "");
     }
   }
-  const json root = parse_json(json_path);
-  const Where top(json_path.string(), "");
+  const fs::path dir = json_path.parent_path();
+  return build(read_file(json_path), json_path.string(), &dir);
+}
+
+std::shared_ptr<const Tokenizer> Tokenizer::from_json_text(std::string_view tokenizer_json,
+                                                           std::string_view origin) {
+  return build(tokenizer_json, origin, nullptr);
+}
+
+std::shared_ptr<const Tokenizer> Tokenizer::build(std::string_view tokenizer_json,
+                                                  std::string_view origin,
+                                                  const fs::path* config_dir) {
+  const json root = parse_json_text(tokenizer_json, origin);
+  const Where top(std::string(origin), "");
   if (!root.is_object()) top.fail("expected a JSON object at the top level");
 
   auto impl = std::make_unique<Impl>();
@@ -150,8 +165,20 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const fs::path& path) {
     impl->token_bytes[t.id] = byte_level::decode_token(t.content);
     impl->flags[t.id] = Impl::kExists | (t.special ? Impl::kSpecial : 0);
   }
+  // Every id the post_processor adds must be a token's, or encode would give ids that decode
+  // refuses (HF does not check; found by the tokenizer_json fuzz target).
+  std::vector<int32_t> added_ids;
+  impl->post_processor.apply(added_ids);
+  for (const int32_t id : added_ids) {
+    if (id >= impl->vocab_size ||
+        (impl->flags[static_cast<std::size_t>(id)] & Impl::kExists) == 0) {
+      (top / "post_processor")
+          .fail(fmt::format("adds token id {}, which no token of the vocabulary has (ids 0..{})",
+                            id, impl->vocab_size - 1));
+    }
+  }
 
-  const Config config = read_config(json_path.parent_path());
+  const Config config = config_dir ? read_config(*config_dir) : Config{};
   auto lookup = [&](const std::string& token) -> std::optional<int32_t> {
     if (token.empty()) return std::nullopt;
     if (auto id = impl->added.token_to_id(token)) return id;

@@ -42,6 +42,12 @@ class Tokenizer {
   /// decoder type.
   static std::shared_ptr<const Tokenizer> load(const std::filesystem::path& path);
 
+  /// A tokenizer from the text of a tokenizer.json alone (no tokenizer_config.json: no bos/eos
+  /// ids, chat template or model_max_length); `origin` names it in errors. Throws troupe::Error
+  /// as load() does.
+  static std::shared_ptr<const Tokenizer> from_json_text(std::string_view tokenizer_json,
+                                                         std::string_view origin);
+
   /// Token ids of `text` (UTF-8; throws troupe::Error naming the offset of an invalid byte).
   /// Special tokens written in the text ("<|im_start|>") are always recognised;
   /// `add_special_tokens` only controls what the post_processor adds (Llama 3's BOS).
@@ -78,6 +84,12 @@ class Tokenizer {
   friend class IncrementalDetokenizer;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+
+  /// load() and from_json_text(): tokenizer.json's text, then tokenizer_config.json (and
+  /// chat_template.jinja) from `config_dir` when it is given.
+  static std::shared_ptr<const Tokenizer> build(std::string_view tokenizer_json,
+                                                std::string_view origin,
+                                                const std::filesystem::path* config_dir);
 
   /// Checks every id (throwing "<who>: token id ..." for a bad one), then appends the bytes the
   /// ByteLevel decoder makes of them to `out` (when not null).

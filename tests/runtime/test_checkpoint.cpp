@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <span>
 
 #include "runtime/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -104,6 +105,11 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
     const std::string h = R"({"w":{"dtype":"F32",)";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"not valid JSON"});
   }
+  SECTION("header holds a number beyond a double") {
+    // out_of_range, not parse_error, from nlohmann (found by the safetensors_header fuzz target)
+    const std::string h = R"({"w":{"dtype":"F32","shape":[2e400],"data_offsets":[0,8]}})";
+    expect_open_error(raw_safetensors(h.size(), h, data8), {"not valid JSON", "overflow"});
+  }
   SECTION("header is JSON but not an object") {
     const std::string h = "[1,2]";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"not a JSON object"});
@@ -137,6 +143,12 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
     const std::string h = R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"'w'", "shape"});
   }
+  SECTION("a shape whose running product passes int64 before a zero dimension") {
+    // 0 elements, but TensorInfo::numel() multiplies left to right and overflowed int64.
+    const std::string h =
+        R"({"w":{"dtype":"F32","shape":[4611686018427387904,3,0],"data_offsets":[0,0]}})";
+    expect_open_error(raw_safetensors(h.size(), h, ""), {"'w'", "overflows"});
+  }
   SECTION("missing data_offsets") {
     const std::string h = R"({"w":{"dtype":"F32","shape":[2]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"'w'", "data_offsets"});
@@ -146,6 +158,32 @@ TEST_CASE("safetensors: broken files are rejected with the file and tensor named
         R"({"__metadata__":{"format":3},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     expect_open_error(raw_safetensors(h.size(), h, data8), {"__metadata__"});
   }
+}
+
+TEST_CASE("safetensors: read_header checks bytes in memory as open() checks a file",
+          "[checkpoint]") {
+  const std::string bytes = make_safetensors(
+      {{"a", "F32", {2}, f32_bytes({1, 2})}, {"b", "BF16", {1, 3}, std::string(6, '\x01')}},
+      {{"format", "pt"}});
+  TempDir dir("st_mem");
+  const auto p = dir.path() / "m.safetensors";
+  write_bytes(p, bytes);
+  const auto file = SafetensorsFile::open(p);
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  const SafetensorsFile::Header h =
+      SafetensorsFile::read_header(std::span(data, bytes.size()), "in memory");
+  CHECK(h.metadata == file.metadata());
+  REQUIRE(h.entries.size() == 2);
+  for (const auto& [name, e] : file.entries()) {
+    const auto& m = h.entries.at(name);
+    CHECK(m.st_dtype == e.st_dtype);
+    CHECK(m.shape == e.shape);
+    CHECK(m.offset == e.offset);
+    CHECK(m.nbytes == e.nbytes);
+  }
+  // A cut copy is refused naming its origin, as open() names the path.
+  CHECK_THROWS_WITH(SafetensorsFile::read_header(std::span(data, bytes.size() - 1), "in memory"),
+                    Contains("in memory") && Contains("out of range"));
 }
 
 TEST_CASE("safetensors: a missing file is an error naming it", "[checkpoint]") {
@@ -277,6 +315,10 @@ TEST_CASE("checkpoint: every broken directory gets its own clear error", "[check
   }
   SECTION("index is not JSON") {
     write_sharded(d, "{\"weight_map\": ");
+    expect_dir_error(d, {"model.safetensors.index.json", "not valid JSON"});
+  }
+  SECTION("index holds a number beyond a double") {
+    write_sharded(d, R"({"metadata": {"total_size": 1e999}, "weight_map": {}})");
     expect_dir_error(d, {"model.safetensors.index.json", "not valid JSON"});
   }
   SECTION("index without weight_map") {

@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.hpp"
 #include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/checkpoint/model_config.hpp"
+#include "runtime/error.hpp"
 #include "runtime/models/model.hpp"
 #include "tests/runtime/test_checkpoint_writer.hpp"
 
@@ -194,6 +194,25 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field",
     j["num_hidden_layers"] = "32";
     expect_error(j, {"'num_hidden_layers'", "\"32\"", "integer"});
   }
+  SECTION("an integral float beyond int64") {
+    // 4096.0 counts as an integer; 1.28e58 used to be cast to int64 (undefined behaviour,
+    // found by the model_config fuzz target).
+    j["hidden_size"] = 1.28e58;
+    expect_error(j, {"'hidden_size'", "1.28e+58", "an integer >= 1"});
+    j["hidden_size"] = -9.3e18;
+    expect_error(j, {"'hidden_size'", "an integer >= 1"});
+    j["hidden_size"] = 4096.0;
+    CHECK(parse(j).hidden_size == 4096);
+  }
+  SECTION("a vocabulary or context beyond 32 bits") {
+    // The engine keeps both in int32: 2^32 + 256 would have been read as 256.
+    j["vocab_size"] = 4294967552LL;
+    expect_error(j, {"'vocab_size'", "4294967552", "an integer in 1..2147483647"});
+    j["vocab_size"] = 2147483647;
+    CHECK(parse(j).vocab_size == 2147483647);
+    j["max_position_embeddings"] = 4294967808LL;
+    expect_error(j, {"'max_position_embeddings'", "4294967808", "1..2147483647"});
+  }
   SECTION("zero heads") {
     j["num_attention_heads"] = 0;
     expect_error(j, {"'num_attention_heads'", "0"});
@@ -227,6 +246,13 @@ TEST_CASE("config.json: missing and mistyped fields name the path and field",
       CHECK_THAT(std::string(e.what()),
                  Contains("/models/x/config.json") && Contains("not valid JSON"));
     }
+  }
+  SECTION("a number beyond a double") {
+    // nlohmann throws out_of_range, not parse_error, for it (found by the model_config fuzz
+    // target: it escaped as a non-troupe exception).
+    CHECK_THROWS_WITH(parse_model_config("{\"rope_theta\": 1e400}", "/models/x"),
+                      Contains("/models/x/config.json") && Contains("not valid JSON") &&
+                          Contains("number overflow"));
   }
 }
 
@@ -309,6 +335,8 @@ TEST_CASE("generation_config.json: optional, typed", "[checkpoint][config]") {
   CHECK_THROWS_WITH(parse_generation_config(R"({"eos_token_id": [1, null]})", "g.json"),
                     Contains("'eos_token_id'"));
   CHECK_THROWS_WITH(parse_generation_config("[", "g.json"), Contains("not valid JSON"));
+  CHECK_THROWS_WITH(parse_generation_config(R"({"temperature": -1e999})", "g.json"),
+                    Contains("g.json") && Contains("not valid JSON"));
   write_text(dir.path() / "generation_config.json", "{oops");
   CHECK_THROWS_WITH(load_generation_config(dir.path()),
                     Contains((dir.path() / "generation_config.json").string()));

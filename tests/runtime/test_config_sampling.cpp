@@ -364,6 +364,11 @@ TEST_CASE("set_sampling_param takes command-line text", "[config]") {
                     Contains("--top-k = ten: expected an integer"));
   CHECK_THROWS_WITH(troupe::set_sampling_param(q, "logit-bias", "5"),
                     Contains("--logit-bias = 5: expected TOKEN_ID:BIAS"));
+  // JSON text with a number beyond a double: nlohmann's out_of_range, named like bad JSON.
+  CHECK_THROWS_WITH(troupe::set_sampling_param(q, "logit-bias", R"({"5": 1e999})"),
+                    Contains("--logit-bias") && Contains("expected JSON"));
+  CHECK_THROWS_WITH(troupe::set_sampling_param(q, "stop-token-ids", "[1e999]"),
+                    Contains("--stop-token-ids") && Contains("expected JSON"));
   CHECK_THROWS_WITH(troupe::set_sampling_param(q, "flat-logprobs", "true"),
                     Contains("--flat-logprobs = true: not supported yet in troupe"));
   CHECK_THROWS_WITH(troupe::set_sampling_param(q, "topp", "0.5"),

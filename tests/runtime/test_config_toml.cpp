@@ -81,6 +81,23 @@ TEST_CASE("malformed TOML names the file, line and column", "[config]") {
   CHECK_THAT(e, Contains("engine.toml:3:"));
   CHECK_THAT(e, Contains("TOML parse error"));
   CHECK_THAT(toml_error("model = \"m\nx"), Contains("engine.toml:1:"));
+  // A table header whose key starts with a character no key may start with: toml++ 3.3.0's
+  // debug build asserts there (found by the config_toml fuzz target; marzer/tomlplusplus#301),
+  // the release build troupe links reports it.
+  for (const char* header : {"[%node]]\n", "[[%node]]\n", "[[[1]]]\n", "[[=\n"})
+    CHECK_THAT(toml_error(std::string("model = \"m\"\n") + header),
+               Contains("engine.toml:2:") && Contains("TOML parse error"));
+  // toml++ 3.3.0 asks its Unicode table whether U+00A1..U+0499 is whitespace and reaches an
+  // unreachable branch (found by the config_toml fuzz target; marzer/tomlplusplus#295). The
+  // release build troupe links answers "no": a parse error outside strings, and text kept as
+  // written after a multi-line string's line-ending backslash.
+  CHECK_THAT(toml_error("max_num_seqs = 4 \xCA\xA2\n"),
+             Contains("engine.toml:1:") && Contains("TOML parse error"));
+  CHECK_THAT(toml_error("\xD0\xB6 = 1\n"),
+             Contains("engine.toml:1:1") && Contains("TOML parse error"));
+  const auto kept = troupe::parse_engine_toml("tokenizer = \"\"\"\\\n   \xC2\xA7x \xD0\x96\"\"\"\n",
+                                              "engine.toml");
+  CHECK(kept.engine.tokenizer == "\xC2\xA7x \xD0\x96");
 }
 
 TEST_CASE("unknown TOML keys are errors with the position and a suggestion", "[config]") {

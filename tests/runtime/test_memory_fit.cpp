@@ -50,6 +50,34 @@ TEST_CASE("parameter counts: Llama-3-8B is Meta's 8,030,261,248", "[memory_fit]"
   CHECK(m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 4);
 }
 
+TEST_CASE("sizes that overflow int64 are refused naming config.json, not wrapped", "[memory_fit]") {
+  // Each parses (every size is a positive integer) but counts past 2^63: the products wrapped
+  // (undefined behaviour; the model_config fuzz target checks the estimate of every config).
+  const std::string base =
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 4, "intermediate_size": 4,
+          "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 8, )";
+  const auto config = [&](const std::string& rest) {
+    return parse_model_config(base + rest + "}", "/models/huge");
+  };
+  const ModelConfig wide = config(R"("hidden_size": 4611686018427387904)");  // 2^62
+  CHECK_THROWS_WITH(model_parameter_count(wide), Contains("/models/huge/config.json") &&
+                                                     Contains("hidden_size 4611686018427387904") &&
+                                                     Contains("more than 2^63"));
+  CHECK_THROWS_WITH(model_memory(wide, DType::bf16, 8), Contains("more than 2^63"));
+  // The parameters fit; their bytes, or one sequence's KV cache, do not.
+  const ModelConfig deep = config(R"("hidden_size": 4, "num_hidden_layers": 50000000000000000)");
+  CHECK(model_parameter_count(deep) > 0);
+  CHECK_THROWS_WITH(model_memory(deep, DType::f32, 8), Contains("more than 2^63"));
+  const ModelConfig fine = config(R"("hidden_size": 4, "head_dim": 1000000000000000)");
+  CHECK_NOTHROW(model_memory(fine, DType::bf16, 1));
+  CHECK_THROWS_WITH(model_memory(fine, DType::bf16, 2147483647), Contains("more than 2^63"));
+  // A linear RoPE factor that makes the table's rows beyond int64 (the cast was undefined).
+  const ModelConfig stretched =
+      config(R"("hidden_size": 4, "rope_scaling": {"type": "linear", "factor": 1e300})");
+  CHECK_THROWS_WITH(model_memory(stretched, DType::bf16, 8),
+                    Contains("rope_scaling factor") && Contains("beyond any position table"));
+}
+
 TEST_CASE("parameter counts equal the tensors of every fixture checkpoint", "[memory_fit]") {
   for (const char* name : {"llama_gqa", "llama3_tied", "llama_gelu", "qwen2"}) {
     const fs::path dir = fs::path(TROUPE_FIXTURES_DIR) / "models" / name;

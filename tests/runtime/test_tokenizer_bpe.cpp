@@ -318,3 +318,20 @@ TEST_CASE("tokenizer bpe: tokenizer_config.json fields", "[tokenizer]") {
   CHECK(listed->model_max_length() == 0);
   CHECK_FALSE(listed->bos_token_id().has_value());
 }
+
+TEST_CASE("tokenizer bpe: from_json_text builds what load builds, without the config",
+          "[tokenizer]") {
+  const auto text = tiny_json().dump();
+  const auto from_text = Tokenizer::from_json_text(text, "in memory");
+  const auto loaded = tiny();
+  for (const std::string s : {"hello world", "hello<|endoftext|> wor\nld\n\n\xC3\xA9 aa"}) {
+    CHECK(from_text->encode(s, true) == loaded->encode(s, true));
+    CHECK(from_text->decode(loaded->encode(s, false), /*skip_special_tokens=*/false) == s);
+  }
+  CHECK(from_text->vocab_size() == loaded->vocab_size());
+  CHECK_FALSE(from_text->bos_token_id().has_value());  // tokenizer_config.json's, not read
+  CHECK(from_text->model_max_length() == 0);
+  // Errors name the origin given, as load's name the file.
+  CHECK_THROWS_WITH(Tokenizer::from_json_text("{\"model\": 3}", "in memory"),
+                    Catch::Matchers::Contains("'in memory': model"));
+}

@@ -53,6 +53,10 @@ TEST_CASE("tokenizer errors: missing path, missing tokenizer.json, unreadable JS
   bad.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\", ");
   CHECK(has(error_of([&] { (void)Tokenizer::load(bad.path()); }),
             {(bad.path() / "tokenizer.json").string(), "not valid JSON"}));
+  // A number beyond a double is nlohmann's out_of_range, not parse_error (found by fuzzing).
+  bad.write("tokenizer.json", R"({"model": {"type": "BPE", "dropout": 1e999}})");
+  CHECK(has(error_of([&] { (void)Tokenizer::load(bad.path()); }),
+            {(bad.path() / "tokenizer.json").string(), "not valid JSON", "overflow"}));
 
   TempDir not_object;
   not_object.write("tokenizer.json", "[1, 2]");
@@ -146,6 +150,26 @@ TEST_CASE("tokenizer errors: bad model, regex, added token and template content"
                   {"special_tokens", json::object()}};
             }),
             {"post_processor.special_tokens", "<s>"}));
+  // Ids the post_processor adds must be tokens' ids, or encode would give ids decode refuses
+  // (found by the tokenizer_json fuzz target: a template id past the vocabulary).
+  const auto template_with = [](int64_t id) {
+    return [id](json& t) {
+      t["post_processor"] = {
+          {"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {id}}, {"tokens", {"<s>"}}}}}}};
+    };
+  };
+  CHECK(has(load_error(template_with(100000)),
+            {"post_processor", "adds token id 100000", "no token"}));
+  CHECK(has(load_error([](json& t) {
+              t["post_processor"] = {
+                  {"type", "RobertaProcessing"}, {"cls", {"<s>", 0}}, {"sep", {"</s>", 5000}}};
+            }),
+            {"post_processor", "adds token id 5000"}));
+  CHECK(load_error(template_with(0)).empty());  // a real token is fine
 }
 
 TEST_CASE("tokenizer errors: bad tokenizer_config.json fields", "[tokenizer]") {

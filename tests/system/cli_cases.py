@@ -346,6 +346,12 @@ def case_bench():
         assert 0 < s["inside_executor_ms"] <= s["executor_round_trip_ms"], s
         assert s["planning_ms"] >= 0 and s["applying_results_ms"] >= 0, s
         check_step_kinds(s, max_decode_tokens=2)
+        # A ShareGPT file holding a number beyond a double is one error naming the file (it
+        # was nlohmann's out_of_range text alone: only parse errors were caught).
+        bad = pathlib.Path(d) / "sharegpt.json"
+        bad.write_text('[{"conversations": [{"from": "human", "value": "hi", "n": 1e999}]}]')
+        expect_error(["bench", "serving", "--dataset-name", "sharegpt", "--dataset-path",
+                      str(bad)], f"--dataset-path {bad}: not JSON", "overflow")
 
         thr = pathlib.Path(d) / "throughput.json"
         p = run("bench", "throughput", "--input-len", "16", "--output-len", "5",
