@@ -4,7 +4,7 @@
 # CI, which replays the same targets over their corpora (tests/fuzz/CMakeLists.txt). What each
 # target feeds and the runs done so far: docs/fuzzing.md.
 #
-# Usage (repo root): tools/fuzz.sh TARGET [RUNS | SECONDSs] [WORK_DIR]
+# Usage (repo root): tools/fuzz.sh TARGET [RUNS | SECONDSs] [WORK_DIR] [LIBFUZZER_FLAG...]
 #   TARGET     a tests/fuzz/TARGET_fuzz.cpp: openai_request, safetensors_header, model_config,
 #              tokenizer_json, config_toml, generate_input
 #   RUNS       inputs to run (10000000), or SECONDS followed by s (600s); default 60s
@@ -13,11 +13,15 @@
 #              about 10 minutes on 2 cores the first time), the target's binary, the inputs it
 #              finds (corpus/TARGET; the committed seeds are read, never written) and any
 #              crashing input (TARGET-crash-*, TARGET-oom-*, TARGET-timeout-*).
+#   LIBFUZZER_FLAG  passed on, e.g. -max_total_time=2400 with RUNS: whichever comes first.
+# A crash is replayed with WORK_DIR/obj/TARGET_fuzz FILE (or the CTest replay: add FILE to the
+# corpus, fix, commit both).
 # On a shared machine: nice -n 19 tools/fuzz.sh ...; FUZZ_JOBS (default 2) compile jobs.
 set -euo pipefail
-target=${1:?usage: tools/fuzz.sh TARGET [RUNS | SECONDSs] [WORK_DIR]}
+target=${1:?usage: tools/fuzz.sh TARGET [RUNS | SECONDSs] [WORK_DIR] [LIBFUZZER_FLAG...]}
 amount=${2:-60s}
 work=$(realpath -m "${3:-/tmp/troupe-fuzz}")
+shift $(($# < 3 ? $# : 3))
 root=$(pwd)
 src="$root/tests/fuzz/${target}_fuzz.cpp"
 [ -f "$src" ] || { echo "fuzz.sh: no $src" >&2; exit 2; }
@@ -59,4 +63,4 @@ make -s -C "$work/obj" -j"${FUZZ_JOBS:-2}" "${target}_fuzz"
 # New inputs go to the first directory; the committed seeds are only read.
 cd "$work"
 exec "$work/obj/${target}_fuzz" "${limit[@]}" -timeout=10 -print_final_stats=1 -print_funcs=0 \
-  -artifact_prefix="$work/$target-" "corpus/$target" "$root/tests/fuzz/corpus/$target"
+  -artifact_prefix="$work/$target-" "$@" "corpus/$target" "$root/tests/fuzz/corpus/$target"

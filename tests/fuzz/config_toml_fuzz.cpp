@@ -7,13 +7,15 @@
 // What `troupe launch` does with an accepted cluster file must work too: place_ranks gives one
 // placement per rank (TP x PP), each on a non-spare node with the device that node lists for
 // it; format_topology prints them; and each rank's launch command is built or refused with a
-// troupe::Error (a template that needs a port the file leaves to the head).
+// troupe::Error (a template that needs a port the file leaves to the head); its [faults]
+// inject specs parse.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "runtime/config/cluster_config.hpp"
 #include "runtime/config/engine_args.hpp"
+#include "runtime/faults/fault_spec.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
 
 using troupe::fuzz::accepted;
@@ -41,6 +43,7 @@ void check_cluster(const troupe::ClusterConfig& c) {
     });
   }
   (void)troupe::format_topology(c);
+  (void)troupe::parse_fault_specs(c.fault_inject);  // validated with the file: may not throw
 }
 
 }  // namespace
