@@ -119,8 +119,9 @@ EngineConfigFile parse_engine_toml(std::string_view text, std::string_view sourc
           fail("{}: unknown key 'faults.{}'; allowed: inject, max_executor_restarts, "
                "execute_timeout",
                where(source_name, fkey_ptr->source()), fk);
-        at(source_name, fnode_ptr->source(), [&] {
-          config_detail::apply_engine_value(out.engine, *f, to_json(*fnode_ptr),
+        const toml::node& fnode = *fnode_ptr;  // clang 14 cannot capture the binding itself
+        at(source_name, fnode.source(), [&] {
+          config_detail::apply_engine_value(out.engine, *f, to_json(fnode),
                                             fmt::format("faults.{}", fk), &out.notices);
         });
       }

@@ -188,13 +188,15 @@ json parse_json_text(std::string_view s) {
 }
 
 int64_t decode_int(const json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
+  // Unsigned first: is_number_integer() is true for unsigned numbers too, and get<int64_t>()
+  // wrapped 18446744073709551615 to -1.
   if (v.is_number_unsigned()) {
     if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
       throw Problem("integer out of range");
     }
     return v.get<int64_t>();
   }
+  if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     double d = v.get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.2e18) return int64_t(d);

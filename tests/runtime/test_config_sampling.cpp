@@ -262,6 +262,13 @@ TEST_CASE("sampling_params_from_json errors name the key", "[config]") {
              Contains("logit_bias = {\"abc\":1}: key \"abc\" is not a token id"));
   CHECK_THAT(json_error({{"stop_token_ids", {5000000000LL}}}),
              Contains("out of range for a token id"));
+  // Past int64 is refused, not wrapped (2^64 - 1 was read as -1: a seed of -1, silently).
+  CHECK_THAT(json_error(json::parse(R"({"seed": 18446744073709551615})")),
+             Contains("seed = 18446744073709551615: integer out of range"));
+  CHECK_THAT(json_error(json::parse(R"({"max_tokens": 9223372036854775808})")),
+             Contains("max_tokens = 9223372036854775808: integer out of range"));
+  CHECK(troupe::sampling_params_from_json(json::parse(R"({"seed": 9223372036854775807})"), {})
+            .seed == INT64_MAX);
   CHECK_THAT(json_error({{"output_kind", "sometimes"}}),
              Contains("output_kind = \"sometimes\": allowed: cumulative|delta|final_only"));
   CHECK_THAT(json_error({{"top_p", 0}}), Contains("top_p = 0.0: allowed: (0, 1]"));
