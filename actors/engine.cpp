@@ -97,6 +97,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   init.gpu_memory_utilization = args.gpu_memory_utilization;
   init.num_gpu_blocks_override = args.num_gpu_blocks_override.value_or(0);
   init.enforce_eager = args.enforce_eager;
+  init.batch_invariant = args.batch_invariant;
   init.max_seq_len_to_capture = int32_t(args.max_seq_len_to_capture);
   init.cudagraph_capture_sizes = requested_capture_sizes(args);
   // Swap space only when preempting by swap (the default recomputes: n > 1 samples are

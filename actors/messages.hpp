@@ -157,7 +157,7 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
            x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
            x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
            x.enforce_eager, x.max_seq_len_to_capture, x.cudagraph_capture_sizes, x.swap_space_bytes,
-           x.logits_processor_plugins, x.faults, x.in_worker_process);
+           x.logits_processor_plugins, x.faults, x.in_worker_process, x.batch_invariant);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {

@@ -231,6 +231,7 @@ class CpuBackend final : public Backend {
     check_linear(check, x, w, bias, out);  // float32 x: out and bias float32 too
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     if (t == 0 || n == 0) return;
+    if (batch_invariant_) return invariant_linear(x, w, bias, out);
 
     float* o = out.as<float>();
     // With a bias, out starts as the bias rows and sgemm accumulates into it (beta = 1).
@@ -247,6 +248,8 @@ class CpuBackend final : public Backend {
                 x.as<const float>(), int(k), w.as<const float>(), int(k),
                 bias != nullptr ? 1.0f : 0.0f, o, int(n));
   }
+
+  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
 
   void rope(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
             int32_t head_dim, int32_t rotary_dim, RopeStyle style) override {
@@ -426,7 +429,31 @@ class CpuBackend final : public Backend {
     troupe::check_transfer(OpCheck(op, kCpu), name, t, host, bytes);
   }
 
+  // out[i, j] = dot(x_i, w_j) (+ bias[j]) in vector_math's fixed eight-lane order, for any
+  // number of rows: OpenBLAS picks its kernels and blockings by the matrix shape, so the bits
+  // of its row i depend on how many rows came with it. Threads split the weight rows; a block
+  // of them stays in cache while every row of x passes over it.
+  void invariant_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+    const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
+    constexpr int64_t kBlock = 32;  // weight rows per task
+    const float* xp = x.as<const float>();
+    const float* wp = w.as<const float>();
+    const float* b = bias != nullptr ? bias->as<const float>() : nullptr;
+    float* o = out.as<float>();
+    pool_.parallel_for((n + kBlock - 1) / kBlock, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t j0 = begin * kBlock; j0 < std::min(n, end * kBlock); j0 += kBlock) {
+        const int64_t j1 = std::min(n, j0 + kBlock);
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t j = j0; j < j1; ++j) {
+            const float d = cpu::dot(xp + i * k, wp + j * k, k);
+            o[i * n + j] = b != nullptr ? b[j] + d : d;
+          }
+      }
+    });
+  }
+
   cpu::ThreadPool pool_;
+  bool batch_invariant_ = false;
 };
 
 }  // namespace

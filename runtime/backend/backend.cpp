@@ -32,6 +32,13 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
 }
 
+void Backend::set_batch_invariant(bool on) {
+  if (on)
+    fail("batch_invariant: the {} backend has no batch-invariant mode yet; allowed: the cpu "
+         "backend (--device cpu)",
+         name());
+}
+
 void Backend::all_reduce(const Tensor& x) {
   if (collectives_ && collectives_->size() > 1) collectives_->all_reduce_sum(x);
 }

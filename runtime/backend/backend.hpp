@@ -304,6 +304,15 @@ class Backend {
   virtual void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_start,
                                int64_t vocab_size, const Tensor& out);
 
+  // ---- batch invariance ----
+
+  /// Batch-invariant mode (--batch-invariant): every op computes each row with the same
+  /// operations in the same order whatever else shares the batch (how many rows, which ones),
+  /// so a request's tokens and logprobs are bit-identical alone and in any batch. Off by
+  /// default (the fastest kernels pick their blocking by the batch's shape). Throws
+  /// troupe::Error on a backend that has no such mode.
+  virtual void set_batch_invariant(bool on);
+
   // ---- graphs (optional) ----
 
   /// True when capture() records graphs on this backend (CUDA); false when it returns nullptr.

@@ -152,6 +152,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::tokenizer_revision, {.name = "tokenizer_revision", .help = "Hub revision of the tokenizer.", .status = kNotYet, .note = "troupe loads local directories only"}));
   add(member(a, &E::quantization, {.name = "quantization", .help = "Quantization method of the weights.", .status = kNotYet, .note = "no quantized weights yet"}));
   add(member(a, &E::enforce_eager, {.name = "enforce_eager", .help = "Never use CUDA graphs."}));
+  add(member(a, &E::batch_invariant, {.name = "batch_invariant", .help = "A request's tokens and logprobs are bit-identical whatever else shares its batch (fixed reduction orders; slower, docs/benchmarks.md). CPU backend only for now."}));
   add(member(a, &E::max_seq_len_to_capture, {.name = "max_seq_len_to_capture", .help = "Longest sequence run under a CUDA graph; longer ones run eagerly.", .allowed = ">= 1", .valid = at_least(1)}));
   add(member(a, &E::disable_custom_all_reduce, {.name = "disable_custom_all_reduce", .help = "Use NCCL only for the tensor-parallel all-reduce (troupe has no custom all-reduce yet, so NCCL is what runs either way; no effect at TP 1)."}));
   // ---- multimodal ----

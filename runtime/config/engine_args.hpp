@@ -124,6 +124,7 @@ struct EngineArgs {
   std::optional<std::string> tokenizer_revision;
   std::optional<std::string> quantization;
   bool enforce_eager = false;             // no CUDA graphs
+  bool batch_invariant = false;           // Backend::set_batch_invariant (troupe's own flag)
   int64_t max_seq_len_to_capture = 8192;  // longest sequence run under a CUDA graph
   bool disable_custom_all_reduce = false;
   // ---- multimodal ----

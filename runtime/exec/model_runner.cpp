@@ -54,6 +54,7 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, const ExecutorInit& i
       max_num_seqs_(init.max_num_seqs),
       max_model_len_(init.max_model_len) {
   if (!backend_) fail("ModelRunner: no backend");
+  backend_->set_batch_invariant(init.batch_invariant);  // refused by a backend without the mode
   if (!init.logits_processor_plugins.empty())
     plugins_ = std::make_unique<LogitsProcessorPlugins>(init.logits_processor_plugins);
   backend_->synchronize();

@@ -157,6 +157,7 @@ struct ExecutorInit {
   // a freeze then stops) rather than in the engine's own.
   std::vector<std::string> faults;
   bool in_worker_process = false;
+  bool batch_invariant = false;  // Backend::set_batch_invariant
 };
 
 /// The second start-up message of an executor in a group: its peers' endpoints, to connect
