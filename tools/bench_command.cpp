@@ -3,6 +3,8 @@
 //
 //   troupe bench latency    --input-len 32 --output-len 128 --batch-size 8 [engine flags]
 //   troupe bench throughput --input-len 1000 --output-len 1000 --num-prompts 1000 [engine flags]
+//   troupe bench throughput --prefix-len 512 --input-len 32 --output-len 1 --num-prompts 64
+//       --prompt-logprobs 0     (a scoring workload: a shared prefix, prompt logprobs on)
 //
 // Both print a table and, with --output-json FILE, write the numbers as JSON. Prompts are
 // random token ids (so --load-format dummy checkpoints without a tokenizer work), generation
@@ -37,6 +39,8 @@ struct BenchOptions {
   int output_len = 128;
   int batch_size = 8;     // latency
   int num_prompts = 1000; // throughput
+  int prefix_len = 0;     // throughput: random tokens every prompt starts with (vLLM's)
+  int prompt_logprobs = -1;  // throughput: prompt_logprobs of every request (-1: none)
   int num_iters_warmup = 2;
   int num_iters = 5;
   uint64_t seed = 0;
@@ -128,8 +132,9 @@ std::vector<Prompt> random_prompts(int count, int len, int32_t vocab, uint64_t s
   return out;
 }
 
-SamplingParams bench_params(int output_len) {
+SamplingParams bench_params(int output_len, int prompt_logprobs = -1) {
   SamplingParams p;
+  if (prompt_logprobs >= 0) p.prompt_logprobs = prompt_logprobs;
   p.temperature = 1.0;
   p.top_p = 1.0;
   p.ignore_eos = true;
@@ -222,38 +227,72 @@ int run_throughput(const CLI::App& app, const BenchOptions& o) {
   const EngineArgs args = bench_engine_args(app);
   const ModelConfig config = load_model_config(args.model);
   LLM llm(args);
-  const auto prompts = random_prompts(o.num_prompts, o.input_len, int32_t(config.vocab_size), o.seed);
-  // A short warm-up so one-time costs (kernel loading, first allocations) stay out.
-  (void)llm.generate({prompts.front()}, bench_params(4), {.use_tqdm = false});
+  const auto vocab = int32_t(config.vocab_size);
+  auto prompts = random_prompts(o.num_prompts, o.input_len, vocab, o.seed);
+  if (o.prefix_len > 0) {
+    // One shared prefix (its own random tokens) before each prompt's random ones.
+    const auto prefix = random_prompts(1, o.prefix_len, vocab, o.seed + 1).front().token_ids;
+    for (auto& p : prompts) p.token_ids.insert(p.token_ids.begin(), prefix.begin(), prefix.end());
+  }
+  // A short warm-up so one-time costs (kernel loading, first allocations) stay out; with a
+  // shared prefix, on a prompt without it, so that the timed run computes the prefix itself.
+  const Prompt warm_up = o.prefix_len > 0
+                             ? random_prompts(1, o.input_len, vocab, o.seed + 2).front()
+                             : prompts.front();
+  (void)llm.generate({warm_up}, bench_params(4), {.use_tqdm = false});
   const SchedulerStats before = llm.scheduler_stats();
+  const KVStats kv_before = llm.kv_stats();
   const auto t0 = Clock::now();
-  const auto outs = llm.generate(prompts, bench_params(o.output_len), {.use_tqdm = true});
+  const auto outs =
+      llm.generate(prompts, bench_params(o.output_len, o.prompt_logprobs), {.use_tqdm = true});
   const double elapsed = seconds(t0, Clock::now());
   const SchedulerStats after = llm.scheduler_stats();
+  const KVStats kv_after = llm.kv_stats();
+  // vLLM's prefix cache counters over the timed run: prompt tokens looked up and found.
+  const uint64_t queries = kv_after.prefix_queries - kv_before.prefix_queries;
+  const uint64_t hits = kv_after.prefix_hits - kv_before.prefix_hits;
+  const double hit_rate = queries == 0 ? 0.0 : double(hits) / double(queries);
+  uint64_t cached_tokens = 0;
+  for (const auto& r : outs) cached_tokens += uint64_t(std::max(r.num_cached_tokens, 0));
   size_t out_tokens = 0, in_tokens = 0;
   for (const auto& r : outs) {
     in_tokens += r.prompt_token_ids.size();
     for (const auto& c : r.outputs) out_tokens += c.token_ids.size();
   }
   // Model FLOPs of all the tokens processed, attention at each token's own context length.
-  const double avg_ctx_prompt = double(o.input_len) / 2.0;
-  const double avg_ctx_output = double(o.input_len) + double(o.output_len) / 2.0;
+  const double prompt_len = double(o.prefix_len + o.input_len);
+  const double avg_ctx_prompt = prompt_len / 2.0;
+  const double avg_ctx_output = prompt_len + double(o.output_len) / 2.0;
   const double flops = double(in_tokens) * flops_per_token(config, avg_ctx_prompt) +
                        double(out_tokens) * flops_per_token(config, avg_ctx_output);
 
-  std::printf("bench throughput: %s on %s, %d prompts, input %d, output %d tokens\n",
-              config.architecture.c_str(), llm.backend().c_str(), o.num_prompts, o.input_len,
-              o.output_len);
+  std::printf(
+      "bench throughput: %s on %s, %d prompts, input %d (shared prefix %d), output %d "
+      "tokens, prompt_logprobs %d, prefix caching %s\n",
+      config.architecture.c_str(), llm.backend().c_str(), o.num_prompts, o.prefix_len + o.input_len,
+      o.prefix_len, o.output_len, o.prompt_logprobs, args.enable_prefix_caching ? "on" : "off");
   std::printf("  %-34s %10.3f s\n", "elapsed", elapsed);
   std::printf("  %-34s %10.2f\n", "requests/s", double(outs.size()) / elapsed);
   std::printf("  %-34s %10.1f\n", "output tokens/s", double(out_tokens) / elapsed);
   std::printf("  %-34s %10.1f\n", "total tokens/s", double(in_tokens + out_tokens) / elapsed);
   std::printf("  %-34s %10.2f\n", "model TFLOP/s", flops / elapsed / 1e12);
+  std::printf("  %-34s %10.4f (%llu of %llu tokens)\n", "prefix cache hit rate", hit_rate,
+              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(queries));
+  std::printf("  %-34s %10llu\n", "num_cached_tokens (sum)",
+              static_cast<unsigned long long>(cached_tokens));
   const nlohmann::ordered_json per_step = step_breakdown(before, after);
 
   nlohmann::ordered_json j = common_json(llm, args, config, o);
   j["bench"] = "throughput";
   j["num_prompts"] = o.num_prompts;
+  j["prefix_len"] = o.prefix_len;
+  j["prompt_logprobs"] = o.prompt_logprobs;
+  j["enable_prefix_caching"] = args.enable_prefix_caching;
+  j["prefix_cache_queries"] = queries;
+  j["prefix_cache_hits"] = hits;
+  j["prefix_cache_hit_rate"] = hit_rate;
+  j["num_cached_tokens"] = cached_tokens;
+  j["prompt_logprob_cache_bytes"] = kv_after.prompt_logprob_bytes;
   j["elapsed_s"] = elapsed;
   j["requests_per_s"] = double(outs.size()) / elapsed;
   j["output_tokens_per_s"] = double(out_tokens) / elapsed;
@@ -316,6 +355,16 @@ Runner add_bench_command(CLI::App& app) {
   add_common(*thr, *o);
   thr->add_option("--num-prompts", o->num_prompts, "requests")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  thr->add_option("--prefix-len", o->prefix_len,
+                  "random tokens shared by every prompt, before its --input-len own ones")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Benchmark");
+  thr->add_option("--prompt-logprobs", o->prompt_logprobs,
+                  "prompt_logprobs of every request (top-N per prompt token; -1: none)")
+      ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str()
       ->group("Benchmark");
   auto* serving =

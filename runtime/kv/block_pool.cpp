@@ -73,6 +73,7 @@ void BlockPool::evict(int32_t b) {
     }
   }
   blk.cached = false;
+  prompt_logprobs_.drop(b);
 }
 
 std::optional<std::vector<int32_t>> BlockPool::allocate(int32_t n) {
@@ -100,20 +101,26 @@ void BlockPool::release(std::span<const int32_t> block_ids) {
   }
 }
 
-std::optional<int32_t> BlockPool::acquire_cached(int32_t parent, std::span<const int32_t> tokens,
-                                                 uint64_t salt) {
+std::optional<int32_t> BlockPool::find_cached(int32_t parent, std::span<const int32_t> tokens,
+                                              uint64_t salt) const {
   if (int32_t(tokens.size()) != block_size_) return std::nullopt;
+  if (parent >= num_blocks()) return std::nullopt;
   const uint64_t h = hash_of(parent, tokens, salt);
   auto [lo, hi] = index_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    const int32_t b = it->second;
-    Block& blk = blocks_[size_t(b)];
-    if (!same_content(blk, b, parent, tokens, salt)) continue;
-    if (blk.in_free_list) unlink_free(b);
-    ++blk.refs;
-    return b;
-  }
+  for (auto it = lo; it != hi; ++it)
+    if (same_content(blocks_[size_t(it->second)], it->second, parent, tokens, salt))
+      return it->second;
   return std::nullopt;
+}
+
+std::optional<int32_t> BlockPool::acquire_cached(int32_t parent, std::span<const int32_t> tokens,
+                                                 uint64_t salt) {
+  auto b = find_cached(parent, tokens, salt);
+  if (!b) return std::nullopt;
+  Block& blk = blocks_[size_t(*b)];
+  if (blk.in_free_list) unlink_free(*b);
+  ++blk.refs;
+  return b;
 }
 
 void BlockPool::register_full(int32_t block, int32_t parent, std::span<const int32_t> tokens,
@@ -137,6 +144,7 @@ void BlockPool::register_full(int32_t block, int32_t parent, std::span<const int
 
 void BlockPool::reset_prefix_cache() {
   index_.clear();
+  prompt_logprobs_.clear();
   for (auto& b : blocks_) b.cached = false;
 }
 

@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/kv/prompt_logprob_store.hpp"
+
 namespace troupe {
 
 class BlockPool {
@@ -45,12 +47,26 @@ class BlockPool {
   [[nodiscard]] std::optional<int32_t> acquire_cached(int32_t parent, std::span<const int32_t> tokens,
                                                       uint64_t salt);
 
+  /// The cached block that follows `parent` and holds exactly `tokens`, without taking a
+  /// reference (nullopt when there is none).
+  [[nodiscard]] std::optional<int32_t> find_cached(int32_t parent, std::span<const int32_t> tokens,
+                                                   uint64_t salt) const;
+
+  /// Prompt logprob entries kept beside cached blocks (dropped when their block is evicted).
+  [[nodiscard]] PromptLogprobStore& prompt_logprobs() { return prompt_logprobs_; }
+  [[nodiscard]] const PromptLogprobStore& prompt_logprobs() const { return prompt_logprobs_; }
+
   /// Registers a full block (held by the caller) as the child of `parent` holding `tokens`.
   /// A block already registered, or an identical entry already cached, is left as is.
   void register_full(int32_t block, int32_t parent, std::span<const int32_t> tokens, uint64_t salt);
 
   [[nodiscard]] int32_t ref_count(int32_t block) const { return blocks_.at(size_t(block)).refs; }
   [[nodiscard]] bool is_cached(int32_t block) const { return blocks_.at(size_t(block)).cached; }
+  /// Bumped each time the block is reused for new content (so a remembered block id can be
+  /// checked to still hold what it held).
+  [[nodiscard]] uint32_t generation(int32_t block) const {
+    return blocks_.at(size_t(block)).generation;
+  }
   [[nodiscard]] size_t num_cached() const { return index_.size(); }
 
   /// Forgets every prefix entry (blocks in use keep their references).
@@ -81,6 +97,7 @@ class BlockPool {
   std::vector<int32_t> tokens_;  // [num_blocks * block_size]: contents of cached blocks
   int32_t free_head_ = -1, free_tail_ = -1, num_free_ = 0;
   std::unordered_multimap<uint64_t, int32_t> index_;  // hash -> cached block
+  PromptLogprobStore prompt_logprobs_;                // of cached blocks only
 };
 
 }  // namespace troupe

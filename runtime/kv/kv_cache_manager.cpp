@@ -38,7 +38,109 @@ KVStats KVCacheManager::stats() const {
   st.blocks_swapped_out = blocks_swapped_out_;
   st.blocks_swapped_in = blocks_swapped_in_;
   st.swap_fallbacks = swap_fallbacks_;
+  st.prompt_logprob_blocks = int32_t(pool_.prompt_logprobs().num_blocks());
+  st.prompt_logprob_bytes = pool_.prompt_logprobs().bytes();
   return st;
+}
+
+void KVCacheManager::keep_prompt_logprobs(SeqState& s, const KVPromptLogprobs& in) {
+  if (in.entries.empty()) return;
+  const auto in_end = in.first_token + int32_t(in.entries.size());
+  if (in.first_token < 1 || in_end > int32_t(s.tokens.size()) || in.k < 0)
+    fail(
+        "KVCacheManager: prompt logprobs of tokens [{}, {}) with k = {}: allowed: tokens 1 .. {} "
+        "(the sequence's), k >= 0",
+        in.first_token, in_end, in.k, int32_t(s.tokens.size()) - 1);
+  if (!s.cacheable || s.plp_done) return;
+  const auto end = [&] { return s.plp_first + int32_t(s.plp.size()); };
+  if (in.k != s.plp_k || in.first_token > end() || in.first_token < s.plp_first) {
+    s.plp.clear();  // a new run of entries (the old one cannot complete a block any more)
+    s.plp_first = in.first_token;
+    s.plp_k = in.k;
+  }
+  if (in_end > end())
+    s.plp.insert(s.plp.end(), in.entries.end() - (in_end - end()), in.entries.end());
+  // Store the entries of each complete block beside the cached block with the same identity
+  // (the sequence's own, or the one an identical earlier block registered first).
+  const int32_t bs = block_size_;
+  const auto full_blocks = int32_t(s.tokens.size()) / bs;
+  while (s.plp_blocks < full_blocks) {
+    const int32_t b = s.plp_blocks;
+    if (std::max(1, b * bs) < s.plp_first || (b + 1) * bs > end()) break;  // not complete yet
+    if (s.plp_parent >= 0 && pool_.generation(s.plp_parent) != s.plp_parent_generation) {
+      s.plp_done = true;  // the parent was evicted and reused
+      break;
+    }
+    std::span<const int32_t> toks(s.tokens.data() + size_t(b) * size_t(bs), size_t(bs));
+    const auto twin = pool_.find_cached(s.plp_parent, toks, s.salt);
+    if (!twin) {
+      s.plp_done = true;
+      break;
+    }
+    BlockPromptLogprobs stored{s.plp_k, std::vector<PositionLogprobs>(size_t(bs))};
+    for (int32_t j = b == 0 ? 1 : 0; j < bs; ++j)
+      stored.entries[size_t(j)] = s.plp[size_t(b * bs + j - s.plp_first)];
+    pool_.prompt_logprobs().put(*twin, std::move(stored));
+    s.plp_parent = *twin;
+    s.plp_parent_generation = pool_.generation(*twin);
+    ++s.plp_blocks;
+  }
+  if (s.plp_done) {
+    s.plp.clear();
+    return;
+  }
+  // Entries of stored blocks are not needed here any more.
+  const int32_t drop = std::clamp(s.plp_blocks * bs - s.plp_first, 0, int32_t(s.plp.size()));
+  s.plp.erase(s.plp.begin(), s.plp.begin() + drop);
+  s.plp_first += drop;
+}
+
+void KVCacheManager::prefix_hit(const KVWaitingAsk& w, SeqState& s,
+                                std::vector<PositionLogprobs>* entries) {
+  const auto len = int32_t(w.token_ids.size());
+  if (!prefix_caching_ || !w.allow_prefix_hit || len <= 1) return;
+  const int32_t bs = block_size_;
+  const bool wants = w.prompt_logprobs >= 0;
+  const int32_t last_entry = w.num_prompt_tokens - 1;  // the last token with an entry
+  // Full blocks among the first len - 1 tokens (one token is always computed, so the step
+  // yields logits for the next one).
+  const int32_t max_hit_blocks = (len - 1) / bs;
+  prefix_queries_ += uint64_t(len);
+  int32_t parent = -1;
+  for (int32_t b = 0; b < max_hit_blocks; ++b) {
+    std::span<const int32_t> toks(s.tokens.data() + size_t(b) * size_t(bs), size_t(bs));
+    auto hit = pool_.acquire_cached(parent, toks, s.salt);
+    if (!hit) break;
+    if (wants && b * bs <= last_entry) {  // the block holds tokens whose entries are wanted
+      const BlockPromptLogprobs* e = pool_.prompt_logprobs().find(*hit);
+      if (e == nullptr || e->k < w.prompt_logprobs) {
+        pool_.release(std::span<const int32_t>(&*hit, 1));
+        break;
+      }
+    }
+    s.blocks.push_back(*hit);
+    parent = *hit;
+  }
+  if (wants && !s.blocks.empty()) {
+    // The entry of the token right after the hit comes from the logits at the hit's last
+    // position: back off one block, so that position is computed (into a private block).
+    const auto found = int32_t(s.blocks.size());
+    const bool back_off = found * bs <= last_entry;
+    const int32_t kv_blocks = found - (back_off ? 1 : 0);
+    const int32_t through = std::min(kv_blocks * bs, last_entry);  // entries 1 .. through
+    entries->reserve(size_t(std::max(through, 0)));
+    for (int32_t t = 1; t <= through; ++t) {
+      const BlockPromptLogprobs* e = pool_.prompt_logprobs().find(s.blocks[size_t(t / bs)]);
+      PositionLogprobs p = e->entries[size_t(t % bs)];
+      if (p.top.size() > size_t(w.prompt_logprobs)) p.top.resize(size_t(w.prompt_logprobs));
+      entries->push_back(std::move(p));
+    }
+    if (back_off) {
+      pool_.release(std::span<const int32_t>(&s.blocks.back(), 1));
+      s.blocks.pop_back();
+    }
+  }
+  prefix_hits_ += uint64_t(s.blocks.size()) * uint64_t(bs);
 }
 
 void KVCacheManager::register_full_blocks(SeqState& s, int32_t num_tokens) {
@@ -109,7 +211,8 @@ void KVCacheManager::preempt(const KVRunningAsk& victim, PreemptionMode mode, KV
   free_seq(victim.seq_id);
 }
 
-void KVCacheManager::release(uint64_t seq_id, std::vector<int32_t> appended, int32_t num_computed) {
+void KVCacheManager::release(const KVRelease& r) {
+  const uint64_t seq_id = r.seq_id;
   if (auto sw = swapped_.find(seq_id); sw != swapped_.end()) {  // aborted while swapped out
     cpu_free_.insert(cpu_free_.end(), sw->second.cpu_blocks.rbegin(), sw->second.cpu_blocks.rend());
     swapped_.erase(sw);
@@ -118,14 +221,19 @@ void KVCacheManager::release(uint64_t seq_id, std::vector<int32_t> appended, int
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;  // already preempted: nothing held
   SeqState& s = it->second;
-  s.tokens.insert(s.tokens.end(), appended.begin(), appended.end());
-  register_full_blocks(s, std::min<int32_t>(num_computed, int32_t(s.tokens.size())));
+  s.tokens.insert(s.tokens.end(), r.appended_token_ids.begin(), r.appended_token_ids.end());
+  register_full_blocks(s, std::min<int32_t>(r.num_computed_tokens, int32_t(s.tokens.size())));
+  keep_prompt_logprobs(s, r.prompt_logprobs);
   free_seq(seq_id);
 }
 
 KVGrant KVCacheManager::grant(const KVAsk& ask) {
   KVGrant out;
-  for (const auto& r : ask.released) release(r.seq_id, r.appended_token_ids, r.num_computed_tokens);
+  for (const auto& r : ask.released) release(r);
+  // Entries the last steps computed, before any preemption frees their blocks.
+  for (const KVRunningAsk& r : ask.running)
+    if (auto it = seqs_.find(r.seq_id); it != seqs_.end())
+      keep_prompt_logprobs(it->second, r.prompt_logprobs);
   // An injected allocation refusal (ask.refuse_allocations): every free block is held for the
   // length of this grant, so that each allocation fails as with a full cache.
   struct Hold {
@@ -230,26 +338,20 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
     if (ask.max_running_seqs > 0 && running_count >= ask.max_running_seqs) break;
     if (seqs_.contains(w.seq_id)) fail("KVCacheManager: sequence {} admitted twice", w.seq_id);
     const int32_t len = int32_t(w.token_ids.size());
+    if (w.prompt_logprobs >= 0 && (w.num_prompt_tokens < 1 || w.num_prompt_tokens > len))
+      fail(
+          "KVCacheManager: sequence {} wants prompt logprobs with num_prompt_tokens = {}: "
+          "allowed: 1 .. {} (its tokens)",
+          w.seq_id, w.num_prompt_tokens, len);
     SeqState s;
     s.tokens = w.token_ids;
     s.salt = w.cache_salt;
     s.cacheable = prefix_caching_;
-    // Prefix hit: full blocks among the first len - 1 tokens (one token is always computed,
-    // so the step yields logits for the next one).
-    if (prefix_caching_ && w.allow_prefix_hit && len > 1) {
-      const int32_t max_hit_blocks = (len - 1) / block_size_;
-      prefix_queries_ += uint64_t(len);
-      int32_t parent = -1;
-      for (int32_t b = 0; b < max_hit_blocks; ++b) {
-        std::span<const int32_t> toks(s.tokens.data() + size_t(b) * size_t(block_size_),
-                                      size_t(block_size_));
-        auto hit = pool_.acquire_cached(parent, toks, s.salt);
-        if (!hit) break;
-        s.blocks.push_back(*hit);
-        parent = *hit;
-      }
-      prefix_hits_ += uint64_t(s.blocks.size()) * uint64_t(block_size_);
-    }
+    std::vector<PositionLogprobs> entries;
+    prefix_hit(w, s, &entries);
+    // The hit's entries start the run that the sequence's own steps continue, so the blocks
+    // they complete can be stored.
+    if (!entries.empty()) keep_prompt_logprobs(s, KVPromptLogprobs{1, w.prompt_logprobs, entries});
     s.num_registered = int32_t(s.blocks.size());
     const int32_t cached = int32_t(s.blocks.size()) * block_size_;
     const int32_t remaining = len - cached;
@@ -261,7 +363,7 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
       break;
     }
     register_full_blocks(s, cached + n);
-    out.admitted.push_back(KVAdmission{w.seq_id, cached, n, s.blocks});
+    out.admitted.push_back(KVAdmission{w.seq_id, cached, n, s.blocks, std::move(entries)});
     seqs_.emplace(w.seq_id, std::move(s));
     ++running_count;
   }

@@ -35,6 +35,15 @@
 
 namespace troupe {
 
+/// Prompt logprob entries a sequence's steps computed, for the prefix cache to keep beside the
+/// blocks holding their tokens (runtime/kv/prompt_logprob_store.hpp): entries[i] is token
+/// first_token + i's, computed with top-`k`.
+struct KVPromptLogprobs {
+  int32_t first_token = 0;
+  int32_t k = 0;
+  std::vector<PositionLogprobs> entries;
+};
+
 /// A running sequence asking for room for `num_new_tokens` more tokens.
 struct KVRunningAsk {
   uint64_t seq_id = 0;
@@ -45,6 +54,7 @@ struct KVRunningAsk {
   // samples for it (asynchronous scheduling; 0 or 1). Its KV slot is granted now; the block
   // it completes is registered for prefix reuse once the token is known (a later ask).
   int32_t num_unknown_tokens = 0;
+  KVPromptLogprobs prompt_logprobs;  // entries computed since the last ask
 };
 
 /// A waiting sequence asking to be admitted with up to `max_new_tokens` tokens this step.
@@ -52,9 +62,14 @@ struct KVWaitingAsk {
   uint64_t seq_id = 0;
   std::vector<int32_t> token_ids;  // every token known (prompt + outputs after a preemption)
   int32_t max_new_tokens = 0;
-  bool allow_prefix_hit = true;   // false when prompt logprobs are wanted
+  bool allow_prefix_hit = true;
   bool allow_partial = true;      // false without chunked prefill: all remaining tokens or none
   uint64_t cache_salt = 0;
+  // Prompt logprobs wanted (top-k; -1: none): a hit then takes only blocks whose stored entries
+  // were computed with at least this k, backs off one block so that the token after the hit has
+  // its entry computed, and the admission carries the stored entries (KVAdmission).
+  int32_t prompt_logprobs = -1;
+  int32_t num_prompt_tokens = 0;  // entries exist for prompt tokens 1 .. num_prompt_tokens - 1
 };
 
 /// A swapped-out sequence asking to come back with room for `num_new_tokens` more tokens.
@@ -71,6 +86,7 @@ struct KVRelease {
   uint64_t seq_id = 0;
   std::vector<int32_t> appended_token_ids;
   int32_t num_computed_tokens = 0;
+  KVPromptLogprobs prompt_logprobs;  // entries computed since the last ask
 };
 
 enum class PreemptionMode : uint8_t { recompute, swap };
@@ -114,6 +130,10 @@ struct KVAdmission {
   int32_t num_cached_tokens = 0;  // prefix-cache hit, already in the cache
   int32_t num_new_tokens = 0;     // <= max_new_tokens, fewer when the hit covers some
   std::vector<int32_t> block_ids;  // its whole block table so far
+  // With KVWaitingAsk::prompt_logprobs: the stored entries of prompt tokens 1 ..
+  // min(num_cached_tokens, num_prompt_tokens - 1), trimmed to the asked k (the entry of
+  // prompt position p, predicting token p + 1, is element p).
+  std::vector<PositionLogprobs> prompt_logprobs;
 };
 
 /// A swapped-out sequence back on the GPU: its whole new block table (private blocks).
@@ -146,6 +166,8 @@ struct KVStats {
   uint64_t blocks_swapped_out = 0;
   uint64_t blocks_swapped_in = 0;
   uint64_t swap_fallbacks = 0;  // swap victims preempted by recompute (CPU pool full)
+  int32_t prompt_logprob_blocks = 0;  // cached blocks with prompt logprob entries beside them
+  uint64_t prompt_logprob_bytes = 0;  // the memory those entries take (host)
 };
 
 class KVCacheManager {
@@ -184,6 +206,16 @@ class KVCacheManager {
     int32_t num_registered = 0;  // leading blocks registered in the prefix index
     uint64_t salt = 0;
     bool cacheable = true;
+    // Prompt logprob entries computed for tokens [plp_first, plp_first + plp.size()), waiting
+    // for their blocks to be complete; plp_blocks leading blocks have had theirs stored, the
+    // last beside cached block plp_parent.
+    std::vector<PositionLogprobs> plp;
+    int32_t plp_first = 0;
+    int32_t plp_k = -1;
+    int32_t plp_blocks = 0;
+    int32_t plp_parent = -1;
+    uint32_t plp_parent_generation = 0;
+    bool plp_done = false;  // the chain of cached twins broke: nothing more is stored
   };
 
   /// A sequence swapped out: its CPU blocks, one per GPU block that held computed tokens.
@@ -192,7 +224,7 @@ class KVCacheManager {
     uint64_t salt = 0;
   };
 
-  void release(uint64_t seq_id, std::vector<int32_t> appended, int32_t num_computed);
+  void release(const KVRelease& r);
   /// Preempts running sequence `victim` (by swap when `mode` says so and the CPU pool has room)
   /// and releases its GPU blocks.
   void preempt(const KVRunningAsk& victim, PreemptionMode mode, KVGrant& out);
@@ -200,6 +232,12 @@ class KVCacheManager {
   /// Registers the full blocks among the first `num_tokens` tokens.
   void register_full_blocks(SeqState& s, int32_t num_tokens);
   [[nodiscard]] bool grow(SeqState& s, int32_t total_tokens, std::vector<int32_t>* new_blocks);
+  /// Takes a sequence's newly computed prompt logprob entries and stores those of its complete
+  /// blocks beside the cached blocks holding the same tokens.
+  void keep_prompt_logprobs(SeqState& s, const KVPromptLogprobs& in);
+  /// Prefix hit of waiting ask `w` into s.blocks (see KVWaitingAsk); fills `entries` when it
+  /// wants prompt logprobs.
+  void prefix_hit(const KVWaitingAsk& w, SeqState& s, std::vector<PositionLogprobs>* entries);
 
   int32_t block_size_;
   bool prefix_caching_;

@@ -56,7 +56,8 @@ void Scheduler::retire(uint64_t seq_id) {
   Seq& s = it->second;
   if (s.running) {
     running_.erase(std::find(running_.begin(), running_.end(), seq_id));
-    releases_.push_back(KVRelease{seq_id, std::move(s.pending_kv), s.num_computed});
+    releases_.push_back(
+        KVRelease{seq_id, std::move(s.pending_kv), s.num_computed, std::move(s.pending_plp)});
   } else if (s.swapped) {
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq_id));
     releases_.push_back(KVRelease{seq_id, {}, 0});  // frees its CPU blocks
@@ -125,8 +126,10 @@ KVAsk Scheduler::propose() {
     s.num_scheduled = n;
     budget -= n;
     ++in_step;
-    ask.running.push_back(KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown});
+    ask.running.push_back(
+        KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown, std::move(s.pending_plp)});
     s.pending_kv.clear();
+    s.pending_plp = {};
   }
   // A plan made ahead preempts nobody (see the header); the next one, made with nothing in
   // flight, does.
@@ -163,10 +166,13 @@ KVAsk Scheduler::propose() {
     ++count;
     ++in_step;
     // Prompt logprobs may split a prompt even without chunked prefill (logits rows are capped).
-    const bool wants_prompt_logprobs = s.spec.sampling.num_prompt_logprobs >= 0;
-    ask.waiting.push_back(KVWaitingAsk{id, s.tokens, n, !wants_prompt_logprobs,
+    // A prefix hit then also serves the stored entries of the positions not delivered yet.
+    const int32_t k = s.spec.sampling.num_prompt_logprobs;
+    const bool wants_prompt_logprobs = k >= 0;
+    const bool wants_entries = wants_prompt_logprobs && s.prompt_logprobs_sent < s.num_prompt - 1;
+    ask.waiting.push_back(KVWaitingAsk{id, s.tokens, n, true,
                                        config_.enable_chunked_prefill || wants_prompt_logprobs,
-                                       s.spec.cache_salt});
+                                       s.spec.cache_salt, wants_entries ? k : -1, s.num_prompt});
   }
   return ask;
 }
@@ -201,6 +207,8 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.num_scheduled = 0;
     s.pending_kv.clear();
     s.pending_exec.clear();
+    s.pending_plp = {};
+    s.cached_prompt_logprobs.clear();
     if (s.known_to_executors) plan.finished_seq_ids.push_back(id);
     s.known_to_executors = false;
     ++preemptions_;
@@ -269,6 +277,7 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     running_.push_back(a.seq_id);
     s.num_computed = a.num_cached_tokens;
     if (s.num_cached_tokens < 0) s.num_cached_tokens = a.num_cached_tokens;
+    s.cached_prompt_logprobs = a.prompt_logprobs;
     if (!s.first_scheduled) s.first_scheduled = std::chrono::steady_clock::now();
     s.pending_kv.clear();
     s.pending_exec.clear();
@@ -335,12 +344,28 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
     u.first_scheduled = s.first_scheduled;
     u.time = now;
     // Prompt logprobs: entry j belongs to position chunk_start + j (predicting the token after
-    // it); positions delivered before a preemption are not sent twice.
-    for (size_t j = 0; j < out.prompt_logprobs.size(); ++j) {
-      const int32_t pos = chunk_start + int32_t(j);
-      if (pos < s.prompt_logprobs_sent) continue;
-      u.prompt_logprobs.push_back(out.prompt_logprobs[j]);
+    // it); those the prefix cache served (positions 0 ..) come first; positions delivered
+    // before a preemption are not sent twice.
+    auto deliver = [&](int32_t pos, const PositionLogprobs& e) {
+      if (pos < s.prompt_logprobs_sent) return;
+      u.prompt_logprobs.push_back(e);
       s.prompt_logprobs_sent = pos + 1;
+    };
+    for (size_t j = 0; j < s.cached_prompt_logprobs.size(); ++j)
+      deliver(int32_t(j), s.cached_prompt_logprobs[j]);
+    s.cached_prompt_logprobs.clear();
+    for (size_t j = 0; j < out.prompt_logprobs.size(); ++j)
+      deliver(chunk_start + int32_t(j), out.prompt_logprobs[j]);
+    if (!out.prompt_logprobs.empty()) {
+      // For the cache manager: entries of tokens chunk_start + 1 .., continuing the run.
+      KVPromptLogprobs& keep = s.pending_plp;
+      if (keep.entries.empty()) {
+        keep.first_token = chunk_start + 1;
+        keep.k = s.spec.sampling.num_prompt_logprobs;
+      }
+      if (keep.first_token + int32_t(keep.entries.size()) == chunk_start + 1)
+        keep.entries.insert(keep.entries.end(), out.prompt_logprobs.begin(),
+                            out.prompt_logprobs.end());
     }
     if (out.sampled) {
       s.tokens.push_back(out.token);
@@ -388,6 +413,8 @@ size_t Scheduler::requeue_all() {
     s.num_scheduled = 0;
     s.pending_kv.clear();
     s.pending_exec.clear();
+    s.pending_plp = {};
+    s.cached_prompt_logprobs.clear();
     s.known_to_executors = false;
     s.running = false;
     s.swapped = false;

@@ -223,6 +223,11 @@ class Scheduler {
     int32_t num_scheduled = 0;      // running or swapped: tokens the last propose() asked for
                                     // (apply() reads it for the granted ones only)
     int32_t prompt_logprobs_sent = 0;  // prompt positions delivered (after position 0)
+    // Prompt logprobs the prefix cache served at admission (positions 0 ..), delivered with the
+    // sequence's first result; and those its steps computed since the last ask, for the cache
+    // manager to keep beside their blocks.
+    std::vector<PositionLogprobs> cached_prompt_logprobs;
+    KVPromptLogprobs pending_plp;
     std::vector<int32_t> pending_kv;    // sampled tokens the cache manager has not heard of
     std::vector<int32_t> pending_exec;  // sampled tokens the executors have not had confirmed
     int32_t num_cached_tokens = -1;     // SeqUpdate::num_cached_tokens

@@ -2,7 +2,9 @@
 // - its held-out perplexity, computed by troupe from prompt logprobs, equals what transformers
 //   computed for the same checkpoint (eval.json, written by tools/train_tiny/train.py) within
 //   0.1%;
-// - what it writes is mostly dictionary words (Debian's wamerican list).
+// - what it writes is mostly dictionary words (Debian's wamerican list);
+// - scoring documents behind a shared prefix gives the same prompt logprobs with the prefix
+//   cache as without it.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -118,4 +120,66 @@ TEST_CASE("troupe-fortunes writes mostly dictionary words", "[default_model]") {
   INFO(known << " of " << total << " words are in the dictionary; a sample: " << sample);
   CHECK(total > 200);
   CHECK(share > 0.75);
+}
+
+TEST_CASE("troupe-fortunes: perplexity scoring through the prefix cache equals it without",
+          "[default_model][prefix][prompt_logprobs]") {
+  // A scoring workload in small: the held-out documents behind one shared 100-token prefix,
+  // scored once by an engine without prefix caching and once, after a warm-up request, by one
+  // with it. The same ranks and top-k ids, logprobs within the CPU backend's batch variance, and
+  // the warm requests were served hits.
+  std::ifstream in(kModel / "eval.json");
+  REQUIRE(in.good());
+  const auto eval = nlohmann::json::parse(in);
+  const auto docs = eval["documents"];
+  REQUIRE(docs.size() >= 3);
+  const auto head = docs[0]["token_ids"].get<std::vector<int32_t>>();
+  REQUIRE(head.size() >= 100);
+  const std::vector<int32_t> prefix(head.begin(), head.begin() + 100);
+  std::vector<Prompt> prompts;
+  for (const auto& d : docs) {
+    auto ids = prefix;
+    const auto own = d["token_ids"].get<std::vector<int32_t>>();
+    ids.insert(ids.end(), own.begin(),
+               own.begin() + std::min<ptrdiff_t>(40, ptrdiff_t(own.size())));
+    prompts.emplace_back(ids);
+    if (prompts.size() == 6) break;
+  }
+  SamplingParams p;
+  p.prompt_logprobs = 3;
+  p.max_tokens = 1;
+  p.temperature = 0.0;
+  p.detokenize = false;
+  auto args = [](bool caching) {
+    EngineArgs a = default_model_args();
+    a.enable_prefix_caching = caching;
+    return a;
+  };
+  std::vector<RequestOutput> want;
+  {
+    LLM ref(args(false));
+    want = ref.generate(prompts, p, {.use_tqdm = false});
+  }
+  LLM llm(args(true));
+  (void)llm.generate({prompts[0]}, p, {.use_tqdm = false});
+  const auto got = llm.generate(prompts, p, {.use_tqdm = false});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("prompt " << i);
+    CHECK(got[i].num_cached_tokens > 0);
+    REQUIRE(got[i].prompt_logprobs);
+    REQUIRE(want[i].prompt_logprobs);
+    const auto& g = *got[i].prompt_logprobs;
+    const auto& w = *want[i].prompt_logprobs;
+    REQUIRE(g.size() == w.size());
+    for (size_t t = 1; t < g.size(); ++t) {
+      INFO("position " << t);
+      REQUIRE(g[t].size() == w[t].size());
+      for (const auto& [id, lp] : w[t]) {
+        REQUIRE(g[t].contains(id));
+        // Within the CPU backend's batch variance (see test_prompt_logprobs_cache.cpp).
+        CHECK(g[t].at(id).logprob == Approx(lp.logprob).margin(1e-4));
+        CHECK(g[t].at(id).rank == lp.rank);
+      }
+    }
+  }
 }

@@ -435,7 +435,8 @@ TEST_CASE("async scheduling: the same tokens, stops, samples and logprobs as ste
   }
   SECTION("prefix caching and prompt logprobs across repeated prompts") {
     // The same prompts three times: the second round hits the prefix cache, whose blocks were
-    // registered while steps ran ahead; the third asks for prompt logprobs, which skip hits.
+    // registered while steps ran ahead; the third asks for prompt logprobs, which hit only
+    // blocks with stored prompt logprobs (none: the rounds before asked for none).
     SamplingParams p = greedy_params(12);
     p.prompt_logprobs = 1;
     std::vector<RequestOutput> rounds[2][3];

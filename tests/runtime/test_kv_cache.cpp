@@ -289,7 +289,7 @@ TEST_CASE("prefix caching reuses full computed blocks and always leaves a token 
   CHECK(g.admitted[0].num_cached_tokens == 12);
   CHECK(g.admitted[0].num_new_tokens == 1);
 
-  // Prompt logprobs need every position computed: no hit.
+  // A request that may not hit takes nothing.
   KVAsk d;
   d.waiting.push_back(KVWaitingAsk{4, prompt, 12, /*allow_prefix_hit=*/false, true, 0});
   g = kv.grant(d);
@@ -313,6 +313,120 @@ TEST_CASE("finished sequences leave their computed blocks cached for later reque
   b.waiting.push_back(KVWaitingAsk{2, follow_up, 9, true, true, 0});
   KVGrant g = kv.grant(b);
   CHECK(g.admitted[0].num_cached_tokens == 4);  // block 2 held token 107 uncomputed
+}
+
+// ---- prompt logprobs beside cached blocks ----
+
+namespace {
+/// A made-up entry of token `t` of `prompt` computed with top-k (distinct per token and k).
+PositionLogprobs entry_of(const std::vector<int32_t>& prompt, int32_t t, int32_t k) {
+  PositionLogprobs e{LogprobEntry{prompt[size_t(t)], -0.25f * float(t), t % 5 + 1}, {}};
+  for (int32_t j = 0; j < k; ++j)
+    e.top.push_back(LogprobEntry{1000 + t * 10 + j, -float(j), j + 1});
+  return e;
+}
+/// Entries of tokens [first, last] of `prompt`.
+KVPromptLogprobs entries_of(const std::vector<int32_t>& prompt, int32_t first, int32_t last,
+                            int32_t k) {
+  KVPromptLogprobs in{first, k, {}};
+  for (int32_t t = first; t <= last; ++t) in.entries.push_back(entry_of(prompt, t, k));
+  return in;
+}
+void check_entries(const KVAdmission& a, const std::vector<int32_t>& prompt, int32_t k) {
+  for (size_t p = 0; p < a.prompt_logprobs.size(); ++p) {
+    const PositionLogprobs want = entry_of(prompt, int32_t(p) + 1, k);
+    const PositionLogprobs& got = a.prompt_logprobs[p];
+    INFO("position " << p);
+    CHECK(got.chosen.token == want.chosen.token);
+    CHECK(got.chosen.logprob == want.chosen.logprob);
+    CHECK(got.chosen.rank == want.chosen.rank);
+    REQUIRE(got.top.size() == want.top.size());
+    for (size_t j = 0; j < got.top.size(); ++j) CHECK(got.top[j].token == want.top[j].token);
+  }
+}
+}  // namespace
+
+TEST_CASE("prompt logprob entries stay beside cached blocks and serve later requests", "[kv]") {
+  KVCacheManager kv(16, 4, true);
+  const auto prompt = iota_tokens(14);
+  auto ask_for = [&](uint64_t id, int32_t k, const std::vector<int32_t>& tokens) {
+    KVAsk a;
+    a.waiting.push_back(
+        KVWaitingAsk{id, tokens, int32_t(tokens.size()), true, true, 0, k, int32_t(tokens.size())});
+    KVGrant g = kv.grant(a);
+    REQUIRE(g.admitted.size() == 1);
+    return g.admitted[0];
+  };
+  auto finish = [&](uint64_t id, const std::vector<int32_t>& tokens, KVPromptLogprobs in) {
+    KVAsk r;
+    r.released.push_back(KVRelease{id, {}, int32_t(tokens.size()), std::move(in)});
+    (void)kv.grant(r);
+  };
+
+  // The first request computes every entry with top-2; blocks 0-2 are full and get theirs.
+  KVAdmission a = ask_for(1, 2, prompt);
+  CHECK(a.num_cached_tokens == 0);
+  CHECK(a.prompt_logprobs.empty());
+  finish(1, prompt, entries_of(prompt, 1, 13, 2));
+  CHECK(kv.stats().prompt_logprob_blocks == 3);
+  const uint64_t bytes = kv.stats().prompt_logprob_bytes;
+  CHECK(bytes >= 11 * 3 * sizeof(LogprobEntry));
+
+  // Same prompt with top-1: blocks 0-2 hit, then back off one block so position 11 (predicting
+  // token 12) is computed; tokens 1-8 come from the store, trimmed to one entry each.
+  a = ask_for(2, 1, prompt);
+  CHECK(a.num_cached_tokens == 8);
+  CHECK(a.num_new_tokens == 6);
+  REQUIRE(a.prompt_logprobs.size() == 8);
+  check_entries(a, prompt, 1);
+  finish(2, prompt, entries_of(prompt, 9, 13, 1));  // keeps the stored k = 2 entries
+  CHECK(kv.stats().prompt_logprob_bytes == bytes);
+
+  // Top-3 is more than stored: no hit for this request.
+  a = ask_for(3, 3, prompt);
+  CHECK(a.num_cached_tokens == 0);
+  CHECK(a.prompt_logprobs.empty());
+  // It stores its larger entries (in two chunks: a running ask, then the release).
+  KVAsk run;
+  run.running.push_back(KVRunningAsk{3, {}, 14, 0, 0, entries_of(prompt, 1, 6, 3)});
+  (void)kv.grant(run);
+  finish(3, prompt, entries_of(prompt, 7, 13, 3));
+  CHECK(kv.stats().prompt_logprob_bytes > bytes);
+  a = ask_for(4, 3, prompt);
+  CHECK(a.num_cached_tokens == 8);
+  check_entries(a, prompt, 3);
+  finish(4, prompt, {});
+
+  // Without prompt logprobs the whole hit is used (no back-off).
+  a = ask_for(5, -1, prompt);
+  CHECK(a.num_cached_tokens == 12);
+  CHECK(a.prompt_logprobs.empty());
+  finish(5, prompt, {});
+
+  // A longer prompt whose entries stop at a block without them (block 3 held token 13 only
+  // uncomputed): the hit backs off from block 2 as before.
+  auto longer = prompt;
+  for (int32_t t = 0; t < 6; ++t) longer.push_back(900 + t);
+  a = ask_for(6, 0, longer);
+  CHECK(a.num_cached_tokens == 8);
+  check_entries(a, longer, 0);
+  finish(6, longer, {});
+
+  // Evicting a block drops its entries: a request for 16 other blocks reuses all of them.
+  KVAsk other;
+  other.waiting.push_back(KVWaitingAsk{7, iota_tokens(64, 5000), 64, true, true, 0});
+  REQUIRE(kv.grant(other).admitted.size() == 1);
+  CHECK(kv.stats().prompt_logprob_blocks == 0);
+  CHECK(kv.stats().prompt_logprob_bytes == 0);
+
+  // Asks that contradict the sequence are refused, naming what is wrong.
+  KVAsk bad;
+  bad.waiting.push_back(KVWaitingAsk{8, prompt, 14, true, true, 0, 0, 15});
+  CHECK_THROWS_WITH(kv.grant(bad), Catch::Contains("num_prompt_tokens = 15"));
+  KVAsk bad_release;
+  bad_release.released.push_back(
+      KVRelease{7, {}, 64, entries_of(iota_tokens(70, 5000), 60, 66, 0)});
+  CHECK_THROWS_WITH(kv.grant(bad_release), Catch::Contains("prompt logprobs of tokens [60, 67)"));
 }
 
 // ---- swap space ----

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
 
 #include "runtime/error.hpp"
 #include "runtime/sched/scheduler.hpp"
@@ -20,10 +21,37 @@ namespace {
 
 constexpr int32_t kVocab = 1000;
 
-int32_t fake_next(const std::vector<int32_t>& tokens) {
+uint64_t fake_hash(std::span<const int32_t> tokens) {
   uint64_t h = 1469598103934665603ull;
   for (int32_t t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
-  return int32_t(h % kVocab);
+  return h;
+}
+
+int32_t fake_next(const std::vector<int32_t>& tokens) {
+  return int32_t(fake_hash(tokens) % kVocab);
+}
+
+/// The fake model's prompt logprob entry of token tokens.back() with top-k: a function of all
+/// the tokens up to it, as a real model's is.
+PositionLogprobs fake_prompt_entry(std::span<const int32_t> tokens, int32_t k) {
+  const uint64_t h = fake_hash(tokens.first(tokens.size() - 1));
+  PositionLogprobs e;
+  e.chosen = LogprobEntry{tokens.back(), -float(fake_hash(tokens) % 1000) / 64.0f,
+                          int32_t(fake_hash(tokens) % 7) + 1};
+  for (int32_t j = 0; j < k; ++j)
+    e.top.push_back(LogprobEntry{int32_t((h + uint64_t(j) * 31) % kVocab),
+                                 -float(j) - float(h % 100) / 128.0f, j + 1});
+  return e;
+}
+
+bool same_entry(const PositionLogprobs& a, const PositionLogprobs& b) {
+  auto same = [](const LogprobEntry& x, const LogprobEntry& y) {
+    return x.token == y.token && x.logprob == y.logprob && x.rank == y.rank;
+  };
+  if (!same(a.chosen, b.chosen) || a.top.size() != b.top.size()) return false;
+  for (size_t i = 0; i < a.top.size(); ++i)
+    if (!same(a.top[i], b.top[i])) return false;
+  return true;
 }
 
 /// Mirrors the executor's persistent batch and checks every plan against the KV grants. It
@@ -66,7 +94,7 @@ class FakeExecutor {
     for (const NewSeq& n : plan.new_seqs) {
       REQUIRE_FALSE(seqs_.contains(n.seq_id));
       seqs_[n.seq_id] = Seq{n.token_ids, n.block_ids, n.num_computed_tokens, n.num_prompt_tokens,
-                            n.sampling.num_prompt_logprobs >= 0};
+                            n.sampling.num_prompt_logprobs};
       if (n.num_computed_tokens > 0) resumed.push_back({n.seq_id, n.num_computed_tokens});
       schedule(n.seq_id, n.num_computed_tokens, n.num_new_tokens);
     }
@@ -107,10 +135,10 @@ class FakeExecutor {
         s.tokens.push_back(o.token);
         ++s.unconfirmed;
       }
-      if (s.prompt_logprobs)
+      if (s.prompt_logprobs >= 0)
         for (int32_t p = run.start; p < std::min(run.start + run.n, s.num_prompt - 1); ++p)
-          o.prompt_logprobs.push_back(
-              PositionLogprobs{LogprobEntry{s.tokens[size_t(p + 1)], -1.0f, 1}, {}});
+          o.prompt_logprobs.push_back(fake_prompt_entry(
+              std::span<const int32_t>(s.tokens.data(), size_t(p + 2)), s.prompt_logprobs));
       r.outputs.push_back(std::move(o));
     }
     return r;
@@ -126,7 +154,7 @@ class FakeExecutor {
     std::vector<int32_t> blocks;
     int32_t computed = 0;
     int32_t num_prompt = 0;
-    bool prompt_logprobs = false;
+    int32_t prompt_logprobs = -1;
     int32_t unconfirmed = 0;  // sampled here, not yet confirmed by a plan
   };
   int32_t block_size_;
@@ -139,6 +167,8 @@ struct Outcome {
   FinishReason finish = FinishReason::none;
   std::optional<int32_t> stop_token;
   size_t prompt_logprobs = 0;
+  std::vector<PositionLogprobs> prompt_entries;
+  int32_t num_cached_tokens = -1;
 };
 
 /// Runs the scheduler to completion and returns every sequence's outputs.
@@ -223,6 +253,9 @@ std::map<uint64_t, Outcome> run_all(SchedulerConfig cfg, int32_t num_blocks, int
     auto& o = out[u.seq_id];
     o.tokens.insert(o.tokens.end(), u.new_token_ids.begin(), u.new_token_ids.end());
     o.prompt_logprobs += u.prompt_logprobs.size();
+    o.prompt_entries.insert(o.prompt_entries.end(), u.prompt_logprobs.begin(),
+                            u.prompt_logprobs.end());
+    if (o.num_cached_tokens < 0) o.num_cached_tokens = u.num_cached_tokens;
     if (u.finish != FinishReason::none) {
       o.finish = u.finish;
       o.stop_token = u.stop_token;
@@ -382,6 +415,60 @@ TEST_CASE("prompt logprobs are delivered once per prompt position, across chunks
     CHECK(out[s.seq_id].prompt_logprobs == 29);
     CHECK(out[s.seq_id].tokens == alone(s.prompt_token_ids, 12));
   }
+}
+
+TEST_CASE("prompt logprobs from the prefix cache equal those computed without it",
+          "[sched][prefix]") {
+  // Prompts sharing a 21-token prefix (block size 4: five full blocks and one token), with
+  // suffixes of several lengths, so the hit ends at various block boundaries; the top-k varies,
+  // and a later sequence asks more than the stored k (a miss for those blocks).
+  std::vector<SeqSpec> specs;
+  std::vector<int32_t> shared(21);
+  std::iota(shared.begin(), shared.end(), 7);
+  const int32_t ks[] = {0, 2, 1, 0, 3, 2, 0, 5, 1, 2};
+  for (uint64_t i = 0; i < 10; ++i) {
+    SeqSpec s;
+    s.seq_id = i + 1;
+    s.prompt_token_ids = shared;
+    for (uint64_t j = 0; j < 1 + (i * 3) % 9; ++j)
+      s.prompt_token_ids.push_back(int32_t(500 + i * 10 + j));
+    s.stop.max_tokens = 3;
+    s.sampling.num_prompt_logprobs = ks[i];
+    specs.push_back(s);
+  }
+  // A prompt that is all prefix (a hit cannot reach its last block).
+  SeqSpec whole = specs[0];
+  whole.seq_id = 11;
+  whole.prompt_token_ids = shared;
+  whole.sampling.num_prompt_logprobs = 1;
+  specs.push_back(whole);
+  const bool async = GENERATE(false, true);
+  const int32_t budget = GENERATE(8, 13, 64);
+  SchedulerConfig cfg{budget, 2, 1024, true};
+  cfg.async_scheduling = async;
+  INFO("async " << async << ", budget " << budget);
+  SwapRun run;
+  auto out = run_all(cfg, 64, 4, true, specs, nullptr, nullptr, &run);
+  int32_t served = 0;
+  for (const auto& s : specs) {
+    const Outcome& o = out[s.seq_id];
+    INFO("sequence " << s.seq_id);
+    CHECK(o.tokens == alone(s.prompt_token_ids, 3));
+    REQUIRE(o.prompt_entries.size() == s.prompt_token_ids.size() - 1);
+    for (size_t t = 1; t < s.prompt_token_ids.size(); ++t) {
+      INFO("token " << t);
+      CHECK(same_entry(o.prompt_entries[t - 1],
+                       fake_prompt_entry(std::span(s.prompt_token_ids).first(t + 1),
+                                         s.sampling.num_prompt_logprobs)));
+    }
+    CHECK(o.num_cached_tokens % 4 == 0);
+    served += o.num_cached_tokens > 0 ? 1 : 0;
+  }
+  CHECK(served >= 5);
+  CHECK(out[8].num_cached_tokens == 0);  // k = 5: more than any block stored before it
+  CHECK(run.kv.prefix_hits > 0);
+  CHECK(run.kv.prompt_logprob_blocks > 0);
+  CHECK(run.kv.prompt_logprob_bytes > 0);
 }
 
 TEST_CASE("a sequence's first scheduled time is its first admission's, through recomputes",
