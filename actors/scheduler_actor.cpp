@@ -392,6 +392,9 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
   for (const auto& e : st.ranks.handles) self->monitor(e);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& s = self->state;
+    // Stopped by its owner (the engine shutting down, whose exit may reach this actor after the
+    // executors'; or a recovery replacing it): not a fault to recover from.
+    if (dm.reason == caf::exit_reason::user_shutdown) return;
     for (size_t i = 0; i < s.ranks.handles.size(); ++i) {
       if (dm.source != s.ranks.handles[i].address()) continue;
       // A lost connection is a dead or frozen process (restarted); an executor that exited
