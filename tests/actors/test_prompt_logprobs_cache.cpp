@@ -3,9 +3,10 @@
 // logprobs of an engine with prefix caching disabled (the same token ids, ranks and top-k
 // lists; logprobs within the engine's own batch variance: OpenBLAS computes a row differently
 // depending on the other rows of its GEMM, so a cache-less run's numbers already change in the
-// last bits with what shares its steps, as the first case shows), for hits ending at several
-// block boundaries, with and without chunked prefill, for top-0 and top-k, and for a later
-// request asking a larger k than the blocks were stored with.
+// last bits with what shares its steps, as the first case shows; bit for bit in batch-invariant
+// mode, --batch-invariant), for hits ending at several block boundaries, with and without
+// chunked prefill, for top-0 and top-k, and for a later request asking a larger k than the
+// blocks were stored with.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -22,7 +23,7 @@ namespace {
 const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
 
 /// The llama_gqa fixture (no tokenizer: prompts are token ids) in float32, blocks of 16.
-EngineArgs fixture_args(bool caching, int32_t max_num_batched_tokens) {
+EngineArgs fixture_args(bool caching, int32_t max_num_batched_tokens, bool invariant = false) {
   EngineArgs a;
   a.model = (kFixtures / "llama_gqa").string();
   a.skip_tokenizer_init = true;
@@ -33,6 +34,7 @@ EngineArgs fixture_args(bool caching, int32_t max_num_batched_tokens) {
   a.enable_prefix_caching = caching;
   a.max_num_batched_tokens = max_num_batched_tokens;
   a.max_num_seqs = 8;
+  a.batch_invariant = invariant;
   return a;
 }
 
@@ -48,7 +50,8 @@ SamplingParams with_k(int32_t k) {
 /// The largest difference of two logprobs seen by check_same.
 float g_max_diff = 0.0f;
 
-/// Every position's map equal: the same token ids and ranks, logprobs within `tolerance`.
+/// Every position's map equal: the same token ids and ranks, logprobs within `tolerance` (0: the
+/// same float).
 void check_same(const RequestOutput& got, const RequestOutput& want, float tolerance = 1e-4f) {
   REQUIRE(got.prompt_logprobs);
   REQUIRE(want.prompt_logprobs);
@@ -61,7 +64,10 @@ void check_same(const RequestOutput& got, const RequestOutput& want, float toler
     for (const auto& [id, lp] : w) {
       INFO("token " << id);
       REQUIRE(g.contains(id));
-      CHECK(g.at(id).logprob == Approx(lp.logprob).margin(tolerance));
+      if (tolerance == 0.0f)
+        CHECK(g.at(id).logprob == lp.logprob);
+      else
+        CHECK(g.at(id).logprob == Approx(lp.logprob).margin(tolerance));
       CHECK(g.at(id).rank == lp.rank);
       g_max_diff = std::max(g_max_diff, std::abs(g.at(id).logprob - lp.logprob));
     }
@@ -92,6 +98,13 @@ TEST_CASE("the CPU backend's prompt logprobs depend on what shares the step, wit
   WARN("largest difference of a prompt logprob batched vs alone: " << g_max_diff);
   CHECK(g_max_diff > 0.0f);  // once this fails the backend is batch-invariant: compare with ==
   CHECK(g_max_diff < 1e-4f);
+
+  // Batch-invariant mode removes exactly this difference.
+  LLM invariant(fixture_args(false, 2048, true));
+  const auto alone2 = invariant.generate({Prompt(prompt)}, with_k(0), {.use_tqdm = false});
+  const auto shared2 =
+      invariant.generate({Prompt(other), Prompt(prompt)}, with_k(0), {.use_tqdm = false});
+  check_same(shared2[1], alone2[0], 0.0f);
 }
 
 TEST_CASE("prompt logprobs with the prefix cache equal those without it",
@@ -123,10 +136,15 @@ TEST_CASE("prompt logprobs with the prefix cache equal those without it",
     return v;
   };
 
+  // Batch-invariant mode makes both engines compute every row alike whatever shares its step,
+  // so there the stored values are the cache-less run's bit for bit.
+  const bool invariant = GENERATE(false, true);
+  const float tolerance = invariant ? 0.0f : 1e-4f;
+  INFO("batch_invariant " << invariant);
   // The reference: no prefix caching, whole prompts in one step.
   std::vector<RequestOutput> want, want2;
   {
-    LLM ref(fixture_args(false, 2048));
+    LLM ref(fixture_args(false, 2048, invariant));
     want = ref.generate(prompts, params(ks), {.use_tqdm = false});
     want2 = ref.generate(prompts, params(ks2), {.use_tqdm = false});
     for (const auto& o : want) CHECK(o.num_cached_tokens == 0);
@@ -136,17 +154,17 @@ TEST_CASE("prompt logprobs with the prefix cache equal those without it",
   // the token budget is small), then every prompt again with the second round's k.
   const int32_t budget = GENERATE(2048, 40);
   INFO("max_num_batched_tokens " << budget);
-  LLM llm(fixture_args(true, budget));
+  LLM llm(fixture_args(true, budget, invariant));
   const auto warm = llm.generate({prompts[0]}, with_k(ks[0]), {.use_tqdm = false});
   CHECK(warm[0].num_cached_tokens == 0);
-  check_same(warm[0], want[0]);
+  check_same(warm[0], want[0], tolerance);
   std::vector<Prompt> rest(prompts.begin() + 1, prompts.end());
   const auto rest_params = params(std::vector<int32_t>(ks.begin() + 1, ks.end()));
   const auto got = llm.generate(rest, rest_params, {.use_tqdm = false});
   for (size_t i = 0; i < rest.size(); ++i) {
     INFO("first round, prompt " << i + 1 << " (" << rest[i].token_ids.size() << " tokens, k "
                                 << ks[i + 1] << ")");
-    check_same(got[i], want[i + 1]);
+    check_same(got[i], want[i + 1], tolerance);
     // Blocks 0-3 are stored (k = 0 .. 2 serve any of these k); the hit backs off one block.
     const auto len = int32_t(rest[i].token_ids.size());
     const int32_t stored = std::min(4, (len - 1) / 16);
@@ -156,7 +174,7 @@ TEST_CASE("prompt logprobs with the prefix cache equal those without it",
   int32_t served = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     INFO("second round, prompt " << i << " (k " << ks2[i] << ")");
-    check_same(again[i], want2[i]);
+    check_same(again[i], want2[i], tolerance);
     served += again[i].num_cached_tokens > 0 ? 1 : 0;
   }
   CHECK(served >= 4);
