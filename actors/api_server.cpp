@@ -321,6 +321,11 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                 g.recoveries = s.scheduler.recoveries;
                 g.sequences_recomputed = s.scheduler.sequences_recomputed;
                 g.recovery_seconds = s.scheduler.recovery_seconds;
+                const auto& st = s.scheduler.step_tokens;
+                g.step_token_bounds.assign(st.kBounds.begin(), st.kBounds.end());
+                g.step_token_counts.assign(st.counts.begin(), st.counts.end());
+                g.steps = st.count;
+                g.step_tokens = double(st.sum);
                 reply(g);
               },
               [=](caf::error&) { reply({}); });

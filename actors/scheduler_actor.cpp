@@ -63,6 +63,7 @@ struct scheduler_state {
     // step before it returned if that is later (steps planned ahead overlap), to its result.
     uint64_t prompt_steps = 0, prompt_tokens = 0, decode_steps = 0, decode_tokens = 0;
     double prompt_seconds = 0, decode_seconds = 0;
+    StepTokenHistogram step_tokens;
     Clock::time_point step_start, last_result;
     ~Timings() {
       if (steps == 0) return;
@@ -180,6 +181,7 @@ void finish_steps(self_ptr self) {
     const auto from = std::max(done.sent, t.last_result);
     const double took = std::chrono::duration<double>(t0 - from).count();
     t.last_result = t0;
+    t.step_tokens.observe(done.tokens);
     if (done.has_prompt) {
       ++t.prompt_steps;
       t.prompt_tokens += done.tokens;
@@ -441,6 +443,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
         ss.decode_steps = t.decode_steps;
         ss.decode_step_tokens = t.decode_tokens;
         ss.decode_step_seconds = t.decode_seconds;
+        ss.step_tokens = t.step_tokens;
         const auto& st2 = self->state;
         ss.faults_seen = st2.faults_seen;
         ss.recoveries = st2.recoveries;

@@ -7,7 +7,9 @@
 # Usage (repo root): tools/fuzz.sh TARGET [RUNS | SECONDSs] [WORK_DIR] [LIBFUZZER_FLAG...]
 #   TARGET     a tests/fuzz/TARGET_fuzz.cpp: openai_request, safetensors_header, model_config,
 #              tokenizer_json, config_toml, generate_input
-#   RUNS       inputs to run (10000000), or SECONDS followed by s (600s); default 60s
+#   RUNS       inputs to run (10000000), or SECONDS followed by s (600s); default 60s; `build`
+#              builds the target and stops (tools/device/fuzz_bundle.sh packs them for a
+#              many-core machine: tools/device/fuzz.sh)
 #   WORK_DIR   default /tmp/troupe-fuzz: runtime/ compiled once with the sanitizers and
 #              coverage (objects and libruntime.a, rebuilt when a source or header changes;
 #              about 10 minutes on 2 cores the first time), the target's binary, the inputs it
@@ -59,6 +61,7 @@ EOF
 # Replaced only when it changed: a new Makefile (other flags) rebuilds everything.
 cmp -s "$work/obj/Makefile.new" "$work/obj/Makefile" || mv "$work/obj/Makefile.new" "$work/obj/Makefile"
 make -s -C "$work/obj" -j"${FUZZ_JOBS:-2}" "${target}_fuzz"
+[[ $amount == build ]] && exit 0
 
 # New inputs go to the first directory; the committed seeds are only read.
 cd "$work"

@@ -79,6 +79,12 @@ void histogram(std::string& out, const char* name, const char* help, const std::
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
 
+Histogram::Histogram(std::vector<double> bounds, std::vector<uint64_t> counts, uint64_t count,
+                     double sum)
+    : bounds_(std::move(bounds)), counts_(std::move(counts)), count_(count), sum_(sum) {
+  counts_.resize(bounds_.size(), 0);
+}
+
 void Histogram::observe(double v) {
   // Prometheus buckets are upper-inclusive: le="0.1" counts 0.1.
   const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), v);
@@ -236,6 +242,8 @@ std::string ServingMetrics::render(const EngineGauges& g) const {
             prompt_len_);
   histogram(out, "vllm:request_generation_tokens", "Number of generation tokens processed.", m,
             generation_len_);
+  histogram(out, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            m, Histogram(g.step_token_bounds, g.step_token_counts, g.steps, g.step_tokens));
   histogram(out, "vllm:request_max_num_generation_tokens",
             "Histogram of maximum number of requested generation tokens.", m, max_generation_);
   histogram(out, "vllm:request_params_n", "Histogram of the n request parameter.", m, n_);

@@ -15,7 +15,8 @@
 // but without a token only in the queue time (v0.11 observed zeros, or a negative queue time,
 // for those).
 //
-// Not exported: vllm:iteration_tokens_total needs per-step token counts from the scheduler.
+// vllm:iteration_tokens_total is the engine's too: the tokens each step ran (prompt tokens
+// computed and decode tokens), counted by the scheduler actor (SchedulerStats::step_tokens).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,9 @@ namespace troupe::openai {
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
+  /// One counted elsewhere: `counts` per bucket (not cumulative, one per bound), `count`
+  /// observations in all (those above the last bound included), their `sum`.
+  Histogram(std::vector<double> bounds, std::vector<uint64_t> counts, uint64_t count, double sum);
   void observe(double v);
   [[nodiscard]] const std::vector<double>& bounds() const { return bounds_; }
   [[nodiscard]] const std::vector<uint64_t>& counts() const { return counts_; }  // per bucket
@@ -59,6 +63,12 @@ struct EngineGauges {
   // back to be recomputed, seconds from losses to the replacements' start.
   uint64_t faults = 0, recoveries = 0, sequences_recomputed = 0;
   double recovery_seconds = 0;
+  // Tokens per engine step (vllm:iteration_tokens_total): vLLM's bucket bounds (the
+  // scheduler's StepTokenHistogram::kBounds), per-bucket counts, steps, tokens.
+  std::vector<double> step_token_bounds;
+  std::vector<uint64_t> step_token_counts;
+  uint64_t steps = 0;
+  double step_tokens = 0;
 };
 
 /// What one finished sequence (one choice) looked like from the server.

@@ -17,6 +17,16 @@ const char* to_string(FinishReason r) {
   return "";
 }
 
+void StepTokenHistogram::observe(uint64_t tokens) {
+  for (size_t i = 0; i < kBounds.size(); ++i)
+    if (tokens <= kBounds[i]) {
+      ++counts[i];
+      break;
+    }
+  ++count;
+  sum += tokens;
+}
+
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(config), preemption_(config.preemption_mode) {
   if (config_.max_num_batched_tokens <= 0)

@@ -46,6 +46,7 @@
 // each, to the request's output sequence ids (BeamSpec::output_seq_ids).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -133,6 +134,17 @@ struct SeqUpdate {
   std::chrono::steady_clock::time_point time{};
 };
 
+/// The tokens each step ran (prompt tokens computed and decode tokens), counted into the buckets
+/// of vLLM's vllm:iteration_tokens_total histogram (upper-inclusive, as Prometheus counts).
+struct StepTokenHistogram {
+  static constexpr std::array<uint64_t, 13> kBounds = {1,   8,   16,   32,   64,   128, 256,
+                                                       512, 1024, 2048, 4096, 8192, 16384};
+  std::array<uint64_t, kBounds.size()> counts{};  // per bucket, not cumulative
+  uint64_t count = 0;  // steps, those above the last bound included
+  uint64_t sum = 0;    // tokens
+  void observe(uint64_t tokens);
+};
+
 struct SchedulerStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
@@ -154,6 +166,7 @@ struct SchedulerStats {
   // so that steps in flight together count once) and the tokens each kind ran.
   uint64_t prompt_steps = 0, prompt_step_tokens = 0, decode_steps = 0, decode_step_tokens = 0;
   double prompt_step_seconds = 0, decode_step_seconds = 0;
+  StepTokenHistogram step_tokens;  // every step with a result, by the tokens it ran
   // Faults (filled by the scheduler actor): executor losses seen, recoveries completed,
   // sequences put back to be recomputed by them, and the time from each loss to the new
   // executors' start (summed, and the last one).

@@ -7,8 +7,10 @@
 #include <sstream>
 
 #include "runtime/openai/metrics.hpp"
+#include "runtime/sched/scheduler.hpp"
 
 using namespace troupe::openai;
+using troupe::StepTokenHistogram;
 
 namespace {
 bool has_line(const std::string& text, const std::string& line) {
@@ -201,4 +203,43 @@ TEST_CASE("metrics: fault recovery counters (troupe's own names)", "[openai][fau
   CHECK(has_line(text, "troupe:executor_recoveries_total{" + l + "} 2.0"));
   CHECK(has_line(text, "troupe:sequences_recomputed_total{" + l + "} 40.0"));
   CHECK(has_line(text, "troupe:recovery_seconds_total{" + l + "} 1.25"));
+}
+
+TEST_CASE("metrics: tokens per engine step, vLLM's iteration_tokens_total buckets",
+          "[openai][sched]") {
+  // The scheduler counts each step into the bounds vLLM's logger declares.
+  StepTokenHistogram h;
+  CHECK(std::vector<uint64_t>(h.kBounds.begin(), h.kBounds.end()) ==
+        std::vector<uint64_t>{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384});
+  for (uint64_t tokens : {1, 8, 9, 16, 300, 16384, 20000}) h.observe(tokens);
+  CHECK(h.count == 7);
+  CHECK(h.sum == 1 + 8 + 9 + 16 + 300 + 16384 + 20000);
+  CHECK(h.counts[0] == 1);   // le=1: 1
+  CHECK(h.counts[1] == 1);   // le=8: 8 (upper-inclusive)
+  CHECK(h.counts[2] == 2);   // le=16: 9, 16
+  CHECK(h.counts[7] == 1);   // le=512: 300
+  CHECK(h.counts[12] == 1);  // le=16384; 20000 only in the count (+Inf)
+
+  ServingMetrics m("my-model", 512);
+  EngineGauges g;
+  g.step_token_bounds.assign(h.kBounds.begin(), h.kBounds.end());
+  g.step_token_counts.assign(h.counts.begin(), h.counts.end());
+  g.steps = h.count;
+  g.step_tokens = double(h.sum);
+  const std::string text = m.render(g);
+  const auto bucket = [](const std::string& le) {
+    return R"(vllm:iteration_tokens_total_bucket{engine="0",le=")" + le +
+           R"(",model_name="my-model"})";
+  };
+  const std::string l = R"(engine="0",model_name="my-model")";
+  CHECK(has_line(text, "# TYPE vllm:iteration_tokens_total histogram"));
+  CHECK(has_line(text, bucket("1.0") + " 1.0"));
+  CHECK(has_line(text, bucket("8.0") + " 2.0"));
+  CHECK(has_line(text, bucket("16.0") + " 4.0"));
+  CHECK(has_line(text, bucket("256.0") + " 4.0"));
+  CHECK(has_line(text, bucket("512.0") + " 5.0"));
+  CHECK(has_line(text, bucket("16384.0") + " 6.0"));
+  CHECK(has_line(text, bucket("+Inf") + " 7.0"));
+  CHECK(has_line(text, "vllm:iteration_tokens_total_count{" + l + "} 7.0"));
+  CHECK(has_line(text, "vllm:iteration_tokens_total_sum{" + l + "} 36718.0"));
 }

@@ -641,6 +641,12 @@ def case_metrics_reference():
         assert total["request_prefill_time"] > 0 and total["request_decode_time"] > 0, total
         assert total["e2e_request_latency"] >= (total["request_queue_time"]
                                                 + total["request_inference_time"]), total
+        # Tokens per engine step: every prompt token is computed (one- and two-token prompts fill
+        # no block to reuse) and every generated token but each sequence's last is fed back.
+        steps = m[f"vllm:iteration_tokens_total_count{lab}"]
+        assert 0 < steps, m
+        assert m[f"vllm:iteration_tokens_total_sum{lab}"] == (
+            m[f"vllm:prompt_tokens_total{lab}"] + m[f"vllm:generation_tokens_total{lab}"] - 4), m
 
 
 def case_bench_serving():
