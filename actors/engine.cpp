@@ -192,6 +192,20 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   rq.max_log_len = int32_t(args.max_log_len.value_or(0));
   rq.plugins = plugins;
   rq.in_process_executors = m.group->in_process();
+  rq.max_num_seqs = int32_t(args.max_num_seqs);
+  rq.kv_blocks = num_blocks;
+  rq.kv_block_size = int32_t(args.block_size);
+  // Beam search forks copy KV blocks with Backend::copy (model_runner.cpp), which has run on
+  // the CPU backend only; a pipeline cuts a group's beams into micro-batches that never meet.
+  if (device == "cuda")
+    rq.beam_search_refusal =
+        "the CUDA backend's beam forks (block copies) have not been tested on a GPU yet; run "
+        "with --device cpu";
+  else if (spec.pp > 1)
+    rq.beam_search_refusal = fmt::format(
+        "pipeline_parallel_size = {}: beam groups are stepped together, which the pipeline's "
+        "micro-batches do not do; use pipeline_parallel_size = 1",
+        spec.pp);
   ctx.tokenizer = m.tokenizer;
   if (m.tokenizer)
     ctx.tokenizers = TokenizerPool(sys, m.tokenizer,

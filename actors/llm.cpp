@@ -103,6 +103,17 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts,
   return outputs;
 }
 
+std::vector<BeamSearchOutput> LLM::beam_search(const std::vector<Prompt>& prompts,
+                                               const BeamSearchParams& params) {
+  GenerateOptions options;
+  options.use_tqdm = false;
+  const std::vector<RequestOutput> outs = generate(prompts, to_sampling_params(params), options);
+  std::vector<BeamSearchOutput> result;
+  result.reserve(outs.size());
+  for (const RequestOutput& o : outs) result.push_back(to_beam_search_output(o));
+  return result;
+}
+
 void LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
                    const OutputCallback& on_output, const GenerateOptions& options) {
   if (params.size() != prompts.size())

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/api/beam_search.hpp"
 #include "runtime/api/outputs.hpp"
 #include "runtime/config/engine_args.hpp"
 #include "runtime/config/sampling_params.hpp"
@@ -78,6 +79,12 @@ class LLM {
   /// running are aborted and the exception propagates.
   void generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
                 const OutputCallback& on_output, const GenerateOptions& options = {});
+
+  /// vLLM's LLM.beam_search: beam_width beams per prompt, the beam_width best returned, best
+  /// first (runtime/api/beam_search.hpp says how its scores relate to vLLM's). Throws
+  /// troupe::Error naming the BeamSearchParams field.
+  [[nodiscard]] std::vector<BeamSearchOutput> beam_search(const std::vector<Prompt>& prompts,
+                                                          const BeamSearchParams& params);
 
   [[nodiscard]] SamplingParams get_default_sampling_params() const;
   /// Null when skip_tokenizer_init is set.

@@ -9,6 +9,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<NewSeq>("troupe_new_seq");
   cfg.add_message_type<CachedSeq>("troupe_cached_seq");
   cfg.add_message_type<BlockSwap>("troupe_block_swap");
+  cfg.add_message_type<BlockCopyPlan>("troupe_block_copy_plan");
   cfg.add_message_type<StepPlan>("troupe_step_plan");
   cfg.add_message_type<LogprobEntry>("troupe_logprob_entry");
   cfg.add_message_type<PositionLogprobs>("troupe_position_logprobs");

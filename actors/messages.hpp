@@ -129,9 +129,13 @@ typename Inspector::result_type inspect(Inspector& f, BlockSwap& x) {
   return f(caf::meta::type_name("block_swap"), x.gpu_block, x.cpu_block);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BlockCopyPlan& x) {
+  return f(caf::meta::type_name("block_copy_plan"), x.src, x.dst);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepPlan& x) {
   return f(caf::meta::type_name("step_plan"), x.step_id, x.new_seqs, x.cached_seqs,
-           x.finished_seq_ids, x.swap_out, x.swap_in);
+           x.finished_seq_ids, x.swap_out, x.swap_in, x.copy_blocks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LogprobEntry& x) {

@@ -39,6 +39,23 @@ reference.json:
     }
 
 Logits are float32 values written with 9 significant digits (enough to round-trip a float32).
+
+Beam search references (a "beam" key in reference.json, read by tests/actors/test_beam_search.cpp):
+
+    python3 tools/make_fixtures.py tests/fixtures/models --beam-only   # adds/refreshes only it
+
+reads the checkpoints already in OUT_DIR (no weights are written) and stores what
+model.generate(num_beams=...) returns in float32 for the 2- and 7-token prompts:
+
+    "beam": {"transformers_version": "...", "device": "cuda",
+             "cases": [{"prompt": [...], "num_beams": 4, "num_return_sequences": 2,
+                        "length_penalty": 0.5, "early_stopping": true | false | "never",
+                        "eos_token_id": null | int, "max_new_tokens": 12,
+                        "sequences": [[new tokens, up to and with the eos], ...],
+                        "sequence_scores": [floats, best first]}, ...]}
+
+A case's eos (when not null) is the second token of the prompt's greedy continuation, so that
+hypotheses do end early.
 """
 
 import argparse
@@ -397,15 +414,109 @@ def reference(spec, out, device):
     return ref
 
 
+BEAM_NEW_TOKENS = 12
+BEAM_PROMPT_INDICES = [1, 2]  # the 2- and 7-token prompts
+# (num_beams, num_return_sequences, length_penalty, early_stopping, with an eos)
+BEAM_CASES = [
+    (2, 1, 1.0, False, False),
+    (2, 2, 1.0, True, False),
+    (4, 4, 1.0, False, False),
+    (4, 2, 0.5, "never", False),
+    (4, 3, 2.0, False, False),
+    (3, 3, 1.0, "never", False),
+    (4, 4, 1.0, False, True),
+    (4, 2, 2.0, True, True),
+    (3, 3, 0.5, "never", True),
+    (2, 2, 1.0, False, True),
+]
+
+
+@torch.no_grad()
+def beam_section(model, ref, device):
+    """transformers' beam search outputs (sequences and sequence_scores) for BEAM_CASES."""
+    cases = []
+    for pi in BEAM_PROMPT_INDICES:
+        prompt = ref["prompts"][pi]["token_ids"]
+        eos_choice = ref["prompts"][pi]["greedy_tokens"][1]
+        x = torch.tensor([prompt], dtype=torch.long, device=device)
+        for beams, ret, lp, es, with_eos in BEAM_CASES:
+            eos = eos_choice if with_eos else None
+            out = model.generate(
+                input_ids=x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                num_beams=beams,
+                num_return_sequences=ret,
+                length_penalty=lp,
+                early_stopping=es,
+                max_new_tokens=BEAM_NEW_TOKENS,
+                eos_token_id=eos,
+                pad_token_id=eos if eos is not None else 0,
+                bos_token_id=None,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            seqs = []
+            for row in out.sequences[:, len(prompt) :].tolist():
+                if eos is not None and eos in row:
+                    row = row[: row.index(eos) + 1]  # the rest is padding
+                seqs.append(row)
+            cases.append(
+                dict(
+                    prompt=prompt,
+                    num_beams=beams,
+                    num_return_sequences=ret,
+                    length_penalty=lp,
+                    early_stopping=es,
+                    eos_token_id=eos,
+                    max_new_tokens=BEAM_NEW_TOKENS,
+                    sequences=seqs,
+                    sequence_scores=[float(f"{v:.9g}") for v in out.sequences_scores.float().tolist()],
+                )
+            )
+    return dict(transformers_version=transformers.__version__, device=str(device), cases=cases)
+
+
+def add_beam_sections(out_dir, only, device):
+    """--beam-only: adds the beam section to each existing reference.json, weights untouched."""
+    for spec in MODELS:
+        if only and spec["name"] not in only:
+            continue
+        out = os.path.join(out_dir, spec["name"])
+        path = os.path.join(out, "reference.json")
+        if not os.path.exists(path):
+            log(f"{spec['name']}: no {path}; skipped")
+            continue
+        with open(path) as f:
+            ref = json.load(f)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+        verify_loaded(spec, model, out)
+        model = model.to(device).eval()
+        ref["beam"] = beam_section(model, ref, device)
+        with open(path, "w") as f:
+            json.dump(ref, f, separators=(",", ":"))
+            f.write("\n")
+        ended = sum(1 for c in ref["beam"]["cases"] for s in c["sequences"] if len(s) < BEAM_NEW_TOKENS)
+        log(f"{spec['name']}: {len(ref['beam']['cases'])} beam cases, {ended} hypotheses ended by eos")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--only", nargs="*", help="write only these fixtures (names)")
+    ap.add_argument(
+        "--beam-only",
+        action="store_true",
+        help="only add the beam search section to the reference.json files already in OUT_DIR",
+    )
     args = ap.parse_args()
 
     torch.set_float32_matmul_precision("highest")  # references in true float32 (no TF32)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     log(f"torch {torch.__version__}, transformers {transformers.__version__}, device {device}")
+    if args.beam_only:
+        add_beam_sections(args.out_dir, args.only, device)
+        return 0
 
     os.makedirs(args.out_dir, exist_ok=True)
     total = 0
@@ -419,6 +530,11 @@ def main():
         os.makedirs(out)
         save_checkpoint(spec, out)
         ref = reference(spec, out, device)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+        ref["beam"] = beam_section(model.to(device).eval(), ref, device)
+        with open(os.path.join(out, "reference.json"), "w") as f:
+            json.dump(ref, f, separators=(",", ":"))
+            f.write("\n")
         files = sorted(os.listdir(out))
         size = sum(os.path.getsize(os.path.join(out, f)) for f in files)
         total += size

@@ -124,17 +124,49 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
     if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
   }
   check_prompt(ids);
+  if (p.use_beam_search && config_.kv_blocks > 0 && config_.kv_block_size > 0) {
+    const int64_t longest =
+        p.max_tokens ? int64_t(ids.size()) + *p.max_tokens : int64_t(config_.max_model_len);
+    const int64_t per_beam = (longest + config_.kv_block_size - 1) / config_.kv_block_size;
+    const int64_t beams = p.best_of.value_or(p.n);
+    if (beams * per_beam > config_.kv_blocks)
+      fail(
+          "best_of = {}: {} beams of up to {} tokens need {} KV blocks at once, more than the "
+          "cache's {} (allowed: fewer beams, or a shorter prompt or max_tokens)",
+          beams, beams, longest, beams * per_beam, config_.kv_blocks);
+  }
   std::string id = request_id.empty() ? std::to_string(next_request_++) : std::move(request_id);
   if (requests_.contains(id)) fail("request_id = '{}': already in use", id);
 
   const int32_t n = std::max<int32_t>(1, int32_t(p.n));
-  const int32_t samples = p.best_of ? std::max<int32_t>(n, int32_t(*p.best_of)) : n;
+  const bool beam = p.use_beam_search;
+  const int32_t best_of = p.best_of ? std::max<int32_t>(n, int32_t(*p.best_of)) : n;
+  const int32_t samples = beam ? n : best_of;  // beam search: n result sequences
   const bool ranked = samples > n;
+  const std::vector<int32_t> eos = p.ignore_eos ? std::vector<int32_t>{} : config_.eos_token_ids;
+  // transformers' beams_to_keep: candidates per beam and step, so that num_beams survive the
+  // tokens that end a hypothesis (eos and stop_token_ids, as its eos_token_id list).
+  const int32_t candidates =
+      std::max<int32_t>(2, 1 + int32_t(eos.size() + p.stop_token_ids.size())) * best_of;
+  if (beam) {
+    if (!config_.beam_search_refusal.empty())
+      fail("use_beam_search = true: not supported here ({})", config_.beam_search_refusal);
+    if (config_.max_num_seqs > 0 && best_of > config_.max_num_seqs)
+      fail(
+          "best_of = {}: allowed: <= max_num_seqs = {} with use_beam_search (a group's beams "
+          "run together)",
+          best_of, config_.max_num_seqs);
+    if (candidates > config_.vocab_size)
+      fail(
+          "best_of = {}: allowed: at most {} beams with use_beam_search (each step ranks {} "
+          "candidates per beam, more than the vocabulary of {})",
+          best_of, config_.vocab_size / (candidates / best_of), candidates, config_.vocab_size);
+  }
 
   Request r;
   r.id = id;
   r.arrival_time = epoch_seconds(std::chrono::steady_clock::now());
-  r.stream = stream && !ranked;  // the best n are only known at the end
+  r.stream = stream && !ranked && !beam;  // the best n are only known at the end
   r.num_returned = size_t(n);
   r.detokenize = p.detokenize && tokenizer_ != nullptr;
   r.prompt = std::move(prompt);
@@ -145,7 +177,6 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
 
   const int32_t max_tokens =
       p.max_tokens ? int32_t(*p.max_tokens) : config_.max_model_len - int32_t(ids.size());
-  const std::vector<int32_t> eos = p.ignore_eos ? std::vector<int32_t>{} : config_.eos_token_ids;
   const std::vector<int32_t> stop_ids(p.stop_token_ids.begin(), p.stop_token_ids.end());
   // vLLM's -1 (allowed when max_logprobs = -1) is the whole vocabulary; the executor's -1 means
   // none.
@@ -164,8 +195,10 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
     SeqSampling& sp = s.sampling;
     static_cast<SamplingKnobs&>(sp) =
         sampling_knobs(p, p.seed ? uint64_t(*p.seed) + uint64_t(i) : rng_());
-    // Ranking needs each sampled token's logprob (num_logprobs 0: that one, no top-N).
+    // Ranking needs each sampled token's logprob (num_logprobs 0: that one, no top-N); beams
+    // need their candidates.
     sp.num_logprobs = p.logprobs ? count(*p.logprobs) : (ranked ? 0 : -1);
+    if (beam) sp.num_logprobs = std::max(sp.num_logprobs, candidates);
     // Prompt logprobs are the same for every sample: only the first computes them.
     sp.num_prompt_logprobs = (p.prompt_logprobs && i == 0) ? count(*p.prompt_logprobs) : -1;
     sp.min_tokens = int32_t(p.min_tokens);
@@ -184,15 +217,24 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
     Sequence q;
     q.seq_id = s.seq_id;
     q.out.index = i;
-    if (p.logprobs) {
-      q.out.logprobs.emplace();
-      q.out.cumulative_logprob = 0.0;
-    }
+    if (p.logprobs) q.out.logprobs.emplace();
+    if (p.logprobs || beam) q.out.cumulative_logprob = 0.0;
     r.seqs.push_back(std::move(q));
     if (r.detokenize)
       a.detok_open.push_back(
           DetokOpen{s.seq_id, ids, p.skip_special_tokens, p.spaces_between_special_tokens});
-    a.seqs.push_back(std::move(s));
+    if (!beam || i == 0) a.seqs.push_back(std::move(s));  // one root runs every beam
+  }
+  if (beam) {
+    BeamSpec b;
+    b.num_beams = best_of;
+    b.num_return = n;
+    b.length_penalty = p.length_penalty;
+    b.early_stopping = p.early_stopping;
+    b.num_candidates = candidates;
+    b.num_logprobs_shown = p.logprobs ? count(*p.logprobs) : -1;
+    for (const Sequence& q : r.seqs) b.output_seq_ids.push_back(q.seq_id);
+    a.seqs.front().beam = std::move(b);
   }
   r.unfinished = size_t(samples);
   for (size_t i = 0; i < r.seqs.size(); ++i)

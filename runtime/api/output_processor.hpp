@@ -28,9 +28,11 @@
 //
 // Sequences that fork. A request holds its sequences (Sequence, one CompletionOutput each) in a
 // list, each found by its sequence id; assemble() alone turns that list into the RequestOutput.
-// Beam search (not supported yet: validate() refuses it) fits that shape: a fork copies its
-// parent's Sequence (text, tokens, logprobs, where the stop-string scan stands) under a new
-// sequence id, and assemble() picks which sequences the caller sees.
+// Beam search (use_beam_search): the request's n Sequences are its n results; the scheduler
+// runs the beams (runtime/sched/beam_search.hpp) from one root SeqSpec (the first Sequence's
+// id) and, when the search ends, sends each result's tokens and logprobs to one of the n ids
+// in a single finishing update, best first. Nothing streams before that; cumulative_logprob is
+// always set (the hypothesis' sum of logprobs, which its score divides by length ** penalty).
 //
 // best_of > n (vLLM V0's semantics): best_of sequences are sampled (seeds seed + i, as for n) and
 // assemble() returns the n with the highest cumulative logprob of their sampled tokens (raw
@@ -75,6 +77,11 @@ struct OutputProcessorConfig {
   std::shared_ptr<const LogitsProcessorPlugins> plugins;
   /// False when the executors are in other processes: C++ callables cannot reach them.
   bool in_process_executors = true;
+  int32_t max_num_seqs = 0;  // a beam request's best_of must fit (0: not checked)
+  // The KV cache (0: not checked): a beam group is admitted whole, so all its beams' blocks at
+  // their longest must fit at once.
+  int32_t kv_blocks = 0, kv_block_size = 0;
+  std::string beam_search_refusal;  // why use_beam_search is refused here ("": it is not)
 };
 
 /// A new sequence's incremental detokenizer; opened before any of its tokens are pushed.

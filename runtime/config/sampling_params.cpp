@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/config/field_codec.hpp"
 #include "runtime/error.hpp"
@@ -25,6 +27,28 @@ struct Codec<RequestOutputKind> {
     throw Problem("allowed: cumulative|delta|final_only");
   }
   static json encode(RequestOutputKind k) { return std::string(to_string(k)); }
+  static json parse(std::span<const std::string> t) { return last(t); }
+};
+
+template <>
+struct Codec<EarlyStopping> {
+  static constexpr std::string_view type = "bool|str";
+  static constexpr FieldInfo::Arity arity = FieldInfo::Arity::one;
+  static EarlyStopping decode(const json& v) {
+    if (v.is_boolean()) return v.get<bool>() ? EarlyStopping::when_full : EarlyStopping::heuristic;
+    if (v.is_string()) {
+      const auto& t = v.get_ref<const std::string&>();
+      for (auto e : {EarlyStopping::heuristic, EarlyStopping::when_full, EarlyStopping::never})
+        if (t == to_string(e)) return e;
+      if (t == "True") return EarlyStopping::when_full;  // Python's spelling
+      if (t == "False") return EarlyStopping::heuristic;
+    }
+    throw Problem("allowed: true, false or \"never\"");
+  }
+  static json encode(EarlyStopping e) {
+    if (e == EarlyStopping::never) return "never";
+    return e == EarlyStopping::when_full;
+  }
   static json parse(std::span<const std::string> t) { return last(t); }
 };
 
@@ -118,6 +142,22 @@ std::vector<FieldInfo> build_table(Arena& a) {
       {.name = "seed",
        .help = "Seed of this request's sampling, so it samples the same tokens whatever its batch.",
        .flag = "sampling-seed"}));
+  t.push_back(member(a, &S::use_beam_search,
+                     {.name = "use_beam_search",
+                      .help = "Beam search (transformers' generate with num_beams): best_of beams, "
+                              "the n best returned; greedy only (temperature 0)."}));
+  t.push_back(member(a, &S::length_penalty,
+                     {.name = "length_penalty",
+                      .help = "Beam search: a hypothesis scores its cumulative logprob / "
+                              "length ** length_penalty (> 0 favours longer ones).",
+                      .allowed = "finite",
+                      .valid = [](const json& v) { return std::isfinite(v.get<double>()); }}));
+  t.push_back(member(a, &S::early_stopping,
+                     {.name = "early_stopping",
+                      .help = "Beam search: true stops once best_of hypotheses are done; false "
+                              "when no live beam can beat them at its length (heuristic); "
+                              "\"never\" only when none can at max_tokens.",
+                      .allowed = "true, false or \"never\""}));
   t.push_back(member(
       a, &S::stop,
       {.name = "stop",
@@ -249,30 +289,14 @@ const FieldTable<SamplingParams, build_table>& table() {
   return FieldTable<SamplingParams, build_table>::get();
 }
 
-constexpr std::string_view kNoBeamSearch = "beam search is not implemented yet";
-
 std::vector<FieldInfo> build_beam_search_table(Arena& a) {
   std::vector<FieldInfo> t;
-  t.push_back(refused<bool>(
-      a, {.name = "use_beam_search", .help = "Generate with beam search.", .note = kNoBeamSearch},
-      false));
-  t.push_back(
-      refused<double>(a,
-                      {.name = "length_penalty",
-                       .help = "Beam search: scores are divided by length ** length_penalty.",
-                       .note = "it only applies to beam search, which is not implemented yet"},
-                      1.0));
-  t.push_back(
-      refused<json>(a,
-                    {.name = "early_stopping",
-                     .help = "Beam search: when to stop (true, false or \"never\").",
-                     .note = "it only applies to beam search, which is not implemented yet"},
-                    json(false)));
   t.push_back(
       refused<int64_t>(a,
                        {.name = "beam_width",
                         .help = "Beam search: the number of beams (vLLM's BeamSearchParams).",
-                        .note = kNoBeamSearch},
+                        .note = "it is LLM::beam_search's (BeamSearchParams); a request asks "
+                                "for beams with use_beam_search and best_of"},
                        std::nullopt));
   return t;
 }
@@ -293,6 +317,66 @@ void apply_beam_search_field(const FieldInfo& f, const json& value, std::string_
   f.set(nullptr, value, label, nullptr);
 }
 
+namespace {
+
+/// vLLM V0's _verify_beam_search / _verify_non_beam_search, plus the fields beam search here
+/// cannot honour: beams are ranked by raw logprobs, which penalties, biases and masks would not
+/// change, so those are refused rather than ignored.
+void validate_beam_search(const SamplingParams& p) {
+  if (!p.use_beam_search) {
+    if (p.length_penalty != 1.0)
+      fail(
+          "length_penalty = {}: allowed: 1.0 without use_beam_search (it only applies to beam "
+          "search)",
+          p.length_penalty);
+    if (p.early_stopping != EarlyStopping::heuristic)
+      fail(
+          "early_stopping = {}: allowed: false without use_beam_search (it only applies to "
+          "beam search)",
+          to_string(p.early_stopping));
+    return;
+  }
+  const int64_t beams = p.best_of.value_or(p.n);
+  if (beams < 2)
+    fail("best_of = {}: allowed: >= 2 with use_beam_search (the number of beams, >= n = {})", beams,
+         p.n);
+  if (p.temperature > 1e-5)
+    fail(
+        "temperature = {}: allowed: 0 with use_beam_search (beam search is deterministic: it "
+        "ranks beams by their logprobs)",
+        p.temperature);
+  const auto refuse = [](std::string_view field, const std::string& value) {
+    fail(
+        "{} = {}: not supported with use_beam_search (allowed: its default; beams are ranked by "
+        "raw logprobs, which it would not change)",
+        field, value);
+  };
+  // top_p, top_k and min_p only shape sampling, which temperature 0 turns off for beams as for
+  // greedy requests: they are accepted as they are there (a model's generation_config.json
+  // often sets them).
+  if (p.presence_penalty != 0.0) refuse("presence_penalty", fmt::format("{}", p.presence_penalty));
+  if (p.frequency_penalty != 0.0)
+    refuse("frequency_penalty", fmt::format("{}", p.frequency_penalty));
+  if (p.repetition_penalty != 1.0)
+    refuse("repetition_penalty", fmt::format("{}", p.repetition_penalty));
+  if (p.min_tokens != 0) refuse("min_tokens", fmt::format("{}", p.min_tokens));
+  if (!p.logit_bias.empty())
+    refuse("logit_bias", show(Codec<std::map<int32_t, double>>::encode(p.logit_bias)));
+  if (!p.allowed_token_ids.empty()) refuse("allowed_token_ids", show(json(p.allowed_token_ids)));
+  if (!p.bad_words.empty()) refuse("bad_words", show(json(p.bad_words)));
+  if (!p.logits_processors.empty()) refuse("logits_processors", show(json(p.logits_processors)));
+  if (!p.logits_processor_fns.empty())
+    refuse("logits_processor_fns", fmt::format("{} callables", p.logits_processor_fns.size()));
+  // Hypotheses end at eos, a stop token (both transformers' eos_token_id) or max_tokens; a stop
+  // string, matched on text, would end beams in ways the scoring does not know.
+  if (!p.stop.empty()) refuse("stop", show(json(p.stop)));
+  if (p.prompt_logprobs)
+    fail("prompt_logprobs = {}: not supported with use_beam_search yet (allowed: None)",
+         *p.prompt_logprobs);
+}
+
+}  // namespace
+
 void validate(const SamplingParams& p) {
   check_all(table().fields, table().defaults, &p);
   if (p.best_of) {
@@ -303,6 +387,7 @@ void validate(const SamplingParams& p) {
   if (p.max_tokens && p.min_tokens > *p.max_tokens) {
     fail("min_tokens = {}: allowed: <= max_tokens (max_tokens = {})", p.min_tokens, *p.max_tokens);
   }
+  validate_beam_search(p);
   if (!p.stop.empty() && !p.detokenize) {
     fail("stop = {}: allowed only with detokenize = true (stop strings are matched on text)",
          show(json(p.stop)));

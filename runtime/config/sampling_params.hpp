@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/config/field_info.hpp"
+#include "runtime/sampling/early_stopping.hpp"
 #include "runtime/sampling/logits_processors.hpp"
 #include "runtime/sampling/sampling_knobs.hpp"
 
@@ -48,6 +49,11 @@ struct SamplingParams {
   int64_t top_k = 0;                    // 0 or -1 = off, else >= 1
   double min_p = 0.0;                   // [0, 1]
   std::optional<int64_t> seed;          // per-request seed; unset = the engine's stream
+  // Beam search (vLLM V0's fields, transformers' semantics: runtime/sched/beam_search.hpp):
+  // best_of beams (unset: n), the n best hypotheses returned. Greedy only (temperature 0).
+  bool use_beam_search = false;
+  double length_penalty = 1.0;  // hypothesis score = cumulative logprob / length ** this
+  EarlyStopping early_stopping = EarlyStopping::heuristic;  // false | true | "never"
   std::vector<std::string> stop;        // stop strings (not in the output unless asked)
   std::vector<int32_t> stop_token_ids;  // stop tokens (in the output)
   bool ignore_eos = false;
@@ -81,13 +87,10 @@ struct SamplingParams {
 /// One row per SamplingParams field, in declaration order.
 const std::vector<FieldInfo>& sampling_param_fields();
 
-/// vLLM's request fields that only beam search reads, which troupe does not have yet:
-/// use_beam_search, length_penalty and early_stopping (V0's SamplingParams; the server's
-/// use_beam_search and length_penalty) and BeamSearchParams' beam_width. They are not members
-/// of SamplingParams (vLLM's V1 SamplingParams has none of them either); every front end (the
-/// command line, TOML, --input JSON, the server) takes them from this table and refuses them by
-/// name unless they hold the value that asks for no beam search (use_beam_search false,
-/// length_penalty 1.0, early_stopping false; beam_width has none).
+/// vLLM's beam-search request fields that are not SamplingParams members: BeamSearchParams'
+/// beam_width (LLM::beam_search takes it; a request asks for beams with use_beam_search and
+/// best_of). Every front end (the command line, TOML, --input JSON, the server) takes them from
+/// this table and refuses them by name.
 const std::vector<FieldInfo>& beam_search_fields();
 /// Refuses a value of a beam_search_fields() row (troupe::Error naming `label`), or accepts its
 /// neutral value.

@@ -337,6 +337,22 @@ void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
   (to_host ? stats_.blocks_swapped_out : stats_.blocks_swapped_in) += int64_t(pairs.size());
 }
 
+void ModelRunner::copy_blocks(const std::vector<BlockCopyPlan>& copies) {
+  if (copies.empty()) return;
+  const int64_t num_blocks = kv_.k.empty() ? 0 : kv_.k[0].dim(0);
+  for (const BlockCopyPlan& c : copies)
+    if (c.src < 0 || c.src >= num_blocks || c.dst < 0 || c.dst >= num_blocks || c.src == c.dst)
+      fail("step: block copy {} -> {} out of range [0, {}) or onto itself", c.src, c.dst,
+           num_blocks);
+  // Backend::copy of one block's rows, every layer's K and V: ordered on the backend's stream
+  // after the swap-outs and before the swap-ins and the forward.
+  for (size_t l = 0; l < kv_.k.size(); ++l)
+    for (const auto* side : {&kv_.k, &kv_.v})
+      for (const BlockCopyPlan& c : copies)
+        backend_->copy((*side)[l].rows(c.dst, c.dst + 1), (*side)[l].rows(c.src, c.src + 1));
+  stats_.blocks_copied += int64_t(copies.size());
+}
+
 void ModelRunner::setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options) {
   using Pad = RunnerOptions::PadDecode;
   const bool can_capture = backend_->can_capture();
@@ -509,7 +525,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
 
 bool ModelRunner::must_finish_before(const StepPlan& plan) const {
   if (!pending_ || pending_->completed) return false;
-  if (!plan.swap_out.empty() || !plan.swap_in.empty()) return true;
+  if (!plan.swap_out.empty() || !plan.swap_in.empty() || !plan.copy_blocks.empty()) return true;
   const auto touched = [&](uint64_t id) {
     for (const PendingRow& r : pending_->rows)
       if (r.seq_id == id) return true;
@@ -531,9 +547,11 @@ void ModelRunner::launch(const StepPlan& plan) {
          "sampling (finish that step first)",
          plan.step_id, pending_->result.step_id);
   for (uint64_t id : plan.finished_seq_ids) seqs_.erase(id);
-  // Swap out before swap in before the forward: a block a swap-out vacates may be filled by a
-  // swap-in or written by this step's forward, and the stream runs them in this order.
+  // Swap out before the copies before swap in before the forward: a block a swap-out vacates
+  // may be a copy's destination, filled by a swap-in or written by this step's forward, and the
+  // stream runs them in this order.
   swap(plan.swap_out, true);
+  copy_blocks(plan.copy_blocks);
   swap(plan.swap_in, false);
 
   std::vector<Scheduled> sched;

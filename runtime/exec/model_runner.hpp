@@ -102,6 +102,7 @@ struct RunnerStats {
   double prepare_seconds = 0, forward_seconds = 0, sample_seconds = 0;
   int64_t blocks_swapped_out = 0;
   int64_t blocks_swapped_in = 0;
+  int64_t blocks_copied = 0;  // copy-on-write copies of beam forks (StepPlan::copy_blocks)
 };
 
 /// Decode batch sizes that get a graph (vLLM's): 1, 2, 4, then multiples of 8 up to 256 and
@@ -253,6 +254,7 @@ class ModelRunner {
   void send_stage_output(uint64_t step_id, const Tensor& hidden);
   /// Copies the pairs' blocks of every layer's K and V (to_host: device -> host).
   void swap(const std::vector<BlockSwap>& pairs, bool to_host);
+  void copy_blocks(const std::vector<BlockCopyPlan>& copies);
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
   /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.

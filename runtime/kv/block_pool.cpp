@@ -101,6 +101,14 @@ void BlockPool::release(std::span<const int32_t> block_ids) {
   }
 }
 
+void BlockPool::share(std::span<const int32_t> block_ids) {
+  for (int32_t b : block_ids) {
+    Block& blk = blocks_.at(size_t(b));
+    if (blk.refs <= 0) fail("BlockPool::share: block {} is free (only held blocks are shared)", b);
+    ++blk.refs;
+  }
+}
+
 std::optional<int32_t> BlockPool::find_cached(int32_t parent, std::span<const int32_t> tokens,
                                               uint64_t salt) const {
   if (int32_t(tokens.size()) != block_size_) return std::nullopt;

@@ -41,6 +41,10 @@ class BlockPool {
   /// before its shared head).
   void release(std::span<const int32_t> block_ids);
 
+  /// Adds one reference to each block, every one of which must be held already (a beam fork:
+  /// the child shares its parent's blocks).
+  void share(std::span<const int32_t> block_ids);
+
   /// Looks up the cached block that follows `parent` (-1 for the first block) and holds
   /// exactly `tokens`. On a hit the block gains a reference (leaving the free list if it was
   /// there). `salt` separates namespaces (adapters, cache salts).

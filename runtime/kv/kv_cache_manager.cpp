@@ -40,6 +40,8 @@ KVStats KVCacheManager::stats() const {
   st.swap_fallbacks = swap_fallbacks_;
   st.prompt_logprob_blocks = int32_t(pool_.prompt_logprobs().num_blocks());
   st.prompt_logprob_bytes = pool_.prompt_logprobs().bytes();
+  st.forks = forks_;
+  st.blocks_copied = blocks_copied_;
   return st;
 }
 
@@ -173,6 +175,61 @@ void KVCacheManager::free_seq(uint64_t seq_id) {
   seqs_.erase(it);
 }
 
+bool KVCacheManager::grow_running(SeqState& s, int32_t num_computed, int32_t total,
+                                  KVRunningGrant& g, KVGrant& out) {
+  // The block the first new token goes to, when it exists and another sequence holds it too
+  // (a beam fork's partly filled last block), is written only after a private copy is made.
+  const auto first = size_t(num_computed / block_size_);
+  const bool cow = first < s.blocks.size() && pool_.ref_count(s.blocks[first]) > 1;
+  const int32_t grow_by = std::max(0, blocks_for(total) - int32_t(s.blocks.size()));
+  const int32_t need = grow_by + (cow ? 1 : 0);
+  if (need == 0) return true;
+  auto got = pool_.allocate(need);
+  if (!got) return false;
+  if (cow) {
+    const int32_t shared = s.blocks[first];
+    out.copies.push_back(BlockCopyPlan{shared, got->back()});
+    s.blocks[first] = got->back();
+    got->pop_back();
+    pool_.release(std::span<const int32_t>(&shared, 1));
+    ++blocks_copied_;
+  }
+  s.blocks.insert(s.blocks.end(), got->begin(), got->end());
+  g.new_block_ids.insert(g.new_block_ids.end(), got->begin(), got->end());
+  if (cow && int32_t(first) < s.num_registered)
+    fail("KVCacheManager: copy-on-write of block {} that is registered for prefix reuse", first);
+  return true;
+}
+
+void KVCacheManager::fork(const KVFork& f) {
+  auto it = seqs_.find(f.parent);
+  if (it == seqs_.end()) fail("KVCacheManager: forking sequence {}: holds no blocks", f.parent);
+  SeqState parent = it->second;
+  parent.tokens.insert(parent.tokens.end(), f.appended_token_ids.begin(),
+                       f.appended_token_ids.end());
+  parent.group = f.group;
+  for (uint64_t child : f.children) {
+    if (seqs_.contains(child) || swapped_.contains(child))
+      fail("KVCacheManager: fork of {} into sequence {}, which is in use", f.parent, child);
+    pool_.share(parent.blocks);
+    seqs_.emplace(child, parent);
+  }
+  // The parent's own references go; its blocks live on in the children.
+  free_seq(f.parent);
+  ++forks_;
+}
+
+void KVCacheManager::preempt_group(uint64_t group, KVGrant& out) {
+  std::vector<uint64_t> members;
+  for (const auto& [id, st] : seqs_)
+    if (st.group == group) members.push_back(id);
+  std::sort(members.begin(), members.end());
+  for (uint64_t id : members) {
+    out.preempted.push_back(id);
+    free_seq(id);
+  }
+}
+
 void KVCacheManager::preempt(const KVRunningAsk& victim, PreemptionMode mode, KVGrant& out) {
   auto it = seqs_.find(victim.seq_id);
   if (it == seqs_.end())
@@ -230,6 +287,7 @@ void KVCacheManager::release(const KVRelease& r) {
 KVGrant KVCacheManager::grant(const KVAsk& ask) {
   KVGrant out;
   for (const auto& r : ask.released) release(r);
+  for (const auto& f : ask.forks) fork(f);
   // Entries the last steps computed, before any preemption frees their blocks.
   for (const KVRunningAsk& r : ask.running)
     if (auto it = seqs_.find(r.seq_id); it != seqs_.end())
@@ -262,6 +320,15 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
     }
   }
   size_t next_victim = 0;
+  // Beam groups with a sequence granted this step: none of theirs may be preempted now (a grant
+  // is never withdrawn, and a group is preempted whole).
+  std::unordered_map<uint64_t, bool> group_granted;
+  std::unordered_map<uint64_t, size_t> ask_index;
+  for (size_t i = 0; i < ask.running.size(); ++i) ask_index.emplace(ask.running[i].seq_id, i);
+  const auto group_of = [&](uint64_t id) {
+    auto s = seqs_.find(id);
+    return s == seqs_.end() ? uint64_t(0) : s->second.group;
+  };
 
   // Running sequences, highest priority first; one that cannot grow preempts the policy's next
   // victim until it fits (the victim may be itself).
@@ -278,18 +345,30 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
         total > known + r.num_unknown_tokens)
       fail("KVCacheManager: sequence {} asks for {} tokens but {} are known ({} unknown)",
            r.seq_id, total, known, r.num_unknown_tokens);
-    KVRunningGrant g{r.seq_id, {}};
-    // grow() takes all the blocks it needs or none, so a victim's table is what it held.
-    bool grown = grow(s, total, &g.new_block_ids);
+    KVRunningGrant g{r.seq_id, {}, {}};
+    const size_t copies_before = out.copies.size();
+    // grow_running() takes all the blocks it needs or none, so a victim's table is what it held.
+    bool grown = grow_running(s, r.num_computed_tokens, total, g, out);
     while (!grown) {
-      while (next_victim < victim_index.size() && fate[victim_index[next_victim]] != Fate::pending)
+      while (next_victim < victim_index.size() &&
+             (fate[victim_index[next_victim]] != Fate::pending ||
+              group_granted.contains(group_of(ask.running[victim_index[next_victim]].seq_id))))
         ++next_victim;
       if (next_victim == victim_index.size()) break;
       const size_t v = victim_index[next_victim];
-      preempt(ask.running[v], ask.preemption_order[next_victim].mode, out);
-      fate[v] = Fate::preempted;
-      if (v == i) break;
-      grown = grow(s, total, &g.new_block_ids);
+      if (const uint64_t vg = group_of(ask.running[v].seq_id); vg != 0) {
+        // A beam group goes whole, by recompute; its sequences still to be granted sit out.
+        const size_t before = out.preempted.size();
+        preempt_group(vg, out);
+        for (size_t k = before; k < out.preempted.size(); ++k)
+          if (auto at = ask_index.find(out.preempted[k]); at != ask_index.end())
+            fate[at->second] = Fate::preempted;
+      } else {
+        preempt(ask.running[v], ask.preemption_order[next_victim].mode, out);
+        fate[v] = Fate::preempted;
+      }
+      if (fate[i] == Fate::preempted) break;
+      grown = grow_running(s, r.num_computed_tokens, total, g, out);
     }
     if (fate[i] == Fate::preempted) continue;
     if (!grown) {
@@ -297,6 +376,15 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
       continue;
     }
     register_full_blocks(s, std::min(total, known));
+    if (r.needs_block_table) {
+      g.block_table = s.blocks;
+    } else if (out.copies.size() != copies_before) {
+      fail(
+          "KVCacheManager: sequence {}, known to the executors, had a block copied on write "
+          "(only a fork's children, which ask for their table, share a block being written)",
+          r.seq_id);
+    }
+    if (s.group != 0) group_granted.emplace(s.group, true);
     out.running.push_back(std::move(g));
     fate[i] = Fate::granted;
   }
@@ -334,8 +422,20 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
     ++running_count;
   }
   if (!swapped_.empty()) return out;  // waiting sequences wait for the swapped-out ones
-  for (const KVWaitingAsk& w : ask.waiting) {
+  for (size_t wi = 0; wi < ask.waiting.size(); ++wi) {
+    const KVWaitingAsk& w = ask.waiting[wi];
     if (ask.max_running_seqs > 0 && running_count >= ask.max_running_seqs) break;
+    if (w.group != 0 && (wi == 0 || ask.waiting[wi - 1].group != w.group)) {
+      // A beam group comes in whole or not at all: room for every token of every one of them
+      // (a bound: prefix hits on blocks in use take no free block).
+      size_t end = wi;
+      int64_t need = 0;
+      for (; end < ask.waiting.size() && ask.waiting[end].group == w.group; ++end)
+        need += blocks_for(int32_t(ask.waiting[end].token_ids.size()));
+      if ((ask.max_running_seqs > 0 && running_count + int32_t(end - wi) > ask.max_running_seqs) ||
+          need > pool_.num_free())
+        break;
+    }
     if (seqs_.contains(w.seq_id)) fail("KVCacheManager: sequence {} admitted twice", w.seq_id);
     const int32_t len = int32_t(w.token_ids.size());
     if (w.prompt_logprobs >= 0 && (w.num_prompt_tokens < 1 || w.num_prompt_tokens > len))
@@ -347,6 +447,7 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
     s.tokens = w.token_ids;
     s.salt = w.cache_salt;
     s.cacheable = prefix_caching_;
+    s.group = w.group;
     std::vector<PositionLogprobs> entries;
     prefix_hit(w, s, &entries);
     // The hit's entries start the run that the sequence's own steps continue, so the blocks

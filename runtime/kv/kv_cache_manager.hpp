@@ -23,6 +23,16 @@
 // registered in the prefix index (nor are that sequence's later blocks: their parents would not
 // be in the index). A step that swaps out swaps nothing in and admits nothing, so a CPU block
 // freed by a swap-in is never overwritten by a swap-out of the same step.
+//
+// Beam groups (runtime/sched/beam_search.hpp). A fork (KVAsk::forks) gives each child beam its
+// parent's whole block table, every block shared by reference count, and then drops the
+// parent: a 4-beam request holds one copy of its prompt. Copy-on-write happens when a running
+// sequence is granted tokens whose first one falls in a block that another sequence also holds
+// (only beam forks share a block that is not full): that block is copied to a fresh one
+// (KVGrant::copies, made by the executors before the step) and the sequence keeps the copy.
+// A group's sequences are preempted together, by recompute (their shared blocks would otherwise
+// be swapped once per beam), and are admitted together or not at all (KVWaitingAsk::group), so
+// a group never waits on blocks its own paused beams hold.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +65,8 @@ struct KVRunningAsk {
   // it completes is registered for prefix reuse once the token is known (a later ask).
   int32_t num_unknown_tokens = 0;
   KVPromptLogprobs prompt_logprobs;  // entries computed since the last ask
+  // The executors do not know it yet (a beam just forked): the grant carries its whole table.
+  bool needs_block_table = false;
 };
 
 /// A waiting sequence asking to be admitted with up to `max_new_tokens` tokens this step.
@@ -70,6 +82,18 @@ struct KVWaitingAsk {
   // its entry computed, and the admission carries the stored entries (KVAdmission).
   int32_t prompt_logprobs = -1;
   int32_t num_prompt_tokens = 0;  // entries exist for prompt tokens 1 .. num_prompt_tokens - 1
+  // Beam group (0: none). A group's asks come one after another and are admitted all or none,
+  // when the free blocks could hold every one of their tokens.
+  uint64_t group = 0;
+};
+
+/// A beam fork: each child takes the parent's blocks (shared), then the parent is dropped. The
+/// children's own new tokens come with their first running ask.
+struct KVFork {
+  uint64_t parent = 0;
+  std::vector<int32_t> appended_token_ids;  // the parent's tokens known since its last ask
+  std::vector<uint64_t> children;           // new sequence ids
+  uint64_t group = 0;
 };
 
 /// A swapped-out sequence asking to come back with room for `num_new_tokens` more tokens.
@@ -101,6 +125,7 @@ struct KVPreemption {
 
 struct KVAsk {
   std::vector<KVRelease> released;
+  std::vector<KVFork> forks;          // after the releases, before any growth
   std::vector<KVRunningAsk> running;  // highest priority first
   std::vector<KVSwappedAsk> swapped;  // swapped-out sequences, oldest first
   std::vector<KVWaitingAsk> waiting;  // in admission order (only when every swapped one asks)
@@ -123,6 +148,7 @@ struct KVAsk {
 struct KVRunningGrant {
   uint64_t seq_id = 0;
   std::vector<int32_t> new_block_ids;
+  std::vector<int32_t> block_table;  // its whole table, when the ask needs_block_table
 };
 
 struct KVAdmission {
@@ -150,6 +176,7 @@ struct KVGrant {
   std::vector<KVAdmission> admitted;    // a prefix of the waiting asks
   std::vector<BlockSwap> swap_out;      // copies for swapped_out, made before this step
   std::vector<BlockSwap> swap_in;       // copies for swapped_in, made after swap_out
+  std::vector<BlockCopyPlan> copies;    // copy-on-write of forked blocks, after swap_out
   // Some running sequences were left out for lack of blocks, with no victim left in the ask's
   // preemption_order (and nothing was swapped in or admitted).
   bool short_of_blocks = false;
@@ -168,6 +195,8 @@ struct KVStats {
   uint64_t swap_fallbacks = 0;  // swap victims preempted by recompute (CPU pool full)
   int32_t prompt_logprob_blocks = 0;  // cached blocks with prompt logprob entries beside them
   uint64_t prompt_logprob_bytes = 0;  // the memory those entries take (host)
+  uint64_t forks = 0;                 // beam forks (one per parent with children)
+  uint64_t blocks_copied = 0;         // copy-on-write copies
 };
 
 class KVCacheManager {
@@ -216,6 +245,7 @@ class KVCacheManager {
     int32_t plp_parent = -1;
     uint32_t plp_parent_generation = 0;
     bool plp_done = false;  // the chain of cached twins broke: nothing more is stored
+    uint64_t group = 0;     // beam group, 0: none
   };
 
   /// A sequence swapped out: its CPU blocks, one per GPU block that held computed tokens.
@@ -229,6 +259,13 @@ class KVCacheManager {
   /// and releases its GPU blocks.
   void preempt(const KVRunningAsk& victim, PreemptionMode mode, KVGrant& out);
   void free_seq(uint64_t seq_id);
+  void fork(const KVFork& f);
+  /// Preempts, by recompute, every sequence of beam group `group` (their ids into `out`).
+  void preempt_group(uint64_t group, KVGrant& out);
+  /// Growth of a running sequence to `total` tokens from `num_computed`, with the copy-on-write
+  /// of a shared block it writes (all its blocks or none); false when the pool is short.
+  [[nodiscard]] bool grow_running(SeqState& s, int32_t num_computed, int32_t total,
+                                  KVRunningGrant& g, KVGrant& out);
   /// Registers the full blocks among the first `num_tokens` tokens.
   void register_full_blocks(SeqState& s, int32_t num_tokens);
   [[nodiscard]] bool grow(SeqState& s, int32_t total_tokens, std::vector<int32_t>* new_blocks);
@@ -249,6 +286,7 @@ class KVCacheManager {
   std::vector<int32_t> cpu_free_;  // free CPU blocks (a stack: which one is reused is moot)
   std::unordered_map<uint64_t, SwappedState> swapped_;
   uint64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0, swap_fallbacks_ = 0;
+  uint64_t forks_ = 0, blocks_copied_ = 0;
   bool fallback_logged_ = false;
 };
 

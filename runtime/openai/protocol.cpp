@@ -173,8 +173,8 @@ void refuse_if_set(Fields& f, std::string_view key, std::string_view why) {
   if (const json* v = f.raw(key)) not_yet(key, *v, why);
 }
 
-/// Beam search's fields (use_beam_search, length_penalty, ...: beam_search_fields()), read as
-/// the server reads its other fields and refused unless they ask for no beam search.
+/// Beam search's fields that requests do not take (beam_search_fields(): beam_width), read as
+/// the server reads its other fields and refused by name.
 void refuse_beam_search(Fields& f) {
   for (const FieldInfo& row : beam_search_fields()) {
     const json* raw = f.raw(row.name);
@@ -210,6 +210,17 @@ void read_common(Fields& f, GenerationRequest& r, const SamplingDefaults& d) {
   p.top_k = f.opt_int("top_k").value_or(d.top_k.value_or(0));
   p.min_p = f.opt_float("min_p").value_or(d.min_p.value_or(0.0));
   p.seed = f.opt_int("seed");
+  // vLLM V0's beam search fields: best_of beams (unset: n), the n best returned.
+  p.use_beam_search = f.opt_bool("use_beam_search").value_or(false);
+  p.length_penalty = f.opt_float("length_penalty").value_or(1.0);
+  if (const json* es = f.raw("early_stopping"); es && !es->is_null()) {
+    try {
+      for (const FieldInfo& row : sampling_param_fields())
+        if (row.name == "early_stopping") row.set(&p, *es, "early_stopping", nullptr);
+    } catch (const Error& e) {
+      bad_request("early_stopping", e.what());
+    }
+  }
   p.stop = f.string_list("stop");
   p.stop_token_ids = f.int_list("stop_token_ids");
   p.include_stop_str_in_output = f.opt_bool("include_stop_str_in_output").value_or(false);

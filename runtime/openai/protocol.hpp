@@ -6,7 +6,10 @@
 // Field rules, as vLLM's pydantic models apply them:
 // - Fields troupe does not know are accepted and listed in `ignored_fields` (the server logs
 //   each name once), never a 400.
-// - Fields troupe knows but cannot honour yet (use_beam_search, guided decoding,
+// - use_beam_search, length_penalty and early_stopping are vLLM V0's beam search (best_of
+//   beams, n returned; temperature must be 0). A streamed beam request, as in vLLM, gets its
+//   whole result at the end (the best beams are only known then).
+// - Fields troupe knows but cannot honour yet (beam_width, guided decoding,
 //   response_format json_object/json_schema, prompt_embeds, suffix, tool choice, cache_salt,
 //   ...) are refused with a 400 naming them when set to anything but their default.
 //   logits_processors are names of the server's plug-in processors (the engine checks them).

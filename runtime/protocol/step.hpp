@@ -88,6 +88,13 @@ struct BlockSwap {
   int32_t cpu_block = 0;
 };
 
+/// One KV block copied inside the GPU pool (copy-on-write of a beam's partly filled last block
+/// when two beams continue from one parent): every layer's K and V slices of `src` go to `dst`.
+struct BlockCopyPlan {
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 struct StepPlan {
   uint64_t step_id = 0;
   std::vector<NewSeq> new_seqs;
@@ -99,6 +106,10 @@ struct StepPlan {
   // tokens whose KV the swap-in restores.
   std::vector<BlockSwap> swap_out;
   std::vector<BlockSwap> swap_in;
+  // Copies inside the GPU pool, made after swap_out and before swap_in (a copy's source is a
+  // block running beams hold; its destination a block just allocated, maybe one a swap-out of
+  // this step vacated): beam forks, runtime/sched/beam_search.hpp.
+  std::vector<BlockCopyPlan> copy_blocks;
   [[nodiscard]] bool empty() const { return new_seqs.empty() && cached_seqs.empty(); }
   [[nodiscard]] bool has_swaps() const { return !swap_out.empty() || !swap_in.empty(); }
 };

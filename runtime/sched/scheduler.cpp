@@ -40,10 +40,25 @@ void Scheduler::add(SeqSpec spec) {
   if (len == 0) fail("scheduler: sequence {} has an empty prompt", spec.seq_id);
   if (config_.max_model_len > 0 && len > config_.max_model_len)
     fail("scheduler: prompt of {} tokens exceeds max_model_len = {}", len, config_.max_model_len);
+  if (spec.seq_id >= kFirstBeamSeqId)
+    fail("scheduler: sequence id {} is in the range of forked beams (>= {})", spec.seq_id,
+         kFirstBeamSeqId);
   Seq s;
   s.tokens = spec.prompt_token_ids;
   s.num_prompt = len;
   s.arrival = next_arrival_++;
+  if (spec.beam) {
+    if (spec.sampling.num_logprobs < spec.beam->num_candidates)
+      fail("scheduler: beam sequence {} returns {} logprobs, fewer than its {} candidates",
+           spec.seq_id, spec.sampling.num_logprobs, spec.beam->num_candidates);
+    int32_t max_new = spec.stop.max_tokens;
+    if (config_.max_model_len > 0) max_new = std::min(max_new, config_.max_model_len - len);
+    s.group = spec.seq_id;
+    std::vector<int32_t> ends = spec.stop.eos_token_ids;
+    ends.insert(ends.end(), spec.stop.stop_token_ids.begin(), spec.stop.stop_token_ids.end());
+    groups_.emplace(spec.seq_id,
+                    Group{BeamSearch(*spec.beam, max_new, std::move(ends)), {spec.seq_id}});
+  }
   s.spec = std::move(spec);
   const uint64_t id = s.spec.seq_id;
   seqs_.emplace(id, std::move(s));
@@ -68,7 +83,22 @@ void Scheduler::retire(uint64_t seq_id) {
   seqs_.erase(it);
 }
 
+void Scheduler::retire_group(uint64_t root) {
+  auto g = groups_.find(root);
+  if (g == groups_.end()) return;
+  for (uint64_t id : g->second.live) retire(id);
+  groups_.erase(g);
+}
+
 bool Scheduler::abort(uint64_t seq_id) {
+  if (groups_.contains(seq_id)) {
+    retire_group(seq_id);
+    return true;
+  }
+  if (auto it = seqs_.find(seq_id); it != seqs_.end() && it->second.group != 0) {
+    retire_group(it->second.group);
+    return true;
+  }
   if (!seqs_.contains(seq_id)) return false;
   retire(seq_id);
   return true;
@@ -82,6 +112,8 @@ KVAsk Scheduler::propose() {
   KVAsk ask;
   ask.released = std::move(releases_);
   releases_.clear();
+  ask.forks = std::move(forks_);
+  forks_.clear();
   const bool pipeline = config_.pipeline_parallel_size > 1;
   const int32_t pp = std::max(1, config_.pipeline_parallel_size);
   ask.max_running_seqs = config_.max_num_seqs * pp;
@@ -111,6 +143,8 @@ KVAsk Scheduler::propose() {
     s.num_scheduled = 0;
     if (pipeline && s.num_in_flight > 0) continue;  // its next step waits for this one's token
     if (in_step >= step_cap) continue;               // the next micro-batch's
+    // A beam with its candidates waits for its group; one sampling in flight waits for them.
+    if (s.group != 0 && (s.candidates || s.samples_in_flight > 0)) continue;
     // Planning ahead: the step in flight computes num_in_flight more tokens and may sample one
     // more, whose id only the executor will know.
     const int32_t unknown = s.samples_in_flight;
@@ -127,13 +161,18 @@ KVAsk Scheduler::propose() {
     budget -= n;
     ++in_step;
     ask.running.push_back(
-        KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown, std::move(s.pending_plp)});
+        KVRunningAsk{id, std::move(s.pending_kv), start, n, unknown, std::move(s.pending_plp),
+                     !s.known_to_executors});
     s.pending_kv.clear();
     s.pending_plp = {};
   }
   // A plan made ahead preempts nobody (see the header); the next one, made with nothing in
-  // flight, does.
-  if (!ahead) ask.preemption_order = preemption_.order(ask.running);
+  // flight, does. Beam groups are preempted by recompute (the cache manager takes them whole).
+  if (!ahead) {
+    ask.preemption_order = preemption_.order(ask.running);
+    for (KVPreemption& v : ask.preemption_order)
+      if (seqs_.at(v.seq_id).group != 0) v.mode = PreemptionMode::recompute;
+  }
   int32_t count = int32_t(running_.size());
   // Swapped-out sequences, oldest first, continue from where they were.
   bool every_swapped_asks = true;
@@ -155,9 +194,16 @@ KVAsk Scheduler::propose() {
     ask.swapped.push_back(KVSwappedAsk{id, s.tokens, s.num_computed, n});
   }
   if (!every_swapped_asks) return ask;
-  for (uint64_t id : waiting_) {
+  for (size_t at = 0; at < waiting_.size(); ++at) {
     if (budget <= 0 || count >= ask.max_running_seqs || in_step >= step_cap) break;
+    const uint64_t id = waiting_[at];
     Seq& s = seqs_.at(id);
+    if (s.group != 0) {
+      size_t taken = 0;
+      if (!propose_waiting_group(at, ask, budget, count, in_step, step_cap, &taken)) break;
+      at += taken - 1;
+      continue;
+    }
     const int32_t remaining = int32_t(s.tokens.size());
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int32_t n = cap_for_prompt_logprobs(s, 0, std::min(remaining, budget));
@@ -177,11 +223,118 @@ KVAsk Scheduler::propose() {
   return ask;
 }
 
+bool Scheduler::propose_waiting_group(size_t at, KVAsk& ask, int32_t& budget, int32_t& count,
+                                      int32_t& in_step, int32_t step_cap, size_t* taken) {
+  const uint64_t group = seqs_.at(waiting_[at]).group;
+  size_t end = at;
+  while (end < waiting_.size() && seqs_.at(waiting_[end]).group == group) ++end;
+  const auto members = int32_t(end - at);
+  if (members != int32_t(groups_.at(group).live.size()))
+    fail("scheduler: beam group {} has {} of its {} beams waiting together", group, members,
+         groups_.at(group).live.size());
+  // Every beam gets at least one token, so that all of them are admitted together.
+  if (budget < members || count + members > ask.max_running_seqs || in_step + members > step_cap)
+    return false;
+  for (size_t k = at; k < end; ++k) {
+    Seq& s = seqs_.at(waiting_[k]);
+    const int32_t after = int32_t(end - k - 1);
+    const int32_t n = std::min(int32_t(s.tokens.size()), budget - after);
+    budget -= n;
+    ++count;
+    ++in_step;
+    // Only the root computes prompt logprobs (and must not take prefix hits for them).
+    const bool wants_prompt_logprobs = s.spec.sampling.num_prompt_logprobs >= 0;
+    ask.waiting.push_back(KVWaitingAsk{waiting_[k], s.tokens, n, !wants_prompt_logprobs, true,
+                                       s.spec.cache_salt, group});
+  }
+  *taken = size_t(members);
+  return true;
+}
+
+void Scheduler::step_group(uint64_t root, std::vector<SeqUpdate>& updates) {
+  Group& g = groups_.at(root);
+  std::vector<std::vector<LogprobEntry>> candidates;
+  candidates.reserve(g.live.size());
+  for (uint64_t id : g.live) {
+    const Seq& s = seqs_.at(id);
+    if (!s.candidates) return;  // a beam still computing
+    candidates.push_back(*s.candidates);
+  }
+  const std::vector<BeamSearch::Next> next = g.search.step(candidates);
+  if (g.search.done()) {
+    const Seq& any = seqs_.at(g.live.front());
+    const auto now = std::chrono::steady_clock::now();
+    const std::vector<BeamSearch::Hypothesis> best = g.search.results();
+    const std::vector<uint64_t>& outs = g.search.spec().output_seq_ids;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      SeqUpdate u;
+      u.seq_id = outs[i];
+      u.num_cached_tokens = any.num_cached_tokens;
+      u.first_scheduled = any.first_scheduled;
+      u.time = now;
+      u.finish = FinishReason::length;
+      if (i < best.size()) {
+        u.new_token_ids = best[i].beam.tokens;
+        u.logprobs = best[i].beam.logprobs;
+        if (best[i].ended_by_eos) {
+          u.finish = FinishReason::stop;
+          const auto& stops = any.spec.stop.stop_token_ids;
+          if (std::find(stops.begin(), stops.end(), u.new_token_ids.back()) != stops.end())
+            u.stop_token = u.new_token_ids.back();
+        }
+      }
+      updates.push_back(std::move(u));
+    }
+    retire_group(root);
+    return;
+  }
+  // Each next beam is a new sequence forked from its parent; parents with no child end.
+  std::vector<std::vector<uint64_t>> children(g.live.size());
+  std::vector<uint64_t> live;
+  live.reserve(next.size());
+  for (const BeamSearch::Next& n : next) {
+    const uint64_t id = next_beam_id_++;
+    const Seq& parent = seqs_.at(g.live[n.parent]);
+    Seq c = parent;
+    c.spec.seq_id = id;
+    c.tokens.push_back(n.token);
+    c.pending_kv = {n.token};
+    c.pending_exec.clear();
+    c.candidates.reset();
+    c.spec.sampling.num_prompt_logprobs = -1;  // the root delivered them
+    c.known_to_executors = false;
+    c.num_scheduled = 0;
+    seqs_.emplace(id, std::move(c));
+    children[n.parent].push_back(id);
+    live.push_back(id);
+  }
+  const auto first =
+      std::find_first_of(running_.begin(), running_.end(), g.live.begin(), g.live.end());
+  const auto insert_at = first - running_.begin();
+  for (size_t p = 0; p < g.live.size(); ++p) {
+    const uint64_t pid = g.live[p];
+    if (children[p].empty()) {
+      retire(pid);
+      continue;
+    }
+    Seq& ps = seqs_.at(pid);
+    forks_.push_back(KVFork{pid, std::move(ps.pending_kv), children[p], root});
+    running_.erase(std::find(running_.begin(), running_.end(), pid));
+    if (ps.known_to_executors) forget_.push_back(pid);
+    seqs_.erase(pid);
+  }
+  running_.insert(
+      running_.begin() + std::min<std::ptrdiff_t>(insert_at, std::ptrdiff_t(running_.size())),
+      live.begin(), live.end());
+  g.live = std::move(live);
+}
+
 StepPlan Scheduler::apply(const KVGrant& grant) {
   StepPlan plan;
   plan.step_id = next_step_++;
   plan.finished_seq_ids = std::move(forget_);
   forget_.clear();
+  plan.copy_blocks = grant.copies;
   const bool ahead = !in_flight_.empty();
   if (ahead && (!grant.preempted.empty() || !grant.swapped_out.empty()))
     fail("scheduler: a plan made ahead of step {} preempts", in_flight_.back().step_id);
@@ -205,6 +358,7 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     s.running = false;
     s.num_computed = 0;
     s.num_scheduled = 0;
+    s.candidates.reset();
     s.pending_kv.clear();
     s.pending_exec.clear();
     s.pending_plp = {};
@@ -239,8 +393,14 @@ StepPlan Scheduler::apply(const KVGrant& grant) {
     if (it == seqs_.end()) continue;
     Seq& s = it->second;
     const int32_t start = s.num_computed + s.num_in_flight;
-    plan.cached_seqs.push_back(CachedSeq{g.seq_id, std::move(s.pending_exec), g.new_block_ids,
-                                         start, s.num_scheduled});
+    if (!s.known_to_executors) {  // a forked beam: its whole table, all its tokens
+      s.known_to_executors = true;
+      plan.new_seqs.push_back(NewSeq{g.seq_id, s.tokens, s.num_prompt, s.spec.sampling,
+                                     g.block_table, start, s.num_scheduled});
+    } else {
+      plan.cached_seqs.push_back(
+          CachedSeq{g.seq_id, std::move(s.pending_exec), g.new_block_ids, start, s.num_scheduled});
+    }
     s.pending_exec.clear();
     book(g.seq_id, s, start, s.num_scheduled);
   }
@@ -321,6 +481,7 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
   in_flight_.pop_front();
   const auto now = std::chrono::steady_clock::now();
   updates.reserve(result.outputs.size());
+  std::vector<uint64_t> groups_sampled;
   for (const SeqStepOutput& out : result.outputs) {
     auto it = seqs_.find(out.seq_id);
     if (it == seqs_.end()) continue;  // finished, or aborted, while the step ran
@@ -367,7 +528,12 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
         keep.entries.insert(keep.entries.end(), out.prompt_logprobs.begin(),
                             out.prompt_logprobs.end());
     }
-    if (out.sampled) {
+    if (out.sampled && s.group != 0) {
+      // A beam's sample is its candidates; its group steps once every beam has them.
+      s.candidates = out.logprobs.top;
+      if (std::find(groups_sampled.begin(), groups_sampled.end(), s.group) == groups_sampled.end())
+        groups_sampled.push_back(s.group);
+    } else if (out.sampled) {
       s.tokens.push_back(out.token);
       s.pending_kv.push_back(out.token);
       s.pending_exec.push_back(out.token);
@@ -380,17 +546,26 @@ std::vector<SeqUpdate> Scheduler::on_result(const StepResult& result) {
       updates.push_back(std::move(u));
     if (finished) retire(out.seq_id);
   }
+  for (uint64_t root : groups_sampled)
+    if (groups_.contains(root)) step_group(root, updates);
   return updates;
 }
 
 std::vector<SeqUpdate> Scheduler::fail_all() {
   std::vector<SeqUpdate> updates;
-  for (const auto& [id, s] : seqs_) {
+  const auto failed = [&](uint64_t id) {
     SeqUpdate u;
     u.seq_id = id;
     u.finish = FinishReason::error;
     updates.push_back(std::move(u));
-  }
+  };
+  // A beam request's sequences are the engine's output ids, not its beams'.
+  for (const auto& [root, g] : groups_)
+    for (uint64_t id : g.search.spec().output_seq_ids) failed(id);
+  groups_.clear();
+  forks_.clear();
+  for (const auto& [id, s] : seqs_)
+    if (s.group == 0) failed(id);
   seqs_.clear();
   running_.clear();
   waiting_.clear();
@@ -415,10 +590,12 @@ size_t Scheduler::requeue_all() {
     s.pending_exec.clear();
     s.pending_plp = {};
     s.cached_prompt_logprobs.clear();
+    s.candidates.reset();
     s.known_to_executors = false;
     s.running = false;
     s.swapped = false;
   }
+  forks_.clear();
   std::sort(ids.begin(), ids.end(),
             [&](uint64_t a, uint64_t b) { return seqs_.at(a).arrival < seqs_.at(b).arrival; });
   running_.clear();

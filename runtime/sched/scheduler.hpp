@@ -33,6 +33,17 @@
 // (waiting sequences are only proposed when every swapped one is). The executors forget a
 // swapped-out sequence and learn it again as a NewSeq on swap-in, with its tokens so far and
 // num_computed_tokens unchanged: the swap-in restores that KV, nothing is recomputed.
+//
+// Beam search (SeqSpec::beam): the request's root sequence is the first beam. A beam that
+// samples does not take its token: the executor's top-K logprobs are its candidates, and the
+// beam waits (is not proposed) until every live beam of its group has its candidates. Then
+// BeamSearch (beam_search.hpp) picks the next beams: each is a new sequence (ids from
+// kFirstBeamSeqId up), forked from its parent in the cache manager (KVFork: shared blocks,
+// copy-on-write of a partly filled last block) and sent to the executors as a NewSeq with its
+// whole block table; the parents are forgotten. A group is preempted whole and by recompute,
+// admitted whole (cache_manager.hpp), and never planned ahead while one of its beams samples in
+// a step in flight. When the search ends, the n best hypotheses go out as one finishing update
+// each, to the request's output sequence ids (BeamSpec::output_seq_ids).
 #pragma once
 
 #include <array>
@@ -47,6 +58,7 @@
 #include "runtime/faults/fault_spec.hpp"
 #include "runtime/kv/kv_cache_manager.hpp"
 #include "runtime/protocol/step.hpp"
+#include "runtime/sched/beam_search.hpp"
 #include "runtime/sched/preemption_policy.hpp"
 
 namespace troupe {
@@ -97,6 +109,9 @@ struct SeqSpec {
   SeqSampling sampling;
   StopCriteria stop;
   uint64_t cache_salt = 0;
+  // Beam search: this sequence is the root of a beam group (sampling must be greedy, with
+  // num_logprobs >= beam->num_candidates); stop.eos_token_ids end hypotheses.
+  std::optional<BeamSpec> beam;
 };
 
 enum class FinishReason : uint8_t { none, length, stop, abort, error };
@@ -161,6 +176,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
+  /// Sequence ids from here up are the scheduler's own (forked beams); the engine's stay below.
+  static constexpr uint64_t kFirstBeamSeqId = uint64_t(1) << 62;
+
   explicit Scheduler(SchedulerConfig config);
 
   /// Queues a sequence. Throws troupe::Error if the id is in use or the prompt is empty or
@@ -236,11 +254,26 @@ class Scheduler {
     bool running = false;
     bool swapped = false;  // in swapped_: its KV is in CPU blocks
     uint64_t arrival = 0;  // order of add(): the swapped queue's order
+    uint64_t group = 0;    // beam group (its root's id), 0: none
+    std::optional<std::vector<LogprobEntry>> candidates;  // a beam's, until its group steps
     [[nodiscard]] int32_t num_outputs() const { return int32_t(tokens.size()) - num_prompt; }
   };
 
   [[nodiscard]] FinishReason check_stop(const Seq& s, std::optional<int32_t>* stop_token) const;
   void retire(uint64_t seq_id);  // removes from queues, queues release + forget
+
+  /// A beam request: its search and its live beams' sequence ids, in BeamSearch::live() order.
+  struct Group {
+    BeamSearch search;
+    std::vector<uint64_t> live;
+  };
+  /// Steps group `root` once every live beam has its candidates: forks, or finishes it (its
+  /// results into `updates`).
+  void step_group(uint64_t root, std::vector<SeqUpdate>& updates);
+  void retire_group(uint64_t root);
+  /// Proposes waiting beam group members from waiting_[at]: all of them or none.
+  bool propose_waiting_group(size_t at, KVAsk& ask, int32_t& budget, int32_t& count,
+                             int32_t& in_step, int32_t step_cap, size_t* taken);
 
   SchedulerConfig config_;
   PreemptionPolicy preemption_;
@@ -250,6 +283,9 @@ class Scheduler {
   std::deque<uint64_t> swapped_;  // by arrival
   std::vector<KVRelease> releases_;
   std::vector<uint64_t> forget_;
+  std::unordered_map<uint64_t, Group> groups_;  // by root id
+  std::vector<KVFork> forks_;                   // for the next ask
+  uint64_t next_beam_id_ = kFirstBeamSeqId;
   // Steps in flight, oldest first: what each scheduled, so its result can be applied.
   struct Scheduled {
     uint64_t seq_id = 0;

@@ -204,16 +204,20 @@ TEST_CASE("command-line errors name the flag, file errors the file and line", "[
              Contains("--top-p = 0.0: allowed: (0, 1]"));
   CHECK_THAT(cli_error({"--model", "m", "--flat-logprobs"}),
              Contains("--flat-logprobs = true: not supported yet"));
-  // Beam search's flags: refused by name, never an unknown option.
+  // Beam search's flags: its rules by name, never an unknown option.
   CHECK_THAT(cli_error({"--model", "m", "--use-beam-search"}),
-             Contains("--use-beam-search = true: not supported yet in troupe (beam search is not "
-                      "implemented yet)"));
-  CHECK_THAT(cli_error({"--model", "m", "--use-beam-search", "true", "a prompt"}),
-             Contains("--use-beam-search = true: not supported yet"));
+             Contains("best_of = 1: allowed: >= 2 with use_beam_search"));
+  CHECK_THAT(cli_error({"--model", "m", "--use-beam-search", "--best-of", "2"}),
+             Contains("temperature = 1: allowed: 0 with use_beam_search"));
+  CHECK(cli_error({"--model", "m", "--use-beam-search", "--temperature", "0", "--best-of", "4",
+                   "--length-penalty", "0.5", "--early-stopping", "never"})
+            .empty());
   CHECK_THAT(cli_error({"--model", "m", "--length-penalty", "0.5"}),
-             Contains("--length-penalty = 0.5: not supported yet in troupe"));
+             Contains("length_penalty = 0.5: allowed: 1.0 without use_beam_search"));
   CHECK_THAT(cli_error({"--model", "m", "--early-stopping", "true"}),
-             Contains("--early-stopping = true: not supported yet in troupe"));
+             Contains("early_stopping = true: allowed: false without use_beam_search"));
+  CHECK_THAT(cli_error({"--model", "m", "--early-stopping", "sometimes"}),
+             Contains("--early-stopping = \"sometimes\": allowed: true, false or \"never\""));
   CHECK_THAT(cli_error({"--model", "m", "--beam-width", "4"}),
              Contains("--beam-width = 4: not supported yet in troupe"));
   CHECK(cli_error({"--model", "m", "--no-use-beam-search", "--length-penalty", "1"}).empty());
@@ -328,9 +332,9 @@ TEST_CASE("help: what works with its real defaults, the rest once at the end", "
   // Not-yet and legacy flags: no line of their own, each named once in the footer.
   const auto footer = help.find("Engine flags of vLLM not supported yet");
   REQUIRE(footer != std::string::npos);
-  for (const char* flag : {"--enable-lora", "--kv-cache-dtype", "--speculative-config",
-                           "--flat-logprobs", "--structured-outputs", "--worker-use-ray",
-                           "--use-beam-search", "--length-penalty", "--early-stopping"}) {
+  for (const char* flag :
+       {"--enable-lora", "--kv-cache-dtype", "--speculative-config", "--flat-logprobs",
+        "--structured-outputs", "--worker-use-ray", "--beam-width"}) {
     INFO(flag);
     const std::regex named(std::string(flag) + "(\\s|$)");
     const auto all = std::distance(std::sregex_iterator(help.begin(), help.end(), named),

@@ -22,36 +22,15 @@ using json = nlohmann::json;
 namespace {
 
 // vLLM's public SamplingParams fields, in its declaration order (vllm/sampling_params.py).
-const std::vector<std::string> kVllmSamplingFields = {"n",
-                                                      "best_of",
-                                                      "presence_penalty",
-                                                      "frequency_penalty",
-                                                      "repetition_penalty",
-                                                      "temperature",
-                                                      "top_p",
-                                                      "top_k",
-                                                      "min_p",
-                                                      "seed",
-                                                      "stop",
-                                                      "stop_token_ids",
-                                                      "ignore_eos",
-                                                      "max_tokens",
-                                                      "min_tokens",
-                                                      "logprobs",
-                                                      "prompt_logprobs",
-                                                      "flat_logprobs",
-                                                      "detokenize",
-                                                      "skip_special_tokens",
-                                                      "spaces_between_special_tokens",
-                                                      "logits_processors",
-                                                      "include_stop_str_in_output",
-                                                      "truncate_prompt_tokens",
-                                                      "output_kind",
-                                                      "structured_outputs",
-                                                      "logit_bias",
-                                                      "allowed_token_ids",
-                                                      "extra_args",
-                                                      "bad_words"};
+const std::vector<std::string> kVllmSamplingFields = {
+    "n", "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature",
+    "top_p", "top_k", "min_p", "seed",
+    // vLLM V0's beam search (V1 dropped it)
+    "use_beam_search", "length_penalty", "early_stopping", "stop", "stop_token_ids", "ignore_eos",
+    "max_tokens", "min_tokens", "logprobs", "prompt_logprobs", "flat_logprobs", "detokenize",
+    "skip_special_tokens", "spaces_between_special_tokens", "logits_processors",
+    "include_stop_str_in_output", "truncate_prompt_tokens", "output_kind", "structured_outputs",
+    "logit_bias", "allowed_token_ids", "extra_args", "bad_words"};
 
 std::string error_of(const SamplingParams& p) {
   try {
@@ -280,19 +259,44 @@ TEST_CASE("sampling_params_from_json errors name the key", "[config]") {
   CHECK_THAT(json_error(json::array({1})), Contains("expected a JSON object"));
 }
 
-TEST_CASE("beam search's fields are refused by name in JSON, their neutral values accepted",
-          "[config]") {
-  // Refused: never "unknown key", never ignored.
+TEST_CASE("beam search's fields in JSON: taken, checked by name, beam_width refused", "[config]") {
+  const SamplingParams beams = troupe::sampling_params_from_json(json{{"use_beam_search", true},
+                                                                      {"best_of", 4},
+                                                                      {"n", 2},
+                                                                      {"temperature", 0},
+                                                                      {"length_penalty", 0.5},
+                                                                      {"early_stopping", "never"}},
+                                                                 {});
+  CHECK(beams.use_beam_search);
+  CHECK(beams.length_penalty == 0.5);
+  CHECK(beams.early_stopping == troupe::EarlyStopping::never);
+  CHECK(troupe::sampling_params_from_json(json{{"use_beam_search", true},
+                                               {"best_of", 2},
+                                               {"temperature", 0},
+                                               {"early_stopping", true}},
+                                          {})
+            .early_stopping == troupe::EarlyStopping::when_full);
+  // Never "unknown key", never ignored.
+  const json on = {{"use_beam_search", true}, {"best_of", 2}, {"temperature", 0}};
+  const auto with = [&](json extra) {
+    json j = on;
+    j.update(extra);
+    return j;
+  };
   const std::pair<json, std::string> refused[] = {
-      {{{"use_beam_search", true}},
-       "use_beam_search = true: not supported yet in troupe (beam "
-       "search is not implemented yet)"},
-      {{{"length_penalty", 0.5}},
-       "length_penalty = 0.5: not supported yet in troupe (it only "
-       "applies to beam search, which is not implemented yet)"},
-      {{{"early_stopping", true}}, "early_stopping = true: not supported yet in troupe"},
-      {{{"early_stopping", "never"}}, "early_stopping = \"never\": not supported yet in troupe"},
-      {{{"beam_width", 4}}, "beam_width = 4: not supported yet in troupe (beam search"},
+      {{{"use_beam_search", true}}, "best_of = 1: allowed: >= 2 with use_beam_search"},
+      {{{"use_beam_search", true}, {"best_of", 2}}, "temperature = 1: allowed: 0 with"},
+      {with({{"best_of", nullptr}}), "best_of = 1: allowed: >= 2 with use_beam_search"},
+      {with({{"presence_penalty", 0.5}}), "presence_penalty = 0.5: not supported with"},
+      {with({{"repetition_penalty", 1.3}}), "repetition_penalty = 1.3: not supported with"},
+      {with({{"stop", {"x"}}}), "stop = [\"x\"]: not supported with use_beam_search"},
+      {with({{"prompt_logprobs", 1}}), "prompt_logprobs = 1: not supported with use_beam_search"},
+      {with({{"early_stopping", "sometimes"}}),
+       "early_stopping = \"sometimes\": allowed: true, false or \"never\""},
+      {{{"length_penalty", 0.5}}, "length_penalty = 0.5: allowed: 1.0 without use_beam_search"},
+      {{{"early_stopping", true}}, "early_stopping = true: allowed: false without use_beam_search"},
+      {{{"early_stopping", "never"}}, "early_stopping = never: allowed: false without"},
+      {{{"beam_width", 4}}, "beam_width = 4: not supported yet in troupe (it is LLM::beam_search"},
       {{{"beam_width", 1}}, "beam_width = 1: not supported yet in troupe"},
   };
   for (const auto& [j, message] : refused) {
@@ -311,13 +315,13 @@ TEST_CASE("beam search's fields are refused by name in JSON, their neutral value
                  {"early_stopping", false},
                  {"beam_width", nullptr}},
             base) == base);
-  // Rows of their own: SamplingParams keeps vLLM's V1 fields only.
+  // beam_width is BeamSearchParams': a row of its own, not a SamplingParams member.
   for (const auto& f : troupe::beam_search_fields()) {
     INFO(f.name);
     CHECK(f.status == troupe::FieldInfo::Status::not_yet);
     CHECK(troupe::config_detail::find_field(troupe::sampling_param_fields(), f.name) == nullptr);
   }
-  CHECK(troupe::beam_search_fields().size() == 4);
+  CHECK(troupe::beam_search_fields().size() == 1);
 }
 
 TEST_CASE("to_json and sampling_params_from_json round-trip", "[config]") {

@@ -132,14 +132,19 @@ TEST_CASE("wrong TOML types and refused values carry the position", "[config]") 
                                              "yet in troupe"));
 }
 
-TEST_CASE("beam search's keys in [sampling] are refused by name with their position", "[config]") {
-  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nuse_beam_search = true\n"),
-             Contains("engine.toml:3:19: sampling.use_beam_search = true: not supported yet in "
-                      "troupe (beam search is not implemented yet)"));
+TEST_CASE("beam search's keys in [sampling]: taken and checked; beam_width refused by name",
+          "[config]") {
+  const auto beams = troupe::parse_engine_toml(
+      "model = \"m\"\n[sampling]\nuse_beam_search = true\nbest_of = 3\ntemperature = 0.0\n"
+      "length_penalty = 0.8\nearly_stopping = \"never\"\n",
+      "e.toml");
+  CHECK(beams.sampling.use_beam_search);
+  CHECK(beams.sampling.length_penalty == 0.8);
+  CHECK(beams.sampling.early_stopping == troupe::EarlyStopping::never);
   CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nlength_penalty = 0.8\n"),
-             Contains("sampling.length_penalty = 0.8: not supported yet in troupe"));
-  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nearly_stopping = \"never\"\n"),
-             Contains("sampling.early_stopping = \"never\": not supported yet in troupe"));
+             Contains("length_penalty = 0.8: allowed: 1.0 without use_beam_search"));
+  CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nearly_stopping = \"sometimes\"\n"),
+             Contains("engine.toml:3:") && Contains("sampling.early_stopping = \"sometimes\""));
   CHECK_THAT(toml_error("model = \"m\"\n[sampling]\nbeam_width = 2\n"),
              Contains("sampling.beam_width = 2: not supported yet in troupe"));
   // Their neutral values are fine.

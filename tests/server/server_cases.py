@@ -366,7 +366,9 @@ def case_bad_inputs():
             (400, "logprobs", {"prompt": "x", "logprobs": 50}, "/v1/completions"),
             (400, "prompt", {"prompt": [1, 2, 999999]}, "/v1/completions"),
             (404, "model", {"prompt": "x", "model": "gpt-17"}, "/v1/completions"),
-            (400, "use_beam_search", {"prompt": "x", "use_beam_search": True}, "/v1/completions"),
+            (400, "best_of", {"prompt": "x", "use_beam_search": True}, "/v1/completions"),
+            (400, "temperature", {"prompt": "x", "use_beam_search": True, "n": 2},
+             "/v1/completions"),
             (400, "length_penalty", {"prompt": "x", "length_penalty": 0.5}, "/v1/completions"),
             (400, "early_stopping", {"messages": [{"role": "user", "content": "hi"}],
                                      "early_stopping": True}, "/v1/chat/completions"),
@@ -703,6 +705,9 @@ def case_sampling_fields():
             {"temperature": 0, "bad_words": [greedy["text"].split()[1]]},
             {"temperature": 0, "allowed_token_ids": sorted(set(greedy["token_ids"][::2]))},
             {"temperature": 0, "truncate_prompt_tokens": 2},
+            {"temperature": 0, "use_beam_search": True, "best_of": 3, "ignore_eos": True,
+             "length_penalty": 0.5, "early_stopping": "never"},
+            {"temperature": 0, "use_beam_search": True, "n": 2, "early_stopping": True},
         ]
         inputs = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
         for fields in sets:
@@ -716,7 +721,8 @@ def case_sampling_fields():
             c, want = r["choices"][0], ref["outputs"][0]
             assert c["text"] == want["text"], (fields, c, want)
             assert c["finish_reason"] == want["finish_reason"], (fields, c, want)
-            assert r["usage"]["completion_tokens"] == len(want["token_ids"]), (fields, r, want)
+            assert r["usage"]["completion_tokens"] == sum(
+                len(o["token_ids"]) for o in ref["outputs"]), (fields, r, ref)  # all n choices
             if "stop_token_ids" in fields:
                 assert c["finish_reason"] == "stop" and c["stop_reason"] == third, c
                 assert len(want["token_ids"]) == 3, want  # vLLM keeps the stop token's id
@@ -736,6 +742,23 @@ def case_sampling_fields():
                     for k, v in g.items():
                         want_lp = w[k]["logprob"] if k in w else w[int(k)]["logprob"]
                         assert abs(v["logprob"] - want_lp) < 1e-5, (k, v, w)
+            if "use_beam_search" in fields:  # every beam result, in the same order
+                assert [x["text"] for x in r["choices"]] == [
+                    o["text"] for o in ref["outputs"]], (fields, r, ref)
+        # A streamed beam request gets its whole result in one chunk at the end (vLLM's server
+        # stops streaming beam search), then [DONE].
+        beam = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "use_beam_search": True,
+                "n": 2, "ignore_eos": True}
+        st, plain = http(s.url + "/v1/completions", beam)
+        st2, body = http(s.url + "/v1/completions", {**beam, "stream": True})
+        assert st == 200 and st2 == 200, (plain, body)
+        events = sse_data(body)
+        assert events[-1] == "[DONE]", events
+        texts = {}
+        for e in events[:-1]:
+            for ch in json.loads(e)["choices"]:
+                texts[ch["index"]] = texts.get(ch["index"], "") + ch["text"]
+        assert [texts[i] for i in range(2)] == [c["text"] for c in plain["choices"]], (texts, plain)
         special = [r for f, r in zip(sets, refs) if "skip_special_tokens" in f]
         assert "<|bos|>" in special[0]["outputs"][0]["text"], special
         assert "<|bos|>" not in special[1]["outputs"][0]["text"], special

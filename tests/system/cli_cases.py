@@ -194,6 +194,33 @@ def case_generate_sampling_fields():
                  "logits_processor_plugin", "/nonexistent.so")
 
 
+def case_generate_beam_search():
+    """Beam search from the command line and from --input lines: the n best of best_of beams,
+    best first by score, the same both ways; its rules refused by name."""
+    prompt = "Once upon a time"
+    flags = ["--use-beam-search", "--best-of", "4", "--n", "3", "--temperature", "0",
+             "--max-tokens", "8", "--ignore-eos", "--length-penalty", "1.0", "--early-stopping",
+             "never"]
+    out = jsonl(run("generate", *flags, prompt).stdout)[0]["outputs"]
+    assert [c["index"] for c in out] == [0, 1, 2], out
+    scores = [c["cumulative_logprob"] / len(c["token_ids"]) for c in out]
+    assert scores == sorted(scores, reverse=True), scores
+    assert len({tuple(c["token_ids"]) for c in out}) == 3, out  # distinct hypotheses
+    assert all(c["finish_reason"] == "length" and c["text"] for c in out), out
+    with tempfile.TemporaryDirectory() as d:
+        src = pathlib.Path(d, "in.jsonl")
+        src.write_text(json.dumps({"prompt": prompt, "use_beam_search": True, "best_of": 4,
+                                   "n": 3, "temperature": 0, "max_tokens": 8, "ignore_eos": True,
+                                   "early_stopping": "never"}))
+        again = jsonl(run("generate", "--input", str(src)).stdout)[0]["outputs"]
+    assert [c["token_ids"] for c in again] == [c["token_ids"] for c in out], (again, out)
+    expect_error(["generate", "--use-beam-search", "--best-of", "2", "--temperature", "0.8",
+                  prompt], "temperature = 0.8", "allowed: 0 with use_beam_search")
+    expect_error(["generate", "--length-penalty", "0.5", prompt],
+                 "length_penalty = 0.5", "without use_beam_search")
+    expect_error(["generate", "--beam-width", "2", prompt], "beam-width = 2", "not supported yet")
+
+
 def case_tokenize():
     ids = json.loads(run("tokenize", "Hello world").stdout)
     assert ids[0] == 0 and len(ids) > 1, ids
