@@ -242,10 +242,10 @@ bool Scheduler::propose_waiting_group(size_t at, KVAsk& ask, int32_t& budget, in
     budget -= n;
     ++count;
     ++in_step;
-    // Only the root computes prompt logprobs (and must not take prefix hits for them).
-    const bool wants_prompt_logprobs = s.spec.sampling.num_prompt_logprobs >= 0;
-    ask.waiting.push_back(KVWaitingAsk{waiting_[k], s.tokens, n, !wants_prompt_logprobs, true,
-                                       s.spec.cache_salt, group});
+    // Beam search refuses prompt logprobs (SamplingParams), so no member asks for them.
+    KVWaitingAsk w{waiting_[k], s.tokens, n, true, true, s.spec.cache_salt};
+    w.group = group;
+    ask.waiting.push_back(std::move(w));
   }
   *taken = size_t(members);
   return true;
