@@ -635,11 +635,11 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   // + device, max_seq_len_to_capture, enable_log_requests, max_log_len, executor_endpoints;
   // nnodes, node_rank, master_addr, master_port, headless (the multi-node flags of later
   // vLLMs' serve command), cluster and logits_processor_plugin; fault, max_executor_restarts
-  // and execute_timeout (troupe's fault injection and recovery)
-  CHECK(j.size() == kVllmEngineFields.size() + 15);
+  // and execute_timeout (troupe's fault injection and recovery); swap_space_remote
+  CHECK(j.size() == kVllmEngineFields.size() + 16);
   for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "headless", "cluster",
                         "logits_processor_plugin", "fault", "max_executor_restarts",
-                        "execute_timeout"})
+                        "execute_timeout", "swap_space_remote"})
     CHECK(j.contains(f));
 }
 
