@@ -104,6 +104,16 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   // independent sequences here), so a default engine pins no host memory.
   const bool swap = args.preemption_mode == "swap";
   init.swap_space_bytes = swap ? int64_t(args.swap_space * double(int64_t(1) << 30)) : 0;
+  if (args.swap_space_remote) {
+    // Until a GPU has run it: the staging copies would need pinned buffers and stream waits
+    // that only the CPU backend has been tested with (docs/engine.md, "Remote swap space").
+    if (device != "cpu")
+      fail(
+          "swap_space_remote = '{}' with device = {}: not supported yet (it has run on the CPU "
+          "backend only); allowed: device = cpu, or no swap_space_remote (local swap space)",
+          *args.swap_space_remote, device);
+    init.swap_space_remote = *args.swap_space_remote;
+  }
   // The engine loads the plug-ins too (to check the names requests give), first, so that a bad
   // path is one error before any executor loads; executors (remote ones too) load the same paths.
   std::shared_ptr<const LogitsProcessorPlugins> plugins;

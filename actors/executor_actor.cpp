@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "actors/kv_store_actor.hpp"
 #include "actors/wires.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "runtime/error.hpp"
@@ -245,6 +246,16 @@ executor_actor::behavior_type executor_behavior(self_ptr self) {
           }
           if (!backend)
             return make_troupe_error("executor: init after a failed start; prepare it again");
+          if (!init.swap_space_remote.empty()) {
+            // The memory node's region lives as long as the runner's swap space.
+            ucx::Settings wire;
+            if (st.connected) {
+              wire.tls = st.placement.ucx_tls;
+              wire.net_devices = st.placement.ucx_net_devices;
+            }
+            options.remote_swap =
+                remote_swap_connector(self->system(), init.swap_space_remote, wire);
+          }
           st.runner = std::make_unique<ModelRunner>(std::move(backend), init, options, link);
           st.faults = {};
           st.faults.specs = parse_fault_specs(init.faults);

@@ -15,24 +15,24 @@
 
 namespace troupe {
 
-namespace {
-
-std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep) {
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep, std::string_view field) {
   const auto colon = ep.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == ep.size())
-    fail("executor_endpoints: '{}' is not host:port", ep);
+    fail("{}: '{}' is not host:port", field, ep);
   int port = 0;
   try {
     port = std::stoi(ep.substr(colon + 1));
   } catch (const std::exception&) {
     port = -1;
   }
-  if (port <= 0 || port > 65535) fail("executor_endpoints: '{}': port must be 1..65535", ep);
+  if (port <= 0 || port > 65535) fail("{}: '{}': port must be 1..65535", field, ep);
   return {ep.substr(0, colon), uint16_t(port)};
 }
 
+namespace {
+
 caf::actor connect_worker(caf::actor_system& sys, const std::string& endpoint) {
-  auto [host, port] = parse_endpoint(endpoint);
+  auto [host, port] = parse_endpoint(endpoint, "executor_endpoints");
   caf::error last;
   for (int attempt = 0; attempt < 50; ++attempt) {  // a worker may still be starting
     auto h = sys.middleman().remote_actor<worker_actor>(host, port);

@@ -19,6 +19,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "actors/executor_actor.hpp"
@@ -27,6 +29,9 @@
 #include "runtime/faults/fault_spec.hpp"
 
 namespace troupe {
+
+/// "host:port" -> (host, port); throws troupe::Error naming `field` and the value otherwise.
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& ep, std::string_view field);
 
 struct ExecutorGroupSpec {
   int32_t tp = 1, pp = 1;

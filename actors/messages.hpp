@@ -50,6 +50,7 @@ using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
+using kv_region_atom = caf::atom_constant<caf::atom("kv_region")>;
 
 // ---- engine-local message types ----
 
@@ -161,7 +162,8 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorInit& x) {
            x.max_num_batched_tokens, x.max_num_seqs, x.max_model_len, x.seed,
            x.kv_cache_memory_bytes, x.gpu_memory_utilization, x.num_gpu_blocks_override,
            x.enforce_eager, x.max_seq_len_to_capture, x.cudagraph_capture_sizes, x.swap_space_bytes,
-           x.logits_processor_plugins, x.faults, x.in_worker_process, x.batch_invariant);
+           x.swap_space_remote, x.logits_processor_plugins, x.faults, x.in_worker_process,
+           x.batch_invariant);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorInfo& x) {

@@ -4,6 +4,10 @@
 // executor for its session, and a busy worker refuses a second engine with the name of the
 // one it serves. It runs until SIGTERM / SIGINT, or until --parent-pid exits (the engine that
 // started it).
+//
+// With --kv-store GIB it is a memory node instead: it publishes a kv_store actor
+// (actors/kv_store_actor.hpp) that holds engines' swap spaces (--swap-space-remote) in up to
+// GIB of its host memory, and runs no executor.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <signal.h>
@@ -19,6 +23,7 @@
 #include <thread>
 
 #include "actors/executor_actor.hpp"
+#include "actors/kv_store_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/worker_actor.hpp"
 #include "runtime/error.hpp"
@@ -96,6 +101,7 @@ Runner add_worker_command(CLI::App& app) {
     int rank = -1;
     std::string node;
     std::string fault;
+    double kv_store_gib = 0;  // > 0: a memory node of this many GiB
   };
   auto o = std::make_shared<Options>();
   app.add_option("--host", o->host, "address to listen on")->capture_default_str();
@@ -117,7 +123,16 @@ Runner add_worker_command(CLI::App& app) {
   // while it loads its model would (the OOM killer, a crash), without answering.
   app.add_option("--fault", o->fault, "fault injection for tests: exit-on-init")
       ->check(CLI::IsMember({"exit-on-init"}));
+  app.add_option("--kv-store", o->kv_store_gib,
+                 "be a memory node: hold engines' swap spaces (--swap-space-remote) in up to this "
+                 "many GiB of host memory, and run no executor")
+      ->check(CLI::Range(0.0, 65536.0));
   return [o]() -> int {
+    if (o->kv_store_gib > 0 && (!o->head.empty() || !o->fault.empty()))
+      fail(
+          "worker: --kv-store {} with --{}: a memory node joins no head and injects no faults; "
+          "allowed: --kv-store with --host, --port, --parent-pid and the heartbeat options",
+          o->kv_store_gib, o->head.empty() ? "fault" : "head");
     std::signal(SIGTERM, on_stop_signal);
     std::signal(SIGINT, on_stop_signal);
     caf::actor_system_config cfg;
@@ -125,11 +140,25 @@ Runner add_worker_command(CLI::App& app) {
     set_heartbeat(cfg, std::chrono::milliseconds(o->heartbeat_ms),
                   std::chrono::milliseconds(o->heartbeat_timeout_ms));
     caf::actor_system sys{cfg};
-    const std::string self_name = fmt::format("the worker pid {} on {}", getpid(), o->host);
-    auto worker = spawn_worker(sys, self_name,
-                               o->fault.empty() ? ExecutorFactory(spawn_executor)
-                                                : ExecutorFactory(spawn_faulty_executor));
-    auto port = sys.middleman().publish(worker, o->port, o->host.c_str(), true);
+    const bool memory_node = o->kv_store_gib > 0;
+    const std::string self_name = fmt::format(
+        "the {} pid {} on {}", memory_node ? "memory node" : "worker", getpid(), o->host);
+    // Published typed, so that remote_actor<worker_actor / kv_store_actor> accepts it.
+    caf::actor worker;
+    caf::expected<uint16_t> port = caf::make_error(caf::sec::invalid_argument);
+    if (memory_node) {
+      const auto bytes = uint64_t(o->kv_store_gib * double(uint64_t(1) << 30));
+      auto store = spawn_kv_store(sys, bytes, ucx::Settings{}, self_name);
+      worker = caf::actor_cast<caf::actor>(store);
+      port = sys.middleman().publish(store, o->port, o->host.c_str(), true);
+      spdlog::info("worker: a memory node of {} GiB", o->kv_store_gib);
+    } else {
+      auto w = spawn_worker(sys, self_name,
+                            o->fault.empty() ? ExecutorFactory(spawn_executor)
+                                             : ExecutorFactory(spawn_faulty_executor));
+      worker = caf::actor_cast<caf::actor>(w);
+      port = sys.middleman().publish(w, o->port, o->host.c_str(), true);
+    }
     if (!port) {
       caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
       fail("worker: cannot listen on {}:{}: {}", o->host, o->port, error_text(port.error()));
@@ -139,10 +168,10 @@ Runner add_worker_command(CLI::App& app) {
     caf::actor head_registry;
     caf::scoped_actor self{sys};
     if (!o->head.empty()) {
-      head_registry = join_head(sys, o->head, WorkerHello{o->rank, o->node,
-                                                         fmt::format("{}:{}", o->host, *port),
-                                                         int32_t(getpid())},
-                                caf::actor_cast<caf::actor>(worker));
+      head_registry = join_head(
+          sys, o->head,
+          WorkerHello{o->rank, o->node, fmt::format("{}:{}", o->host, *port), int32_t(getpid())},
+          worker);
       self->monitor(head_registry);
     }
     // Wait for a stop signal, the parent's end or the head's; sessions come and go meanwhile.

@@ -130,6 +130,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::disable_cascade_attn, {.name = "disable_cascade_attn", .help = "Turn off cascade attention.", .status = kNotYet, .note = "troupe has no cascade attention"}));
   add(member(a, &E::swap_space, {.name = "swap_space", .help = "GiB of CPU memory per GPU for the KV blocks of sequences preempted by swapping (preemption_mode = swap); 0: no swap space. vLLM V1 dropped it; troupe keeps it.", .allowed = ">= 0", .valid = at_least(0)}));
   add(member(a, &E::preemption_mode, {.name = "preemption_mode", .help = "How a running sequence is preempted when the KV cache is full: recompute (drop its KV, prefill it again later) or swap (copy its KV blocks to the swap space and back). None: recompute (n > 1 samples are independent sequences here, so vLLM V0's swap-for-groups rule never applies).", .choices = {"recompute", "swap"}}));
+  add(member(a, &E::swap_space_remote, {.name = "swap_space_remote", .help = "host:port of a memory node (`troupe worker --kv-store GIB`) that holds each executor's swap space (swap_space GiB) in its host memory, on this host or another, instead of the executor's own; with preemption_mode = swap, CPU backend only for now.", .allowed = "None or host:port, port 1..65535", .valid = [](const json& v) { return v.is_null() || (v.is_string() && valid_endpoint(v.get_ref<const std::string&>())); }}));
   add(member(a, &E::cpu_offload_gb, {.name = "cpu_offload_gb", .help = "GiB of weights to keep in CPU memory.", .status = kNotYet, .note = "weights stay on the device"}));
   add(member(a, &E::gpu_memory_utilization, {.name = "gpu_memory_utilization", .help = "Fraction of GPU memory the engine may use (weights, activations, KV cache).", .allowed = "(0, 1]", .valid = in_half_open(0, 1)}));
   add(member(a, &E::kv_cache_memory_bytes, {.name = "kv_cache_memory_bytes", .help = "Bytes of KV cache per GPU; overrides gpu_memory_utilization. Takes 4G = 4 GiB.", .allowed = "None or >= 1", .valid = at_least(1)}));
@@ -329,6 +330,11 @@ void validate(const EngineArgs& a) {
         "--swap-space or use preemption_mode = \"recompute\"",
         a.swap_space);
   }
+  if (a.swap_space_remote && a.preemption_mode != "swap")
+    fail(
+        "swap_space_remote = '{}': allowed only with preemption_mode = \"swap\" (preemption_mode "
+        "= {}); without it there is no swap space to hold",
+        *a.swap_space_remote, a.preemption_mode.value_or("None"));
   if (!a.cuda_graph_sizes.empty() && !a.cudagraph_capture_sizes.empty())
     fail("cuda_graph_sizes = [{}]: allowed: empty when cudagraph_capture_sizes is set (it is "
          "that field's old name)",

@@ -102,6 +102,9 @@ struct EngineArgs {
   bool disable_cascade_attn = false;
   double swap_space = 4.0;  // GiB of CPU swap space per GPU (used when preempting by swap)
   std::optional<std::string> preemption_mode;  // None | "recompute" | "swap" (vLLM V0's)
+  // host:port of a memory node (`troupe worker --kv-store GIB`) that holds each executor's
+  // swap_space GiB instead of the executor's own host memory (troupe's, issue 19).
+  std::optional<std::string> swap_space_remote;
   double cpu_offload_gb = 0.0;
   double gpu_memory_utilization = 0.9;           // (0, 1]
   std::optional<int64_t> kv_cache_memory_bytes;  // overrides gpu_memory_utilization

@@ -117,6 +117,17 @@ ModelRunner::~ModelRunner() {
       "inputs, {:.3f} ms enqueueing the forward, {:.3f} ms sampling and waiting",
       stats_.steps, stats_.padded_steps, stats_.graph_replays, stats_.prepare_seconds * ms,
       stats_.forward_seconds * ms, stats_.sample_seconds * ms);
+  if (stats_.blocks_swapped_out + stats_.blocks_swapped_in == 0) return;
+  const double mib = double(info_.kv_block_bytes) / double(1 << 20);
+  auto rate = [&](int64_t blocks, double seconds) {
+    return fmt::format("{} blocks in {:.3f} ms ({:.2f} us a block, {:.0f} MiB/s)", blocks,
+                       seconds * 1e3, blocks > 0 ? seconds * 1e6 / double(blocks) : 0.0,
+                       seconds > 0 ? double(blocks) * mib / seconds : 0.0);
+  };
+  spdlog::info("executor: swap {}: out {}; in {}",
+               remote_swap_ ? "to the memory node " + init_.swap_space_remote : "in host memory",
+               rate(stats_.blocks_swapped_out, stats_.swap_out_seconds),
+               rate(stats_.blocks_swapped_in, stats_.swap_in_seconds));
 }
 
 DType resolve_model_dtype(const std::string& requested, DType checkpoint, DeviceKind device) {
@@ -290,10 +301,36 @@ void ModelRunner::size_swap_space(const ExecutorInit& init, size_t per_block) {
         init.swap_space_bytes, per_block);
     return;
   }
+  const bool remote = !init.swap_space_remote.empty();
+  if (remote && !options_.remote_swap)
+    fail("swap_space_remote = '{}': this executor was given no way to reach a memory node",
+         init.swap_space_remote);
+  if (remote && backend_->device().kind != DeviceKind::cpu)
+    fail(
+        "swap_space_remote = '{}' on the {} backend: not supported yet (it has run on the CPU "
+        "backend only); allowed: device = cpu, or a local swap space",
+        init.swap_space_remote, backend_->name());
+  // A remote swap space keeps only a staging cache here (see the header).
+  const int64_t local = remote ? std::min(n, kRemoteSwapStagingBlocks) : n;
   const KVCacheShape shape = model_->kv_cache_shape();
-  kv_host_buffer_ =
-      backend_->allocate_host(kv_layer_bytes(shape, block_size_, n) * size_t(2 * shape.num_layers));
-  kv_host_ = kv_view(kv_host_buffer_, shape, block_size_, n);
+  kv_host_buffer_ = backend_->allocate_host(kv_layer_bytes(shape, block_size_, local) *
+                                            size_t(2 * shape.num_layers));
+  kv_host_ = kv_view(kv_host_buffer_, shape, block_size_, local);
+  if (remote) {
+    RemoteSwapRequest r;
+    r.num_blocks = n;
+    r.block_bytes = int64_t(per_block);
+    r.staging = kv_host_buffer_.data();
+    r.num_layers = shape.num_layers;
+    r.staging_blocks = local;
+    r.slice_bytes = int64_t(kv_layer_bytes(shape, block_size_, 1));
+    remote_swap_ = options_.remote_swap(r);
+    spdlog::info(
+        "executor: swap space of {} KV blocks ({:.1f} MiB) on the memory node {}, staged "
+        "through {} blocks here",
+        n, double(n) * double(per_block) / double(1 << 20), init.swap_space_remote, local);
+    return;
+  }
   spdlog::info("executor: swap space of {} KV blocks ({:.1f} MiB of host memory)", n,
                double(kv_host_buffer_.bytes()) / double(1 << 20));
 }
@@ -321,10 +358,21 @@ void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
   if (pairs.empty()) return;
   if (kv_host_.num_blocks == 0)
     fail("step: a swap of {} blocks, but there is no swap space", pairs.size());
-  swap_pairs_.clear();
-  for (const BlockSwap& p : pairs)
-    swap_pairs_.push_back(to_host ? BlockCopy{p.gpu_block, p.cpu_block}
-                                  : BlockCopy{p.cpu_block, p.gpu_block});
+  const auto t0 = Clock::now();
+  if (remote_swap_) {
+    swap_remote(pairs, to_host);
+  } else {
+    swap_pairs_.clear();
+    for (const BlockSwap& p : pairs)
+      swap_pairs_.push_back(to_host ? BlockCopy{p.gpu_block, p.cpu_block}
+                                    : BlockCopy{p.cpu_block, p.gpu_block});
+    copy_swap_pairs(to_host);
+  }
+  (to_host ? stats_.blocks_swapped_out : stats_.blocks_swapped_in) += int64_t(pairs.size());
+  (to_host ? stats_.swap_out_seconds : stats_.swap_in_seconds) += seconds_since(t0);
+}
+
+void ModelRunner::copy_swap_pairs(bool to_host) {
   for (size_t l = 0; l < kv_.k.size(); ++l) {
     if (to_host) {
       backend_->swap_blocks(kv_host_.k[l], kv_.k[l], swap_pairs_);
@@ -334,7 +382,31 @@ void ModelRunner::swap(const std::vector<BlockSwap>& pairs, bool to_host) {
       backend_->swap_blocks(kv_.v[l], kv_host_.v[l], swap_pairs_);
     }
   }
-  (to_host ? stats_.blocks_swapped_out : stats_.blocks_swapped_in) += int64_t(pairs.size());
+}
+
+void ModelRunner::swap_remote(const std::vector<BlockSwap>& pairs, bool to_host) {
+  const auto chunk = size_t(kv_host_.num_blocks);
+  for (size_t at = 0; at < pairs.size(); at += chunk) {
+    const size_t count = std::min(chunk, pairs.size() - at);
+    swap_pairs_.clear();
+    remote_moves_.clear();
+    for (size_t i = 0; i < count; ++i) {
+      const BlockSwap& p = pairs[at + i];
+      const auto staged = int32_t(i);
+      swap_pairs_.push_back(to_host ? BlockCopy{p.gpu_block, staged}
+                                    : BlockCopy{staged, p.gpu_block});
+      remote_moves_.push_back({int64_t(p.cpu_block), int64_t(i)});
+    }
+    if (to_host) {
+      copy_swap_pairs(true);
+      backend_->synchronize();  // the staging cache holds the chunk
+      remote_swap_->write(remote_moves_);
+    } else {
+      remote_swap_->read(remote_moves_);
+      copy_swap_pairs(false);
+      backend_->synchronize();  // the staging cache is free for the next chunk
+    }
+  }
 }
 
 void ModelRunner::copy_blocks(const std::vector<BlockCopyPlan>& copies) {

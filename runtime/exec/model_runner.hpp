@@ -36,6 +36,13 @@
 // swap_in pairs are copied, every layer's K and V, in that order before the step's forward,
 // all on the backend's stream. A swapped-out sequence is forgotten (it is in
 // finished_seq_ids) and comes back as a NewSeq with its new block table.
+//
+// Remote swap space (ExecutorInit::swap_space_remote, runtime/exec/remote_swap.hpp): the
+// num_cpu_blocks blocks live in a memory node's host memory and kv_host_ is only a staging
+// cache of at most kRemoteSwapStagingBlocks blocks. A swap goes through it in chunks: swap out
+// copies a chunk device -> staging, waits for the stream and writes it to the node; swap in
+// reads a chunk into staging, copies it to the device and waits. Swap steps run with nothing
+// in flight (needs_finish), so the waits cost only the copies themselves.
 #pragma once
 
 #include <chrono>
@@ -48,10 +55,11 @@
 
 #include "runtime/backend/backend.hpp"
 #include "runtime/backend/collectives.hpp"
-#include "runtime/protocol/step.hpp"
-#include "runtime/exec/step_inputs.hpp"
 #include "runtime/checkpoint/model_config.hpp"
+#include "runtime/exec/remote_swap.hpp"
+#include "runtime/exec/step_inputs.hpp"
 #include "runtime/models/model.hpp"
+#include "runtime/protocol/step.hpp"
 
 namespace troupe {
 
@@ -71,6 +79,9 @@ struct RunnerOptions {
   /// (--max-parallel-loading-workers) but must start together, as the profiling step and the
   /// graphs' warm-up run the group's collectives.
   bool defer_start = false;
+  /// Reaches the memory node of ExecutorInit::swap_space_remote (the executor actor makes it
+  /// over CAF and UCX); required when that field is set.
+  RemoteSwapConnector remote_swap;
 };
 
 /// The KV cache's share of device memory under gpu_memory_utilization, vLLM V1's rule: this
@@ -103,6 +114,9 @@ struct RunnerStats {
   int64_t blocks_swapped_out = 0;
   int64_t blocks_swapped_in = 0;
   int64_t blocks_copied = 0;  // copy-on-write copies of beam forks (StepPlan::copy_blocks)
+  // Host wall time of the swaps (on the CPU backend the copies themselves; on CUDA a local
+  // swap only enqueues them), for the executor's closing log line.
+  double swap_out_seconds = 0, swap_in_seconds = 0;
 };
 
 /// Decode batch sizes that get a graph (vLLM's): 1, 2, 4, then multiples of 8 up to 256 and
@@ -255,6 +269,10 @@ class ModelRunner {
   /// Copies the pairs' blocks of every layer's K and V (to_host: device -> host).
   void swap(const std::vector<BlockSwap>& pairs, bool to_host);
   void copy_blocks(const std::vector<BlockCopyPlan>& copies);
+  /// The same through the staging cache and the memory node (remote_swap_ set).
+  void swap_remote(const std::vector<BlockSwap>& pairs, bool to_host);
+  /// Copies every layer's K and V of swap_pairs_ (to_host: device -> kv_host_).
+  void copy_swap_pairs(bool to_host);
   void setup_decode_graphs(const ExecutorInit& init, const RunnerOptions& options);
   void ensure_input_capacity(size_t tokens, size_t seqs, size_t max_blocks);
   /// The capture size a step of these sequences pads to, or 0 when it runs at its exact size.
@@ -296,6 +314,8 @@ class ModelRunner {
   Buffer kv_host_buffer_;  // swap space (empty without one)
   KVCacheView kv_host_;
   std::vector<BlockCopy> swap_pairs_;  // staging
+  std::unique_ptr<RemoteSwapSpace> remote_swap_;  // set: kv_host_ stages for a memory node
+  std::vector<RemoteSwapMove> remote_moves_;
 
   // Device-side step inputs, grown when a step needs more.
   Buffer input_buffer_;

@@ -162,6 +162,9 @@ struct ExecutorInit {
   int32_t max_seq_len_to_capture = 8192;  // longest sequence a decode step replays a graph for
   std::vector<int32_t> cudagraph_capture_sizes;  // empty: the default sizes (model_runner.hpp)
   int64_t swap_space_bytes = 0;  // host memory for swapped-out KV blocks (0: no swap space)
+  // host:port of a memory node (`troupe worker --kv-store`) holding that swap space instead of
+  // this process ("": local host memory).
+  std::string swap_space_remote;
   std::vector<std::string> logits_processor_plugins;  // shared libraries to load (absolute)
   // Faults to inject on this rank (runtime/faults/fault_spec.hpp, as written; the head checked
   // them), and whether this executor runs in a `troupe worker` process (which a kill-worker or

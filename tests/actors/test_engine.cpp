@@ -18,74 +18,13 @@
 #include "actors/engine.hpp"
 #include "actors/llm.hpp"
 #include "runtime/error.hpp"
+#include "tests/actors/engine_fixtures.hpp"
 #include "tests/actors/worker_process.hpp"
 #include "tests/runtime/test_tokenizer_util.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
-
-namespace {
-
-const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
-
-struct Reference {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> greedy;
-  std::vector<double> min_margin;
-};
-
-Reference load_reference(const std::string& name) {
-  std::ifstream in(kFixtures / name / "reference.json");
-  REQUIRE(in.good());
-  const auto j = nlohmann::json::parse(in);
-  Reference r;
-  for (const auto& p : j["prompts"]) {
-    r.prompts.push_back(p["token_ids"].get<std::vector<int32_t>>());
-    r.greedy.push_back(p["greedy_tokens"].get<std::vector<int32_t>>());
-    r.min_margin.push_back(p["greedy_min_margin"].get<double>());
-  }
-  return r;
-}
-
-EngineArgs fixture_args(const std::string& name) {
-  EngineArgs a;
-  a.model = (kFixtures / name).string();
-  a.skip_tokenizer_init = true;  // the fixtures have no tokenizer: prompts are token ids
-  a.disable_log_stats = true;
-  a.max_model_len = 256;
-  a.dtype = "float32";  // the references are float32 (on CUDA the fixtures would run in bf16/f16)
-  return a;
-}
-
-SamplingParams greedy_params(int64_t n_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = n_tokens;
-  p.ignore_eos = true;
-  p.detokenize = false;
-  return p;
-}
-
-std::vector<Prompt> prompts_of(const Reference& ref) {
-  std::vector<Prompt> out;
-  for (const auto& ids : ref.prompts) out.emplace_back(ids);
-  return out;
-}
-
-void check_greedy(const Reference& ref, const std::vector<RequestOutput>& outs) {
-  REQUIRE(outs.size() == ref.prompts.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    INFO("prompt " << i << " of " << ref.prompts[i].size() << " tokens, reference min margin "
-                   << ref.min_margin[i]);
-    CHECK(outs[i].prompt_token_ids == ref.prompts[i]);
-    REQUIRE(outs[i].outputs.size() == 1);
-    CHECK(outs[i].outputs[0].token_ids == ref.greedy[i]);
-    CHECK(outs[i].outputs[0].finish_reason == "length");
-    CHECK(!outs[i].outputs[0].cumulative_logprob);  // vLLM V1: None without logprobs
-  }
-}
-
-}  // namespace
+using namespace troupe::engine_fixtures;
 
 TEST_CASE("greedy tokens through the actors equal transformers', however the batch is cut",
           "[engine]") {
@@ -301,21 +240,6 @@ TEST_CASE("logprobs = 0 gives the sampled token's only, -1 the whole vocabulary"
     CHECK(mass == Approx(1.0).epsilon(1e-4));
   }
 }
-
-namespace {
-/// A cache that forces preemption: 16 blocks of 8 = 128 tokens (max_model_len, the least
-/// allowed), while the first four prompts (1, 2, 7, 33 tokens, + 24 outputs each) run together
-/// and need 20 blocks. (The 20 blocks of the test above turn out to be just enough for them.)
-EngineArgs tiny_cache_args(const std::string& name) {
-  EngineArgs a = fixture_args(name);
-  a.block_size = 8;
-  a.max_num_batched_tokens = 16;
-  a.max_num_seqs = 4;
-  a.num_gpu_blocks_override = 16;
-  a.max_model_len = 128;
-  return a;
-}
-}  // namespace
 
 TEST_CASE("preemption by swap gives the same greedy tokens, and falls back to recompute",
           "[engine][swap]") {

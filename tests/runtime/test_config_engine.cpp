@@ -472,6 +472,28 @@ TEST_CASE("executor_endpoints must be host:port", "[config]") {
              Contains("no repeats"));
 }
 
+TEST_CASE("swap_space_remote must be host:port and needs preemption by swap", "[config]") {
+  CHECK(validate_error([](auto& a) {
+          a.preemption_mode = "swap";
+          a.swap_space_remote = "10.0.0.2:7000";
+        }).empty());
+  for (auto bad : {"host", "host:0", ":80", "a:b", ""}) {
+    INFO(bad);
+    CHECK_THAT(validate_error([&](auto& a) {
+                 a.preemption_mode = "swap";
+                 a.swap_space_remote = bad;
+               }),
+               Contains("swap_space_remote = ") && Contains("allowed: None or host:port"));
+  }
+  CHECK_THAT(validate_error([](auto& a) { a.swap_space_remote = "h:1"; }),
+             Contains("swap_space_remote = 'h:1'") && Contains("preemption_mode = \"swap\"") &&
+                 Contains("preemption_mode = None"));
+  EngineArgs a = with_model();
+  troupe::set_engine_arg(a, "--swap-space-remote", "h:2", nullptr);
+  REQUIRE(a.swap_space_remote);
+  CHECK(*a.swap_space_remote == "h:2");
+}
+
 TEST_CASE("set_engine_arg takes snake, kebab and --flag names and command-line text", "[config]") {
   EngineArgs a = with_model();
   troupe::set_engine_arg(a, "max_num_seqs", "64", nullptr);
@@ -613,11 +635,11 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   // + device, max_seq_len_to_capture, enable_log_requests, max_log_len, executor_endpoints;
   // nnodes, node_rank, master_addr, master_port, headless (the multi-node flags of later
   // vLLMs' serve command), cluster and logits_processor_plugin; fault, max_executor_restarts
-  // and execute_timeout (troupe's fault injection and recovery)
-  CHECK(j.size() == kVllmEngineFields.size() + 15);
+  // and execute_timeout (troupe's fault injection and recovery); swap_space_remote
+  CHECK(j.size() == kVllmEngineFields.size() + 16);
   for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "headless", "cluster",
                         "logits_processor_plugin", "fault", "max_executor_restarts",
-                        "execute_timeout"})
+                        "execute_timeout", "swap_space_remote"})
     CHECK(j.contains(f));
 }
 
