@@ -131,8 +131,9 @@ class Sim {
     // Waiting sequences in order; a beam group's members together (all of them or none).
     for (size_t i = 0; i < waiting_.size(); ++i) {
       const SimSeq& s = seqs_.at(waiting_[i]);
-      ask.waiting.push_back(
-          KVWaitingAsk{waiting_[i], s.tokens, 1 + pick(16), true, true, 0, s.group});
+      KVWaitingAsk w{waiting_[i], s.tokens, 1 + pick(16), true, true, 0};
+      w.group = s.group;
+      ask.waiting.push_back(std::move(w));
     }
     const KVGrant g = cm_.grant(ask);
     apply(ask, g);
