@@ -635,11 +635,12 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   // + device, max_seq_len_to_capture, enable_log_requests, max_log_len, executor_endpoints;
   // nnodes, node_rank, master_addr, master_port, headless (the multi-node flags of later
   // vLLMs' serve command), cluster and logits_processor_plugin; fault, max_executor_restarts
-  // and execute_timeout (troupe's fault injection and recovery); swap_space_remote
-  CHECK(j.size() == kVllmEngineFields.size() + 16);
+  // and execute_timeout (troupe's fault injection and recovery); swap_space_remote;
+  // batch_invariant
+  CHECK(j.size() == kVllmEngineFields.size() + 17);
   for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "headless", "cluster",
                         "logits_processor_plugin", "fault", "max_executor_restarts",
-                        "execute_timeout", "swap_space_remote"})
+                        "execute_timeout", "swap_space_remote", "batch_invariant"})
     CHECK(j.contains(f));
 }
 

@@ -132,7 +132,7 @@ TEST_CASE("wrong TOML types and refused values carry the position", "[config]") 
                                              "yet in troupe"));
 }
 
-TEST_CASE("beam search's keys in [sampling]: taken and checked; beam_width refused by name",
+TEST_CASE("beam search's keys in [sampling]: taken and checked, beam_width refused by name",
           "[config]") {
   const auto beams = troupe::parse_engine_toml(
       "model = \"m\"\n[sampling]\nuse_beam_search = true\nbest_of = 3\ntemperature = 0.0\n"

@@ -184,7 +184,7 @@ TEST_CASE("openai: fields troupe cannot honour yet are refused by name", "[opena
   CHECK(r.params.best_of == 1);
 }
 
-TEST_CASE("openai: beam search's fields on both endpoints; beam_width refused by name",
+TEST_CASE("openai: beam search's fields on both endpoints, beam_width refused by name",
           "[openai]") {
   const auto r0 = parse_completion_request(parse_body(
       R"({"prompt": "x", "use_beam_search": "true", "best_of": 3, "n": 2, "temperature": 0,

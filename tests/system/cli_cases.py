@@ -317,16 +317,20 @@ def case_bad_requests():
         bad.write_text('{"prompt": "ok", "foo": 1}\n')
         p = run("generate", "--input", str(bad), ok=False)
         assert "unknown key 'foo'" in p.stderr and "did you mean" not in p.stderr, p.stderr
-        # Beam search's fields: refused by name, on a line and as flags; never "unknown".
-        for field, value in (("use_beam_search", True), ("length_penalty", 0.7),
-                             ("early_stopping", "never"), ("beam_width", 2)):
+        # Beam search's fields: checked by name, on a line and as flags; never "unknown". Beam
+        # search needs best_of beams; its knobs need beam search; beam_width is
+        # LLM::beam_search's, not a request's.
+        for field, value, says in (
+                ("use_beam_search", True, "best_of = 1: allowed: >= 2 with use_beam_search"),
+                ("length_penalty", 0.7, "length_penalty = 0.7: allowed: 1.0 without use_beam_search"),
+                ("early_stopping", "never",
+                 "early_stopping = never: allowed: false without use_beam_search"),
+                ("beam_width", 2, "beam_width = 2: not supported yet in troupe")):
             bad.write_text(json.dumps({"prompt": "ok", field: value}) + "\n")
-            expect_error(["generate", "--input", str(bad)], f"{bad}:1:", f"{field} = ",
-                         "not supported yet in troupe", "beam search")
-        expect_error(["generate", "--use-beam-search", "x"], "--use-beam-search = true",
-                     "not supported yet in troupe (beam search")
-        expect_error(["generate", "--length-penalty", "2", "x"], "--length-penalty = 2.0",
-                     "not supported yet")
+            expect_error(["generate", "--input", str(bad)], f"{bad}:1:", says)
+        expect_error(["generate", "--use-beam-search", "x"], "best_of = 1: allowed: >= 2")
+        expect_error(["generate", "--length-penalty", "2", "x"],
+                     "allowed: 1.0 without use_beam_search")
 
 
 def case_remote_worker():
