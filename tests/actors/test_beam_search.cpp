@@ -22,6 +22,7 @@
 #include <string>
 
 #include "actors/llm.hpp"
+#include "tests/actors/engine_fixtures.hpp"
 #include "runtime/error.hpp"
 
 using namespace troupe;
@@ -33,12 +34,7 @@ const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
 constexpr double kMasked = -1.0e9;  // transformers' "never choose this"
 
 EngineArgs beam_args(const std::string& name) {
-  EngineArgs a;
-  a.model = (kFixtures / name).string();
-  a.skip_tokenizer_init = true;
-  a.disable_log_stats = true;
-  a.max_model_len = 256;
-  a.dtype = "float32";
+  EngineArgs a = engine_fixtures::fixture_args(name);
   a.max_logprobs = -1;  // the reference reads whole-vocabulary logprobs
   return a;
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "actors/llm.hpp"
+#include "tests/actors/engine_fixtures.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -24,12 +25,7 @@ const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
 
 /// The llama_gqa fixture (no tokenizer: prompts are token ids) in float32, blocks of 16.
 EngineArgs fixture_args(bool caching, int32_t max_num_batched_tokens, bool invariant = false) {
-  EngineArgs a;
-  a.model = (kFixtures / "llama_gqa").string();
-  a.skip_tokenizer_init = true;
-  a.disable_log_stats = true;
-  a.max_model_len = 256;
-  a.dtype = "float32";
+  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
   a.block_size = 16;
   a.enable_prefix_caching = caching;
   a.max_num_batched_tokens = max_num_batched_tokens;
