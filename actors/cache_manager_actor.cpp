@@ -25,6 +25,10 @@ cache_manager_actor::behavior_type cache_manager_behavior(
         }
       },
       [=](stats_atom) -> KVStats { return self->state.kv->stats(); },
+      [=](migrate_atom) -> caf::result<std::vector<int32_t>, std::vector<int32_t>> {
+        auto [gpu, cpu] = self->state.kv->blocks_with_contents();
+        return caf::make_result(std::move(gpu), std::move(cpu));
+      },
       [=](reset_atom) {
         // After the executors are lost every sequence is gone: start from an empty pool.
         self->state.kv = std::make_unique<KVCacheManager>(num_blocks, block_size, prefix_caching,

@@ -12,7 +12,9 @@ namespace troupe {
 using cache_manager_actor = caf::typed_actor<
     caf::replies_to<grant_atom, KVAsk>::with<KVGrant>,
     caf::replies_to<stats_atom>::with<KVStats>,
-    caf::reacts_to<reset_atom>>;
+    caf::reacts_to<reset_atom>,
+    // The blocks with contents (GPU, then CPU): what a rank moving to another executor copies.
+    caf::replies_to<migrate_atom>::with<std::vector<int32_t>, std::vector<int32_t>>>;
 
 cache_manager_actor spawn_cache_manager(caf::actor_system& sys, int32_t num_blocks,
                                         int32_t block_size, bool enable_prefix_caching,

@@ -311,6 +311,41 @@ caf::actor ClusterLaunch::restart(size_t rank) {
   return workers_[rank];
 }
 
+caf::actor ClusterLaunch::take_spare(size_t rank) {
+  if (rank >= workers_.size()) fail("cluster: no rank {}", rank);
+  if (spares_.empty())
+    fail("cluster: no spare node's worker is left to move rank {} to (spare = true)", rank);
+  Moving m;
+  m.rank = rank;
+  m.spare = spares_.front();
+  spares_.erase(spares_.begin());
+  m.old = Spare{workers_[rank], names_[rank], hosts_[rank], pid_of_rank_[rank],
+                registers_as_[rank]};
+  m.old_command = commands_[rank];
+  workers_[rank] = m.spare.worker;
+  names_[rank] = m.spare.name + " (a spare)";
+  hosts_[rank] = m.spare.host;
+  pid_of_rank_[rank] = m.spare.pid;
+  commands_[rank] = commands_[size_t(m.spare.registers_as)];
+  registers_as_[rank] = m.spare.registers_as;
+  moving_ = std::move(m);
+  spdlog::warn("cluster: rank {} moves to the spare {}", rank, names_[rank]);
+  return workers_[rank];
+}
+
+void ClusterLaunch::give_back_spare(size_t rank) {
+  if (!moving_ || moving_->rank != rank) return;
+  const Moving m = std::move(*moving_);
+  moving_.reset();
+  workers_[rank] = m.old.worker;
+  names_[rank] = m.old.name;
+  hosts_[rank] = m.old.host;
+  pid_of_rank_[rank] = m.old.pid;
+  commands_[rank] = m.old_command;
+  registers_as_[rank] = m.old.registers_as;
+  spares_.insert(spares_.begin(), m.spare);
+}
+
 bool ClusterLaunch::one_host() const {
   for (const ClusterNode& n : config_.nodes)
     if (n.host != config_.nodes.front().host || n.launcher == "ssh" || n.launcher == "srun")

@@ -54,6 +54,15 @@ class ClusterLaunch {
   /// new worker's handle; names() and hosts() follow. Throws troupe::Error for an operator's
   /// worker (launcher = "external") with no spare left, or one that does not join.
   caf::actor restart(size_t rank);
+  /// Spare nodes' idle workers left.
+  [[nodiscard]] size_t spares_left() const { return spares_.size(); }
+  /// Rank `rank` moves to the first spare with its KV cache (a drained worker,
+  /// ExecutorGroup::migrate): the spare takes the rank (names(), hosts() follow); the old
+  /// worker's process is left to end on its own (it asked to leave) or at stop(). Returns the
+  /// spare's handle. Throws troupe::Error when no spare is left.
+  caf::actor take_spare(size_t rank);
+  /// Undoes take_spare (a move that failed): the rank's old worker is back, the spare idle.
+  void give_back_spare(size_t rank);
   /// Whether the process launched for `rank` still runs (true for an operator's worker).
   [[nodiscard]] bool launched_alive(size_t rank) const;
 
@@ -76,6 +85,12 @@ class ClusterLaunch {
     int32_t registers_as = 0;
   };
   std::vector<Spare> spares_;  // registered and idle, first taken first
+  struct Moving {  // a take_spare not yet settled: what the rank had before
+    size_t rank = 0;
+    Spare spare, old;
+    std::string old_command;
+  };
+  std::optional<Moving> moving_;
   std::vector<caf::actor> workers_;
   std::vector<std::string> names_;
   std::vector<std::string> hosts_;

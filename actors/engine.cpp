@@ -154,6 +154,12 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
       return std::make_pair(w, launch->names()[rank]);
     };
     spec.joined_alive = [launch](size_t rank) { return launch->launched_alive(rank); };
+    spec.spares_left = [launch] { return launch->spares_left(); };
+    spec.take_spare = [launch](size_t rank) {
+      caf::actor w = launch->take_spare(rank);
+      return std::make_tuple(w, launch->names()[rank], launch->hosts()[rank]);
+    };
+    spec.give_back_spare = [launch](size_t rank) { launch->give_back_spare(rank); };
     spec.collectives = cluster->collectives;
     if (spec.collectives == "auto" && device != "cuda")
       spec.collectives = m.launch->one_host() ? "shm" : "ucx";
@@ -237,11 +243,12 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   ctx.scheduler.execute_timeout_seconds = args.execute_timeout;
   for (const FaultSpec& f : spec.faults)
     if (!f.on_rank()) ctx.scheduler.faults.push_back(f);
-  if (max_restarts > 0) {
-    m.recovery = spawn_recovery(sys, m.group);
-    ctx.recovery = m.recovery;
-  }
+  // Also with max_executor_restarts = 0 (the scheduler then restarts nothing): it moves ranks
+  // to other workers (drain_rank).
+  m.recovery = spawn_recovery(sys, m.group);
+  ctx.recovery = m.recovery;
   m.engine = spawn_engine_actor(sys, std::move(ctx));
+  m.group->on_drain_request(caf::actor_cast<caf::actor>(m.engine));
   m.info.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("engine: {} ({}) on {}, max_model_len {}, {} KV blocks of {} tokens, ready in "
@@ -267,5 +274,15 @@ const EngineInfo& Engine::info() const { return impl_->info; }
 const ModelConfig& Engine::model_config() const { return impl_->model; }
 std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
 const SamplingParams& Engine::default_sampling_params() const { return impl_->defaults; }
+
+std::string Engine::drain_rank(size_t rank) {
+  caf::scoped_actor self{impl_->engine.home_system()};
+  std::string done;
+  caf::error err;
+  self->request(impl_->engine, caf::infinite, drain_atom::value, uint64_t(rank))
+      .receive([&](std::string& d) { done = std::move(d); }, [&](caf::error& e) { err = e; });
+  if (err) fail("drain_rank({}): {}", rank, error_text(err));
+  return done;
+}
 
 }  // namespace troupe

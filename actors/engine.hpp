@@ -52,6 +52,14 @@ class Engine {
   /// The sampling defaults of the model's generation_config.json (generation_config = "auto"),
   /// or vLLM's defaults.
   [[nodiscard]] const SamplingParams& default_sampling_params() const;
+  /// Moves rank `rank` (tp_rank + pp_rank * tp) to a fresh worker process with its KV cache,
+  /// as when its worker is asked to leave (`troupe worker` on SIGTERM): steps pause until the
+  /// ones in flight are done, the new worker loads the rank's shard and copies the blocks over
+  /// UCX, and the running requests go on without recomputing anything. Returns what it did
+  /// (one line). Throws troupe::Error naming why when the rank cannot move (an executor in
+  /// this process, workers troupe did not start, the CUDA backend: not supported yet); a move
+  /// that fails part-way restarts the executors as after a fault (docs/faults.md).
+  std::string drain_rank(size_t rank);
 
  private:
   struct Impl;

@@ -183,6 +183,13 @@ engine_actor::behavior_type engine_behavior(self_ptr self, EngineContext ctx) {
                 [=](caf::error& e) mutable { rp.deliver(e); });
         return rp;
       },
+      [=](drain_atom, uint64_t rank) -> caf::result<std::string> {
+        auto rp = self->make_response_promise<std::string>();
+        self->request(self->state.scheduler, caf::infinite, drain_atom::value, rank)
+            .then([=](std::string& done) mutable { rp.deliver(std::move(done)); },
+                  [=](caf::error& e) mutable { rp.deliver(e); });
+        return rp;
+      },
   };
 }
 

@@ -28,7 +28,10 @@ using engine_actor = caf::typed_actor<
     caf::reacts_to<watch_atom, caf::actor>,
     caf::reacts_to<updates_atom, SeqUpdates>,
     caf::reacts_to<failed_atom, std::string, bool>,
-    caf::replies_to<stats_atom>::with<EngineStats>>;
+    caf::replies_to<stats_atom>::with<EngineStats>,
+    // Moves a rank to another worker with its KV cache (a drained worker; the scheduler's
+    // drain): answers how it went, or an error.
+    caf::replies_to<drain_atom, uint64_t>::with<std::string>>;
 
 /// Everything the engine actor needs, resolved by troupe::Engine before it is spawned.
 struct EngineContext {

@@ -19,6 +19,8 @@
 #include "runtime/error.hpp"
 #include "runtime/exec/model_runner.hpp"
 #include "runtime/faults/fault_spec.hpp"
+#include "transport/kv/kv_region.hpp"
+#include "transport/kv/kv_remote.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -36,6 +38,12 @@ struct executor_state {
   std::unique_ptr<Backend> backend;
   std::optional<std::pair<std::shared_ptr<Collectives>, std::shared_ptr<StageLink>>> connected;
   std::unique_ptr<ModelRunner> runner;
+  // A rank moving (ExecutorGroup::migrate): the wires a rewire prepared, joined by the next
+  // connect in place of the current ones; and, on the rank that leaves, its KV cache (and
+  // swap space) exposed to the executor taking its place.
+  std::unique_ptr<PreparedWires> next_wires;
+  ExecutorPlacement next_placement;
+  std::vector<std::unique_ptr<KvRegion>> exported;
   // The step whose sampling is in flight (ModelRunner::start_sampling) and its requester's
   // promise, delivered by the next execute (after enqueueing that step's forward) or by the
   // finish poll, whichever comes first.
@@ -191,10 +199,102 @@ std::optional<caf::result<StepResult>> inject_faults(self_ptr self, const StepPl
         break;
       case FaultKind::slow:       // deliver_result
       case FaultKind::refuse_kv:  // the cache manager's
+      case FaultKind::drain:      // the scheduler's
         break;
     }
   }
   return std::nullopt;
+}
+
+// The UCX settings of this executor's KV moves: its group's transports where it has a group.
+ucx::Settings kv_wire(const executor_state& st) {
+  ucx::Settings wire;
+  if (st.connected) {
+    wire.tls = st.placement.ucx_tls;
+    wire.net_devices = st.placement.ucx_net_devices;
+    wire.timeout = std::chrono::milliseconds(st.placement.timeout_ms);
+  }
+  return wire;
+}
+
+KvLayout kv_layout_of(const ModelRunner::KvMemory& m) {
+  return KvLayout::per_layer(uint32_t(m.num_layers), uint64_t(m.num_blocks),
+                             uint64_t(m.slice_bytes));
+}
+
+// Exposes this rank's KV cache and local swap space for the executor taking its place.
+KvExport export_kv(executor_state& st) {
+  if (!st.runner) fail("executor: kv_export before init");
+  if (st.waiting) fail("executor: kv_export with step {} in flight", st.waiting->first);
+  st.exported.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  KvExport out;
+  const ucx::Settings wire = kv_wire(st);
+  const ModelRunner::KvMemory cache = st.runner->kv_memory(false);
+  st.exported.push_back(std::make_unique<KvRegion>(cache.base, kv_layout_of(cache), wire));
+  out.cache = st.exported.back()->descriptor();
+  const ModelRunner::KvMemory swap = st.runner->kv_memory(true);
+  if (swap.base != nullptr) {
+    st.exported.push_back(std::make_unique<KvRegion>(swap.base, kv_layout_of(swap), wire));
+    out.swap = st.exported.back()->descriptor();
+  }
+  spdlog::info("executor: its KV cache ({:.1f} MiB{}) is exposed for the executor taking its "
+               "place ({:.1f} ms)",
+               double(kv_layout_of(cache).span_bytes()) / double(1 << 20),
+               swap.base ? " and a swap space" : "",
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count());
+  return out;
+}
+
+// Copies the listed blocks (same ids) of the leaving rank's KV cache and swap space into this
+// executor's; returns the bytes copied.
+uint64_t import_kv(executor_state& st, const KvImport& in) {
+  if (!st.runner || !st.runner->started()) fail("executor: kv_import before start");
+  if (st.waiting) fail("executor: kv_import with step {} in flight", st.waiting->first);
+  KvSettings kv;
+  kv.ucx = kv_wire(st);
+  uint64_t bytes = 0;
+  auto copy = [&](const std::vector<uint8_t>& from, bool swap, const std::vector<int32_t>& ids) {
+    if (ids.empty()) return;
+    const char* what = swap ? "swap space" : "KV cache";
+    const ModelRunner::KvMemory here = st.runner->kv_memory(swap);
+    if (here.base == nullptr || from.empty())
+      fail("executor: {} swapped-out KV block(s) to take over, but {} no local swap space (a "
+           "memory node's swap space cannot move yet)",
+           ids.size(), from.empty() ? "the leaving rank has" : "this executor has");
+    const KvLayout layout = kv_layout_of(here);
+    const auto c0 = std::chrono::steady_clock::now();
+    KvRemote remote(from, here.base, layout, kv);
+    spdlog::info("executor: reached the leaving rank's {} ({}) in {:.1f} ms", what,
+                 remote.method(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0)
+                     .count());
+    constexpr size_t kChunk = 256;  // blocks per read: bounds what is in flight at once
+    std::vector<KvBlockMove> moves;
+    for (size_t i = 0; i < ids.size(); i += kChunk) {
+      moves.clear();
+      for (size_t k = i; k < std::min(ids.size(), i + kChunk); ++k) {
+        const int32_t b = ids[k];
+        if (b < 0 || b >= here.num_blocks)
+          fail("executor: {} block {} to take over is outside its {} blocks", what, b,
+               here.num_blocks);
+        moves.push_back(KvBlockMove{uint64_t(b), uint64_t(b)});
+      }
+      remote.read(moves);
+    }
+    bytes += uint64_t(ids.size()) * layout.block_bytes();
+  };
+  const auto t1 = std::chrono::steady_clock::now();
+  copy(in.from.cache, false, in.blocks);
+  copy(in.from.swap, true, in.cpu_blocks);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  spdlog::info("executor: took over {} KV block(s) and {} swap block(s), {:.1f} MiB, in {:.1f} "
+               "ms ({:.0f} MiB/s)",
+               in.blocks.size(), in.cpu_blocks.size(), double(bytes) / double(1 << 20), ms,
+               ms > 0 ? double(bytes) / double(1 << 20) / (ms / 1000.0) : 0.0);
+  return bytes;
 }
 
 executor_actor::behavior_type executor_behavior(self_ptr self) {
@@ -214,6 +314,19 @@ executor_actor::behavior_type executor_behavior(self_ptr self) {
       },
       [=](connect_atom, const WirePeers& peers) -> caf::result<bool> {
         auto& st = self->state;
+        if (st.next_wires) {  // rejoining its group around a rank that moved (rewire)
+          try {
+            auto wires = std::move(st.next_wires);
+            auto joined = wires->connect(peers, st.runner->backend());
+            st.runner->replace_wires(joined.first, joined.second);
+            st.wires = std::move(wires);
+            st.connected = std::move(joined);
+            st.placement = st.next_placement;
+            return true;
+          } catch (const std::exception& e) {
+            return make_troupe_error(e.what());
+          }
+        }
         if (!st.wires) return make_troupe_error("executor: connect before prepare");
         try {
           // The backend is made here, on the executor's own thread, as the wires may live on
@@ -288,6 +401,37 @@ executor_actor::behavior_type executor_behavior(self_ptr self) {
           return;
         }
         finish_waiting(self);
+      },
+      [=](rewire_atom, const ExecutorPlacement& placement) -> caf::result<ExecutorEndpoints> {
+        auto& st = self->state;
+        try {
+          if (!st.runner || !st.runner->started())
+            fail("executor: rewire before start (a rank that has not started rejoins by prepare)");
+          if (st.waiting) fail("executor: rewire with step {} in flight", st.waiting->first);
+          if (placement.tp_rank != st.placement.tp_rank || placement.pp_rank != st.placement.pp_rank)
+            fail("executor: rewire to tp {} pp {}: it is tp {} pp {}", placement.tp_rank,
+                 placement.pp_rank, st.placement.tp_rank, st.placement.pp_rank);
+          st.next_wires = prepare_wires(placement);
+          st.next_placement = placement;
+          return st.next_wires->endpoints();
+        } catch (const std::exception& e) {
+          st.next_wires.reset();
+          return make_troupe_error(e.what());
+        }
+      },
+      [=](kv_export_atom) -> caf::result<KvExport> {
+        try {
+          return export_kv(self->state);
+        } catch (const std::exception& e) {
+          return make_troupe_error(e.what());
+        }
+      },
+      [=](kv_import_atom, const KvImport& in) -> caf::result<uint64_t> {
+        try {
+          return import_kv(self->state, in);
+        } catch (const std::exception& e) {
+          return make_troupe_error(e.what());
+        }
       },
   };
 }

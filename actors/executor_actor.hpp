@@ -31,7 +31,14 @@ using executor_actor = caf::typed_actor<
     caf::replies_to<init_atom, ExecutorInit>::with<ExecutorInfo>,
     caf::replies_to<start_atom>::with<ExecutorInfo>,
     caf::replies_to<execute_atom, StepPlan>::with<StepResult>,
-    caf::reacts_to<finish_atom, uint64_t>>;
+    caf::reacts_to<finish_atom, uint64_t>,
+    // A rank moving to another executor (a drained worker, ExecutorGroup::migrate): the ranks
+    // that stay rejoin their wires around the newcomer without reloading (rewire, then
+    // connect), the old one exposes its KV cache and the new one copies it (kv_export,
+    // kv_import: the bytes copied).
+    caf::replies_to<rewire_atom, ExecutorPlacement>::with<ExecutorEndpoints>,
+    caf::replies_to<kv_export_atom>::with<KvExport>,
+    caf::replies_to<kv_import_atom, KvImport>::with<uint64_t>>;
 
 /// The executors one scheduler drives, in rank order, with the name of each for errors and the
 /// driver: the rank whose StepResults are applied (the last pipeline stage's TP rank 0; the

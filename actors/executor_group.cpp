@@ -111,8 +111,30 @@ void ExecutorGroup::start_ranks() {
   endpoints_.clear();
   infos_.clear();
   devices_.clear();
-  anchor_ = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
-    return {[](caf::unit_t) {}};  // lives until the executors are stopped
+  // Lives until the executors are stopped (the workers' sessions end with it), and hears
+  // workers asking to leave (drain_atom: `troupe worker` on SIGTERM).
+  anchor_ = sys.spawn([table = drain_](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](drain_atom, const caf::actor& worker) -> caf::result<std::string> {
+      caf::actor engine;
+      size_t rank = 0;
+      std::string name;
+      {
+        std::lock_guard lk(table->mu);
+        const auto it = std::find(table->workers.begin(), table->workers.end(), worker.address());
+        if (it == table->workers.end())
+          return make_troupe_error("this worker holds no rank of the engine any more");
+        rank = size_t(it - table->workers.begin());
+        engine = table->engine;
+        name = table->names[rank];
+      }
+      if (!engine) return make_troupe_error("the engine is not running yet");
+      spdlog::warn("engine: {} asks to leave; moving its rank to another worker", name);
+      auto rp = self->make_response_promise<std::string>();
+      self->request(engine, caf::infinite, drain_atom::value, uint64_t(rank))
+          .then([=](std::string& done) mutable { rp.deliver(std::move(done)); },
+                [=](caf::error& e) mutable { rp.deliver(e); });
+      return rp;
+    }};
   });
   if (workers_.empty()) {
     executors_.push_back(spawn_executor(sys));
@@ -153,40 +175,14 @@ void ExecutorGroup::start_ranks() {
   }
 
   // ---- prepare: each rank's ends of the wires ----
-  bool one_host = true;
-  for (const std::string& ep : endpoints) one_host = one_host && host_of(ep) == host_of(endpoints[0]);
-  std::string collectives = "none";
-  if (tp_ > 1) {
-    collectives = spec.collectives;
-    if (collectives == "auto")
-      collectives = spec.device == "cuda" ? "nccl" : (one_host ? "shm" : "ucx");
-  }
-  // Where each rank runs, to share a host's cores between its CPU ranks.
-  std::map<std::string, int32_t> ranks_per_host;
-  std::vector<std::string> host(static_cast<size_t>(n), "this host");
+  hosts_.assign(size_t(n), "this host");
   for (int32_t r = 0; r < n; ++r) {
-    if (size_t(r) < endpoints.size()) host[size_t(r)] = host_of(endpoints[size_t(r)]);
-    else if (size_t(r) < spec.joined_hosts.size()) host[size_t(r)] = spec.joined_hosts[size_t(r)];
-    ++ranks_per_host[host[size_t(r)]];
+    if (size_t(r) < endpoints.size()) hosts_[size_t(r)] = host_of(endpoints[size_t(r)]);
+    else if (size_t(r) < spec.joined_hosts.size()) hosts_[size_t(r)] = spec.joined_hosts[size_t(r)];
   }
-  std::vector<ExecutorPlacement> placements(static_cast<size_t>(n));
-  const int local_devices = spec.device == "cuda" ? std::max(1, cuda_device_count()) : 1;
-  for (int32_t r = 0; r < n; ++r) {
-    ExecutorPlacement& p = placements[size_t(r)];
-    p.tp_rank = r % tp_;
-    p.tp_size = tp_;
-    p.pp_rank = r / tp_;
-    p.pp_size = pp_;
-    p.device = spec.device;
-    p.device_index = spec.device == "cuda" ? r % local_devices : 0;
-    p.collectives = collectives;
-    p.stage_link = pp_ > 1 ? "ucx" : "none";
-    p.ucx_tls = spec.ucx_tls;
-    p.ucx_net_devices = spec.ucx_net_devices;
-    p.timeout_ms = spec.timeout_ms;
-    p.ranks_on_host = ranks_per_host[host[size_t(r)]];
+  const std::vector<ExecutorPlacement> placements = this->placements(hosts_);
+  for (const ExecutorPlacement& p : placements)
     devices_.push_back(spec.device == "cuda" ? fmt::format("cuda:{}", p.device_index) : "cpu");
-  }
   const size_t all = size_t(n);
   auto got = call_each<ExecutorEndpoints>(sys, executors_, names_, all, [&](size_t i) {
     return std::make_tuple(prepare_atom::value, placements[i]);
@@ -195,36 +191,15 @@ void ExecutorGroup::start_ranks() {
   endpoints_ = std::move(*got);
 
   // ---- connect: every rank at once ----
-  std::vector<WirePeers> peers(static_cast<size_t>(n));
-  for (int32_t r = 0; r < n; ++r) {
-    WirePeers& w = peers[size_t(r)];
-    const int32_t stage = r / tp_, t = r % tp_;
-    (void)stage;
-    if (tp_ > 1)
-      for (int32_t k = 0; k < tp_; ++k)
-        w.tp.push_back(endpoints_[size_t(stage * tp_ + k)].collectives);
-    if (pp_ > 1)
-      for (int32_t k = 0; k < pp_; ++k) w.stages.push_back(endpoints_[size_t(k * tp_ + t)].stage);
-  }
+  const std::vector<WirePeers> peers = peers_of(endpoints_);
   auto connected = call_each<bool>(sys, executors_, names_, all, [&](size_t i) {
     return std::make_tuple(connect_atom::value, peers[i]);
   });
   if (!connected) throw Error(error_text(connected.error()));
 
   // ---- init: load the weights, a few ranks at a time ----
-  std::vector<ExecutorInit> inits(static_cast<size_t>(n), base);
-  for (int32_t r = 0; r < n; ++r) {
-    ExecutorInit& in = inits[size_t(r)];
-    in.tp_rank = placements[size_t(r)].tp_rank;
-    in.tp_size = tp_;
-    in.pp_rank = placements[size_t(r)].pp_rank;
-    in.pp_size = pp_;
-    in.device = spec.device;
-    in.device_index = placements[size_t(r)].device_index;
-    in.in_worker_process = !workers_.empty();
-    for (const FaultSpec& f : spec.faults)
-      if (f.on_rank() && f.rank == r) in.faults.push_back(f.text);
-  }
+  std::vector<ExecutorInit> inits;
+  for (int32_t r = 0; r < n; ++r) inits.push_back(init_of(r, placements[size_t(r)]));
   // Ranks sharing one GPU (pipeline stages of one small machine; NCCL refuses TP ranks on one
   // GPU) split --gpu-memory-utilization between them, and load and start one after another, so
   // that each measures the memory it takes itself.
@@ -260,6 +235,82 @@ void ExecutorGroup::start_ranks() {
                                          [&](size_t) { return std::make_tuple(start_atom::value); });
   if (!started) throw Error(error_text(started.error()));
   infos_ = std::move(*started);
+  publish_drain_table();
+}
+
+std::vector<ExecutorPlacement> ExecutorGroup::placements(
+    const std::vector<std::string>& hosts) const {
+  const ExecutorGroupSpec& spec = spec_;
+  const int32_t n = tp_ * pp_;
+  bool one_host = true;
+  for (const std::string& h : hosts) one_host = one_host && h == hosts.front();
+  std::string collectives = "none";
+  if (tp_ > 1) {
+    collectives = spec.collectives;
+    if (collectives == "auto")
+      collectives = spec.device == "cuda" ? "nccl" : (one_host ? "shm" : "ucx");
+  }
+  // Where each rank runs, to share a host's cores between its CPU ranks.
+  std::map<std::string, int32_t> ranks_per_host;
+  for (const std::string& h : hosts) ++ranks_per_host[h];
+  std::vector<ExecutorPlacement> out(static_cast<size_t>(n));
+  const int local_devices = spec.device == "cuda" ? std::max(1, cuda_device_count()) : 1;
+  for (int32_t r = 0; r < n; ++r) {
+    ExecutorPlacement& p = out[size_t(r)];
+    p.tp_rank = r % tp_;
+    p.tp_size = tp_;
+    p.pp_rank = r / tp_;
+    p.pp_size = pp_;
+    p.device = spec.device;
+    p.device_index = spec.device == "cuda" ? r % local_devices : 0;
+    p.collectives = collectives;
+    p.stage_link = pp_ > 1 ? "ucx" : "none";
+    p.ucx_tls = spec.ucx_tls;
+    p.ucx_net_devices = spec.ucx_net_devices;
+    p.timeout_ms = spec.timeout_ms;
+    p.ranks_on_host = ranks_per_host[hosts[size_t(r)]];
+  }
+  return out;
+}
+
+ExecutorInit ExecutorGroup::init_of(int32_t r, const ExecutorPlacement& p) const {
+  ExecutorInit in = init_;
+  in.tp_rank = p.tp_rank;
+  in.tp_size = tp_;
+  in.pp_rank = p.pp_rank;
+  in.pp_size = pp_;
+  in.device = spec_.device;
+  in.device_index = p.device_index;
+  in.in_worker_process = !workers_.empty();
+  for (const FaultSpec& f : spec_.faults)
+    if (f.on_rank() && f.rank == r) in.faults.push_back(f.text);
+  return in;
+}
+
+std::vector<WirePeers> ExecutorGroup::peers_of(const std::vector<ExecutorEndpoints>& ends) const {
+  const int32_t n = tp_ * pp_;
+  std::vector<WirePeers> peers(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) {
+    WirePeers& w = peers[size_t(r)];
+    const int32_t stage = r / tp_, t = r % tp_;
+    if (tp_ > 1)
+      for (int32_t k = 0; k < tp_; ++k) w.tp.push_back(ends[size_t(stage * tp_ + k)].collectives);
+    if (pp_ > 1)
+      for (int32_t k = 0; k < pp_; ++k) w.stages.push_back(ends[size_t(k * tp_ + t)].stage);
+  }
+  return peers;
+}
+
+void ExecutorGroup::publish_drain_table() {
+  std::lock_guard lk(drain_->mu);
+  drain_->workers.clear();
+  for (const caf::actor& w : workers_) drain_->workers.push_back(w.address());
+  drain_->names = names_;
+}
+
+void ExecutorGroup::on_drain_request(caf::actor engine) {
+  std::lock_guard lk(drain_->mu);
+  drain_->engine = std::move(engine);
 }
 
 int32_t ExecutorGroup::num_blocks() const {
@@ -347,6 +398,178 @@ void ExecutorGroup::restart(size_t lost, bool process_lost) {
     fail("{} was lost, and its worker has no launcher to restart it", lost_name);
   }
   start_ranks();
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+std::optional<std::string> ExecutorGroup::migration_refusal(size_t rank) {
+  std::lock_guard lk(mu_);
+  return refusal(rank);
+}
+
+std::optional<std::string> ExecutorGroup::refusal(size_t rank) const {
+  if (down_) return "the engine is shutting down";
+  const size_t n = size_t(tp_ * pp_);
+  if (rank >= n) return fmt::format("rank {} does not exist: the engine has {} rank(s)", rank, n);
+  const std::string& name = names_[rank];
+  if (workers_.empty())
+    return fmt::format(
+        "{} runs in this process: there is no other executor to move it to (a rank moves "
+        "between `troupe worker` processes: --tensor-parallel-size / --pipeline-parallel-size)",
+        name);
+  if (spec_.device != "cpu")
+    return fmt::format(
+        "moving {} with its KV cache on device = {}: not supported yet (it has run on the CPU "
+        "backend only)",
+        name, spec_.device);
+  if (local_.pids().empty() && !(spec_.spares_left && spec_.spares_left() > 0))
+    return fmt::format(
+        "{} cannot move: there is no worker to move it to (troupe starts one for the workers "
+        "it started itself, --tensor-parallel-size / --pipeline-parallel-size without "
+        "--executor-endpoints; a cluster file needs an idle spare node, spare = true)",
+        name);
+  return std::nullopt;
+}
+
+MigrationReport ExecutorGroup::migrate(size_t rank, const std::vector<int32_t>& blocks,
+                                       const std::vector<int32_t>& cpu_blocks) {
+  std::lock_guard lk(mu_);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (auto why = refusal(rank)) fail("{}", *why);
+  const size_t n = size_t(tp_ * pp_);
+  const std::string old_name = names_[rank];
+  caf::actor_system& sys = *sys_;
+  MigrationReport report;
+  report.from = old_name;
+
+  // ---- a worker to take the rank: one more of our own, or a cluster file's spare ----
+  const bool ours = !local_.pids().empty();
+  std::string endpoint, fresh_where, fresh_host;
+  caf::actor fresh_worker;
+  if (ours) {
+    endpoint = local_.start_spare();
+    fresh_where = fmt::format("the worker at {}", endpoint);
+    fresh_host = host_of(endpoint);
+  } else {
+    std::tie(fresh_worker, fresh_where, fresh_host) = spec_.take_spare(rank);
+  }
+  executor_actor fresh;
+  const std::string fresh_name =
+      n == 1 ? fmt::format("executor 0 ({})", fresh_where)
+             : fmt::format("executor {} (tp {}, pp {}; {})", rank, int32_t(rank) % tp_,
+                           int32_t(rank) / tp_, fresh_where);
+  auto let_go_of_fresh = [&] {
+    if (fresh) caf::anon_send_exit(fresh, caf::exit_reason::user_shutdown);
+    if (fresh_worker)
+      caf::anon_send(caf::actor_cast<worker_actor>(fresh_worker), leave_atom::value, anchor_);
+    if (ours)
+      local_.drop_spare();
+    else
+      spec_.give_back_spare(rank);
+  };
+  try {
+    if (ours) fresh_worker = connect_worker(sys, endpoint);
+    {
+      caf::scoped_actor self{sys};
+      std::string err;
+      self->request(caf::actor_cast<worker_actor>(fresh_worker), std::chrono::seconds(30),
+                    join_atom::value, WorkerJoin{head_name(), anchor_})
+          .receive([&](caf::actor& exec) { fresh = caf::actor_cast<executor_actor>(exec); },
+                   [&](caf::error& e) { err = error_text(e); });
+      if (!err.empty()) fail("{}: {}", fresh_where, err);
+    }
+
+    // ---- the wires: the others rejoin around the newcomer, which prepares its ends ----
+    std::vector<std::string> hosts = hosts_;
+    hosts[rank] = fresh_host;
+    const std::vector<ExecutorPlacement> placements = this->placements(hosts);
+    std::vector<executor_actor> group = executors_;
+    group[rank] = fresh;
+    std::vector<std::string> who = names_;
+    who[rank] = fresh_name;
+    std::vector<executor_actor> others;
+    std::vector<std::string> others_who;
+    std::vector<size_t> others_rank;
+    for (size_t r = 0; r < n; ++r) {
+      if (r == rank) continue;
+      others.push_back(executors_[r]);
+      others_who.push_back(names_[r]);
+      others_rank.push_back(r);
+    }
+    std::vector<ExecutorEndpoints> ends(n);
+    auto rewired = call_each<ExecutorEndpoints>(sys, others, others_who, others.size(),
+                                                [&](size_t i) {
+      return std::make_tuple(rewire_atom::value, placements[others_rank[i]]);
+    });
+    if (!rewired) throw Error(error_text(rewired.error()));
+    for (size_t i = 0; i < others.size(); ++i) ends[others_rank[i]] = (*rewired)[i];
+    auto prepared = call_each<ExecutorEndpoints>(sys, {fresh}, {fresh_name}, 1, [&](size_t) {
+      return std::make_tuple(prepare_atom::value, placements[rank]);
+    });
+    if (!prepared) throw Error(error_text(prepared.error()));
+    ends[rank] = (*prepared)[0];
+    const std::vector<WirePeers> peers = peers_of(ends);
+    auto connected = call_each<bool>(sys, group, who, n, [&](size_t i) {
+      return std::make_tuple(connect_atom::value, peers[i]);
+    });
+    if (!connected) throw Error(error_text(connected.error()));
+
+    // ---- the newcomer loads the rank's shard and sizes its cache ----
+    auto loaded = call_each<ExecutorInfo>(sys, {fresh}, {fresh_name}, 1, [&](size_t) {
+      return std::make_tuple(init_atom::value, init_of(int32_t(rank), placements[rank]));
+    });
+    if (!loaded) throw Error(error_text(loaded.error()));
+    if (!infos_.empty() && (*loaded)[0].checkpoint_fingerprint != infos_[0].checkpoint_fingerprint)
+      fail("{} loaded a different checkpoint ({}) from {} ({})", fresh_name,
+           (*loaded)[0].checkpoint_fingerprint, names_[0], infos_[0].checkpoint_fingerprint);
+    auto started = call_each<ExecutorInfo>(sys, {fresh}, {fresh_name}, 1,
+                                           [&](size_t) { return std::make_tuple(start_atom::value); });
+    if (!started) throw Error(error_text(started.error()));
+    const ExecutorInfo info = (*started)[0];
+    if (info.num_blocks < num_blocks() || info.num_cpu_blocks < num_cpu_blocks())
+      fail("{} holds {} KV blocks and {} swap blocks, fewer than the {} and {} the engine "
+           "uses",
+           fresh_name, info.num_blocks, info.num_cpu_blocks, num_blocks(), num_cpu_blocks());
+
+    // ---- the KV blocks: the old executor exposes them, the newcomer copies them ----
+    const auto c0 = std::chrono::steady_clock::now();
+    auto exported = call_each<KvExport>(sys, {executors_[rank]}, {old_name}, 1, [&](size_t) {
+      return std::make_tuple(kv_export_atom::value);
+    });
+    if (!exported) throw Error(error_text(exported.error()));
+    KvImport import{std::move((*exported)[0]), blocks, cpu_blocks};
+    auto copied = call_each<uint64_t>(sys, {fresh}, {fresh_name}, 1, [&](size_t) {
+      return std::make_tuple(kv_import_atom::value, import);
+    });
+    if (!copied) throw Error(error_text(copied.error()));
+    report.bytes = (*copied)[0];
+    report.copy_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+
+    // ---- the old executor and its worker go; the newcomer holds the rank ----
+    caf::anon_send_exit(executors_[rank], caf::exit_reason::user_shutdown);
+    caf::anon_send(caf::actor_cast<worker_actor>(workers_[rank]), leave_atom::value, anchor_);
+    if (ours) local_.promote_spare(rank);
+    executors_[rank] = fresh;
+    workers_[rank] = fresh_worker;
+    where_[rank] = fresh_where;
+    names_[rank] = fresh_name;
+    if (rank < endpoint_list_.size()) endpoint_list_[rank] = endpoint;
+    hosts_[rank] = hosts[rank];
+    endpoints_ = std::move(ends);
+    infos_[rank] = info;
+    publish_drain_table();
+  } catch (...) {
+    let_go_of_fresh();
+    throw;
+  }
+  report.to = names_[rank];
+  report.blocks = blocks.size();
+  report.cpu_blocks = cpu_blocks.size();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
 }
 
 }  // namespace troupe

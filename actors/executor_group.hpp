@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,19 @@ struct ExecutorGroupSpec {
   // handle and name; and whether rank r's launched process still runs.
   std::function<std::pair<caf::actor, std::string>(size_t)> restart_joined;
   std::function<bool(size_t)> joined_alive;
+  // A cluster file's spare workers for a rank that moves with its KV cache (migrate): how many
+  // are left; the spare that takes rank r (its handle, name and host); and undoing that.
+  std::function<size_t()> spares_left;
+  std::function<std::tuple<caf::actor, std::string, std::string>(size_t)> take_spare;
+  std::function<void(size_t)> give_back_spare;
+};
+
+/// What moving a rank to another worker did (ExecutorGroup::migrate).
+struct MigrationReport {
+  std::string from, to;  // the old executor's name and the new one's
+  uint64_t blocks = 0, cpu_blocks = 0, bytes = 0;
+  double seconds = 0;       // the whole move
+  double copy_seconds = 0;  // of which copying the KV blocks
 };
 
 class ExecutorGroup {
@@ -86,11 +100,42 @@ class ExecutorGroup {
   /// layout. Throws troupe::Error naming the rank that cannot be replaced. Blocks (run it on a
   /// detached actor); shutdown() waits for it.
   void restart(size_t lost, bool process_lost);
+  /// Moves rank `rank` to a fresh worker with its KV cache (a drained worker: no sequence is
+  /// recomputed): a new worker process of this group's own (or a cluster file's spare) joins,
+  /// the other ranks rejoin their wires around it without reloading, it loads the rank's
+  /// shard, copies `blocks` of the old executor's KV cache and `cpu_blocks` of its swap space
+  /// (same ids) over UCX, and the old executor and its worker are let go. The caller has no
+  /// step in flight. Throws troupe::Error naming the rank and why it cannot move (an
+  /// in-process executor, workers troupe did not start, the CUDA backend: not supported yet);
+  /// after a failure part-way the ranks' wires may be half-joined, so the caller restarts the
+  /// group (restart()). Blocks, as restart() does.
+  MigrationReport migrate(size_t rank, const std::vector<int32_t>& blocks,
+                          const std::vector<int32_t>& cpu_blocks);
+  /// Why rank `rank` cannot move (nothing has been touched), or nothing when it can try.
+  [[nodiscard]] std::optional<std::string> migration_refusal(size_t rank);
+  /// Where a worker asking to leave (`troupe worker` on SIGTERM, through the group's anchor)
+  /// is sent: the engine actor, asked (drain_atom, its rank); the worker hears its answer.
+  void on_drain_request(caf::actor engine);
 
  private:
   void find_workers();   // the workers of every rank (none: one in-process executor)
   void start_ranks();    // joins them and starts an executor per rank
   void stop_executors();
+  /// The placement of every rank on `hosts` (one per rank).
+  [[nodiscard]] std::vector<ExecutorPlacement> placements(const std::vector<std::string>& hosts) const;
+  /// Rank r's init (its shard, device, faults).
+  [[nodiscard]] ExecutorInit init_of(int32_t r, const ExecutorPlacement& p) const;
+  /// The peers each rank joins, from every rank's endpoints.
+  [[nodiscard]] std::vector<WirePeers> peers_of(const std::vector<ExecutorEndpoints>& ends) const;
+  // The anchor's view of the workers, to name the rank of one that asks to leave.
+  struct DrainTable {
+    std::mutex mu;
+    std::vector<caf::actor_addr> workers;
+    std::vector<std::string> names;
+    caf::actor engine;
+  };
+  void publish_drain_table();
+  [[nodiscard]] std::optional<std::string> refusal(size_t rank) const;
 
   caf::actor_system* sys_ = nullptr;
   ExecutorGroupSpec spec_;
@@ -106,6 +151,8 @@ class ExecutorGroup {
   std::vector<ExecutorEndpoints> endpoints_;
   std::vector<ExecutorInfo> infos_;
   std::vector<std::string> devices_;
+  std::vector<std::string> hosts_;  // the host each rank runs on
+  std::shared_ptr<DrainTable> drain_ = std::make_shared<DrainTable>();
   LocalWorkers local_;
   bool down_ = false;
 };

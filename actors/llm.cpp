@@ -82,6 +82,7 @@ SchedulerStats LLM::scheduler_stats() const {
 KVStats LLM::kv_stats() const {
   return engine_stats(*impl_->sys, impl_->engine->handle()).kv;
 }
+std::string LLM::drain_rank(size_t rank) { return impl_->engine->drain_rank(rank); }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts) {
   return generate(prompts, get_default_sampling_params());

@@ -96,6 +96,9 @@ class LLM {
   [[nodiscard]] SchedulerStats scheduler_stats() const;
   /// The cache manager's counters now (GPU and CPU blocks, prefix hits, blocks swapped).
   [[nodiscard]] KVStats kv_stats() const;
+  /// Moves rank `rank` to a fresh worker process with its KV cache while requests run
+  /// (Engine::drain_rank; callable from another thread during generate()). Returns what it did.
+  std::string drain_rank(size_t rank);
 
  private:
   struct Impl;

@@ -75,6 +75,7 @@ std::string troupe_binary() {
 LocalWorkers::LocalWorkers(int count, const std::vector<std::string>& extra,
                            std::chrono::milliseconds timeout)
     : binary_(troupe_binary()), extra_(extra), timeout_(timeout) {
+  ranks_ = size_t(count);
   pids_.assign(size_t(count), -1);
   outs_.assign(size_t(count), -1);
   endpoints_.assign(size_t(count), {});
@@ -178,6 +179,48 @@ void LocalWorkers::restart(size_t i) {
   start({i});
 }
 
+std::string LocalWorkers::start_spare() {
+  if (pids_.size() != ranks_) fail("local workers: a spare runs already");
+  pids_.push_back(-1);
+  outs_.push_back(-1);
+  endpoints_.emplace_back();
+  try {
+    start({ranks_});
+  } catch (...) {
+    drop_spare();
+    throw;
+  }
+  return endpoints_[ranks_];
+}
+
+void LocalWorkers::promote_spare(size_t i) {
+  if (pids_.size() != ranks_ + 1) fail("local workers: no spare to promote");
+  if (i >= ranks_) fail("local workers: no worker {} (of {})", i, ranks_);
+  if (pids_[i] > 0) {
+    kill(pids_[i], SIGINT);
+    retired_.push_back(pids_[i]);
+  }
+  if (outs_[i] >= 0) close(outs_[i]);
+  pids_[i] = pids_[ranks_];
+  outs_[i] = outs_[ranks_];
+  endpoints_[i] = endpoints_[ranks_];
+  pids_.pop_back();
+  outs_.pop_back();
+  endpoints_.pop_back();
+}
+
+void LocalWorkers::drop_spare() {
+  if (pids_.size() != ranks_ + 1) return;
+  if (pids_[ranks_] > 0) {
+    kill(pids_[ranks_], SIGKILL);
+    waitpid(pids_[ranks_], nullptr, 0);
+  }
+  if (outs_[ranks_] >= 0) close(outs_[ranks_]);
+  pids_.pop_back();
+  outs_.pop_back();
+  endpoints_.pop_back();
+}
+
 LocalWorkers::~LocalWorkers() { stop(); }
 
 LocalWorkers::LocalWorkers(LocalWorkers&& o) noexcept
@@ -187,6 +230,9 @@ LocalWorkers::LocalWorkers(LocalWorkers&& o) noexcept
       binary_(std::move(o.binary_)),
       extra_(std::move(o.extra_)),
       timeout_(o.timeout_) {
+  ranks_ = o.ranks_;
+  retired_ = std::move(o.retired_);
+  o.retired_.clear();
   o.pids_.clear();
   o.outs_.clear();
 }
@@ -200,6 +246,9 @@ LocalWorkers& LocalWorkers::operator=(LocalWorkers&& o) noexcept {
     binary_ = std::move(o.binary_);
     extra_ = std::move(o.extra_);
     timeout_ = o.timeout_;
+    ranks_ = o.ranks_;
+    retired_ = std::move(o.retired_);
+    o.retired_.clear();
     o.pids_.clear();
     o.outs_.clear();
   }
@@ -214,8 +263,10 @@ void LocalWorkers::stop(std::chrono::milliseconds grace) {
   for (pid_t p : pids_)
     if (p > 0) left.push_back(p);
   pids_.clear();
+  left.insert(left.end(), retired_.begin(), retired_.end());
+  retired_.clear();
   if (left.empty()) return;
-  for (pid_t p : left) kill(p, SIGTERM);
+  for (pid_t p : left) kill(p, SIGINT);
   const auto deadline = Clock::now() + grace;
   while (!left.empty()) {
     for (auto it = left.begin(); it != left.end();) {

@@ -35,7 +35,8 @@ class LocalWorkers {
   /// "127.0.0.1:PORT" of each worker, in start order.
   [[nodiscard]] const std::vector<std::string>& endpoints() const { return endpoints_; }
   [[nodiscard]] const std::vector<pid_t>& pids() const { return pids_; }
-  /// SIGTERM to every worker, then SIGKILL to those still there after `grace`.
+  /// SIGINT to every worker (it exits at once; SIGTERM would ask its head to move its rank
+  /// away first), then SIGKILL to those still there after `grace`.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
   /// Whether worker `i`'s process still runs (a stopped one does).
   [[nodiscard]] bool alive(size_t i) const;
@@ -44,11 +45,21 @@ class LocalWorkers {
   /// Replaces worker `i` (fault recovery): SIGKILL to its process if it still runs (frozen,
   /// say), then a new one in its place, waited for as at the start; endpoints()[i] changes.
   void restart(size_t i);
+  /// Starts one more worker, no rank's yet (a rank moving to it with its KV cache:
+  /// ExecutorGroup::migrate), waited for as at the start; returns where it listens.
+  std::string start_spare();
+  /// The spare takes worker `i`'s place: the old process is asked to exit (SIGINT, SIGKILL
+  /// after a grace, reaped at stop()); endpoints()[i] and pids()[i] become the spare's.
+  void promote_spare(size_t i);
+  /// Stops the spare (a move that failed).
+  void drop_spare();
 
  private:
   void start(const std::vector<size_t>& which);  // starts these workers, waits for each
 
-  std::vector<pid_t> pids_;  // -1: none
+  std::vector<pid_t> pids_;  // -1: none; one past the ranks while a spare runs
+  size_t ranks_ = 0;
+  std::vector<pid_t> retired_;  // replaced by a spare, asked to exit
   std::vector<int> outs_;  // read ends of their stdout, open while they run (no SIGPIPE)
   std::vector<std::string> endpoints_;
   std::string binary_;

@@ -20,6 +20,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<ExecutorPlacement>("troupe_executor_placement");
   cfg.add_message_type<ExecutorEndpoints>("troupe_executor_endpoints");
   cfg.add_message_type<WirePeers>("troupe_wire_peers");
+  cfg.add_message_type<KvExport>("troupe_kv_export");
+  cfg.add_message_type<KvImport>("troupe_kv_import");
   cfg.add_message_type<WorkerJoin>("troupe_worker_join");
   cfg.add_message_type<WorkerHello>("troupe_worker_hello");
   cfg.add_message_type<std::vector<uint8_t>>("troupe_bytes");  // a memory node's region descriptor

@@ -51,6 +51,11 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using kv_region_atom = caf::atom_constant<caf::atom("kv_region")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
+using rewire_atom = caf::atom_constant<caf::atom("rewire")>;
+using kv_export_atom = caf::atom_constant<caf::atom("kv_export")>;
+using kv_import_atom = caf::atom_constant<caf::atom("kv_import")>;
 
 // ---- engine-local message types ----
 
@@ -175,6 +180,14 @@ typename Inspector::result_type inspect(Inspector& f, ExecutorPlacement& x) {
   return f(caf::meta::type_name("executor_placement"), x.tp_rank, x.tp_size, x.pp_rank, x.pp_size,
            x.device, x.device_index, x.collectives, x.stage_link, x.ucx_tls, x.ucx_net_devices,
            x.timeout_ms, x.ranks_on_host);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvExport& x) {
+  return f(caf::meta::type_name("kv_export"), x.cache, x.swap);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvImport& x) {
+  return f(caf::meta::type_name("kv_import"), x.from, x.blocks, x.cpu_blocks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorEndpoints& x) {

@@ -19,6 +19,22 @@ recovery_actor spawn_recovery(caf::actor_system& sys, std::shared_ptr<ExecutorGr
                 return make_troupe_error(e.what());
               }
             },
+            [group](migrate_atom, uint64_t rank, const std::vector<int32_t>& blocks,
+                    const std::vector<int32_t>& cpu_blocks)
+                -> caf::result<ExecutorRanks, MigrationReport> {
+              if (auto why = group->migration_refusal(size_t(rank)))
+                return caf::make_error(caf::sec::feature_disabled, *why);
+              try {
+                MigrationReport report = group->migrate(size_t(rank), blocks, cpu_blocks);
+                return caf::make_result(
+                    ExecutorRanks{group->executors(), group->names(), group->driver()},
+                    std::move(report));
+              } catch (const std::exception& e) {
+                spdlog::error("engine: moving rank {} to another worker failed: {}", rank,
+                              e.what());
+                return make_troupe_error(e.what());
+              }
+            },
         };
       });
 }

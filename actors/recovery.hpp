@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "actors/executor_actor.hpp"
+#include "actors/executor_group.hpp"
 #include "actors/messages.hpp"
 
 namespace troupe {
@@ -21,11 +22,18 @@ class ExecutorGroup;
 using recover_atom = caf::atom_constant<caf::atom("recover")>;
 
 /// (recover_atom, lost rank, whether its process died or froze) -> the new executors.
-using recovery_actor =
-    caf::typed_actor<caf::replies_to<recover_atom, uint64_t, bool>::with<ExecutorRanks>>;
+/// (migrate_atom, rank, GPU blocks, CPU blocks) -> the executors after the rank moved to
+/// another worker with those blocks (ExecutorGroup::migrate), and what the move did; an error
+/// with code caf::sec::feature_disabled when it cannot move at all (nothing was touched),
+/// any other error when it failed part-way (the group must be restarted).
+using recovery_actor = caf::typed_actor<
+    caf::replies_to<recover_atom, uint64_t, bool>::with<ExecutorRanks>,
+    caf::replies_to<migrate_atom, uint64_t, std::vector<int32_t>, std::vector<int32_t>>::with<
+        ExecutorRanks, MigrationReport>>;
 
 recovery_actor spawn_recovery(caf::actor_system& sys, std::shared_ptr<ExecutorGroup> group);
 
 }  // namespace troupe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ExecutorRanks)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::MigrationReport)

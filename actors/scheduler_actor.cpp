@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 
 namespace troupe {
 
@@ -32,6 +33,20 @@ struct scheduler_state {
   Clock::time_point lost_at;
   uint64_t faults_seen = 0, recoveries = 0, sequences_recomputed = 0;
   double recovery_seconds = 0, last_recovery_seconds = 0;
+  // A rank moving to another worker with its KV cache (drain_atom: a worker asked to leave, or
+  // the embedding application): no step is planned meanwhile; once none is in flight the
+  // recovery actor moves it (ExecutorGroup::migrate) and the running sequences go on where
+  // they were. Those who asked hear how it went.
+  struct Drain {
+    size_t rank = 0;
+    Clock::time_point asked;
+    std::vector<caf::typed_response_promise<std::string>> waiters;
+  };
+  std::optional<Drain> drain;
+  bool migrating = false;
+  std::vector<bool> drain_faults_fired;  // per config.faults entry: a drain fault fires once
+  uint64_t migrations = 0, blocks_migrated = 0, swap_blocks_migrated = 0;
+  double migration_seconds = 0;
   // Steps sent to the executors, oldest first (two with async scheduling: the one running and
   // the one planned ahead; up to pipeline_parallel_size micro-batches under PP). Each collects
   // a result from every executor of the group; the driver's is used. Results are applied in
@@ -84,6 +99,8 @@ double since(Clock::time_point t) {
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void step(self_ptr self);
+void start_drain(self_ptr self);
+void end_drain(self_ptr self, const caf::error& err, const std::string& done);
 
 /// Fails every sequence with `why`; `fatal` when no executor is left to run another step.
 void fail_everything(self_ptr self, const std::string& why, bool fatal) {
@@ -101,6 +118,7 @@ void fail_everything(self_ptr self, const std::string& why, bool fatal) {
 void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost) {
   auto& st = self->state;
   if (st.executors_lost || st.recovering) return;
+  end_drain(self, make_troupe_error(fmt::format("the move was cut short: {}", why)), {});
   ++st.faults_seen;
   ++st.epoch;
   st.in_flight.clear();  // late answers of these steps find nothing and are dropped
@@ -155,6 +173,92 @@ void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost)
             spdlog::error("scheduler: {}", fatal);
             fail_everything(self, fatal, true);
           });
+}
+
+/// Answers everyone waiting for the drain in progress and ends it.
+void end_drain(self_ptr self, const caf::error& err, const std::string& done) {
+  auto& st = self->state;
+  if (!st.drain) return;
+  for (auto& rp : st.drain->waiters) {
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(done);
+  }
+  st.drain.reset();
+  st.migrating = false;
+}
+
+/// Moves the rank of the drain in progress once no step is in flight: the cache manager names
+/// the blocks with contents, the recovery actor moves the rank with them, and the running
+/// sequences are announced again to the new layout. A move that cannot start leaves
+/// everything as it was; one that fails part-way restarts the executors (lose()).
+void start_drain(self_ptr self) {
+  auto& st = self->state;
+  if (!st.drain || st.migrating || st.planning || !st.in_flight.empty()) return;
+  if (st.executors_lost || st.recovering) {
+    end_drain(self, make_troupe_error("the executors are being replaced after a fault"), {});
+    return;
+  }
+  if (!st.recovery) {
+    end_drain(self, make_troupe_error("this engine cannot replace executors"), {});
+    return;
+  }
+  st.migrating = true;
+  const uint64_t epoch = st.epoch;
+  const size_t rank = st.drain->rank;
+  self->request(st.cache_manager, caf::infinite, migrate_atom::value)
+      .then([=](std::vector<int32_t>& blocks, std::vector<int32_t>& cpu_blocks) {
+        auto& s = self->state;
+        if (s.epoch != epoch) return;
+        self->request(s.recovery, std::chrono::minutes(15), migrate_atom::value, uint64_t(rank),
+                      std::move(blocks), std::move(cpu_blocks))
+            .then(
+                [=](ExecutorRanks& ranks, MigrationReport& report) {
+                  auto& s2 = self->state;
+                  if (s2.epoch != epoch || s2.executors_lost) return;
+                  const auto old = s2.ranks.handles[rank];
+                  self->demonitor(old.address());
+                  s2.ranks = std::move(ranks);
+                  self->monitor(s2.ranks.handles[rank]);
+                  s2.sched->reannounce_running();
+                  const double took = since(s2.drain->asked);
+                  ++s2.migrations;
+                  s2.blocks_migrated += report.blocks;
+                  s2.swap_blocks_migrated += report.cpu_blocks;
+                  s2.migration_seconds += took;
+                  const std::string done = fmt::format(
+                      "moved {} to {} with its KV cache: {} block(s) and {} swapped block(s), "
+                      "{:.1f} MiB copied in {:.3f} s; the move took {:.3f} s and no sequence "
+                      "was recomputed",
+                      report.from, report.to, report.blocks, report.cpu_blocks,
+                      double(report.bytes) / double(1 << 20), report.copy_seconds, took);
+                  spdlog::warn("scheduler: {}", done);
+                  end_drain(self, {}, done);
+                  step(self);
+                },
+                [=](caf::error& e) {
+                  auto& s2 = self->state;
+                  if (s2.epoch != epoch || s2.executors_lost) return;
+                  const bool untouched = e == caf::sec::feature_disabled;
+                  const std::string why = error_text(e);
+                  end_drain(self, e, {});
+                  if (untouched) {
+                    spdlog::warn("scheduler: rank {} stays where it is: {}", rank, why);
+                    step(self);
+                    return;
+                  }
+                  lose(self, rank, fmt::format("moving rank {} to another worker failed: {}",
+                                               rank, why),
+                       false);
+                });
+      },
+      [=](caf::error& e) {
+        auto& s = self->state;
+        if (s.epoch != epoch) return;
+        end_drain(self, e, {});
+        step(self);
+      });
 }
 
 /// Applies the results of the oldest steps in flight that have all their replies.
@@ -269,6 +373,24 @@ void run_plan(self_ptr self, StepPlan plan) {
 void step(self_ptr self) {
   auto& st = self->state;
   if (st.planning || st.executors_lost || st.recovering) return;
+  // An injected drain (fault_spec.hpp): the rank's worker asks to leave before this step.
+  st.drain_faults_fired.resize(st.config.faults.size(), false);
+  for (size_t i = 0; i < st.config.faults.size(); ++i) {
+    const FaultSpec& f = st.config.faults[i];
+    if (f.kind != FaultKind::drain || st.drain_faults_fired[i] || st.drain ||
+        st.sched->next_step_id() < f.step || size_t(f.rank) >= st.ranks.handles.size())
+      continue;
+    st.drain_faults_fired[i] = true;
+    spdlog::warn("scheduler: injected fault '{}': {} asks to leave", f.text,
+                 st.ranks.names[size_t(f.rank)]);
+    st.drain.emplace();
+    st.drain->rank = size_t(f.rank);
+    st.drain->asked = Clock::now();
+  }
+  if (st.drain) {  // nothing more is planned until the rank has moved
+    start_drain(self);
+    return;
+  }
   if (!st.sched->has_work() && !st.sched->has_pending_releases()) return;
   // One step at a time, or a second one planned ahead (async scheduling), or one micro-batch
   // per pipeline stage. A step sent with no sequences (only releases or swaps) is not in the
@@ -322,6 +444,7 @@ void step(self_ptr self) {
                 fail_everything(self, "scheduler: a waiting request cannot fit in the KV cache",
                                 false);
               }
+              if (s.drain) start_drain(self);
               return;
             }
             run_plan(self, std::move(plan));
@@ -453,9 +576,41 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
         ss.sequences_recomputed = st2.sequences_recomputed;
         ss.recovery_seconds = st2.recovery_seconds;
         ss.last_recovery_seconds = st2.last_recovery_seconds;
+        ss.migrations = st2.migrations;
+        ss.blocks_migrated = st2.blocks_migrated;
+        ss.swap_blocks_migrated = st2.swap_blocks_migrated;
+        ss.migration_seconds = st2.migration_seconds;
         return ss;
       },
       [=](step_atom) { step(self); },
+      [=](drain_atom, uint64_t rank) -> caf::result<std::string> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<std::string>();
+        if (s.executors_lost) {
+          rp.deliver(make_troupe_error("the engine's executors are lost"));
+          return rp;
+        }
+        if (rank >= s.ranks.handles.size()) {
+          rp.deliver(make_troupe_error(fmt::format(
+              "rank {} does not exist: the engine has {} rank(s)", rank, s.ranks.handles.size())));
+          return rp;
+        }
+        if (s.drain && s.drain->rank != rank) {
+          rp.deliver(make_troupe_error(fmt::format(
+              "rank {} is moving already; ask again for rank {} once it has", s.drain->rank, rank)));
+          return rp;
+        }
+        if (!s.drain) {
+          s.drain.emplace();
+          s.drain->rank = rank;
+          s.drain->asked = Clock::now();
+          spdlog::info("scheduler: moving {} to another worker once the steps in flight are done",
+                       s.ranks.names[rank]);
+        }
+        s.drain->waiters.push_back(rp);
+        start_drain(self);
+        return rp;
+      },
       [=](tick_atom) {
         log_stats(self);
         self->delayed_send(self, stats_interval(self->state.config), tick_atom::value);

@@ -28,7 +28,8 @@ using scheduler_actor = caf::typed_actor<
     caf::reacts_to<abort_atom, std::vector<uint64_t>>,
     caf::replies_to<stats_atom>::with<SchedulerStats>,
     caf::reacts_to<tick_atom>,
-    caf::reacts_to<step_atom>>;
+    caf::reacts_to<step_atom>,
+    caf::replies_to<drain_atom, uint64_t>::with<std::string>>;
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, SchedulerLoopConfig config,
                                 cache_manager_actor cache_manager,

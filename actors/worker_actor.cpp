@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <optional>
+#include <vector>
 
 namespace troupe {
 
@@ -14,12 +15,16 @@ struct worker_state {
   std::string self;  // how this worker is named in messages
   struct Session {
     caf::actor executor;
+    caf::actor anchor;  // the head's: a drain request goes to it
     caf::actor_addr head;
     std::string head_name;
     std::chrono::system_clock::time_point since;
   };
   std::optional<Session> session;
   uint64_t sessions = 0;
+  // Asked to leave (drain): answered when the session ends, or with the head's refusal.
+  std::vector<caf::typed_response_promise<std::string>> leaving;
+  std::string refusal;
   static inline const char* name = "troupe.worker";
 };
 
@@ -33,6 +38,8 @@ void end_session(self_ptr self, const std::string& why) {
   self->demonitor(st.session->executor);
   caf::anon_send_exit(st.session->executor, caf::exit_reason::user_shutdown);
   st.session.reset();
+  for (auto& rp : st.leaving) rp.deliver(st.refusal);
+  st.leaving.clear();
 }
 
 }  // namespace
@@ -65,6 +72,7 @@ worker_actor spawn_worker(caf::actor_system& sys, std::string self_description,
             return make_troupe_error(st.self + ": a join needs the head's anchor actor");
           worker_state::Session s;
           s.executor = caf::actor_cast<caf::actor>(make_executor(self->system()));
+          s.anchor = join.anchor;
           s.head = join.anchor.address();
           s.head_name = join.head;
           s.since = std::chrono::system_clock::now();
@@ -79,6 +87,32 @@ worker_actor spawn_worker(caf::actor_system& sys, std::string self_description,
           auto& st = self->state;
           if (st.session && anchor && anchor.address() == st.session->head)
             end_session(self, "it left");
+        },
+        [=](drain_atom) -> caf::result<std::string> {
+          auto& st = self->state;
+          if (!st.session) return std::string();
+          auto rp = self->make_response_promise<std::string>();
+          st.leaving.push_back(rp);
+          if (st.leaving.size() > 1) return rp;  // asked already
+          spdlog::warn("worker: asked to leave; asking {} to move its rank to another worker",
+                       st.session->head_name);
+          const caf::actor_addr head = st.session->head;
+          self->request(st.session->anchor, caf::infinite, drain_atom::value,
+                        caf::actor_cast<caf::actor>(self))
+              .then(
+                  [=](std::string& done) {
+                    spdlog::info("worker: {}", done);  // the head ends the session next
+                  },
+                  [=](caf::error& e) {
+                    auto& s = self->state;
+                    s.refusal = error_text(e);
+                    spdlog::warn("worker: the head did not move its rank: {}", s.refusal);
+                    if (s.session && s.session->head == head) {
+                      for (auto& p : s.leaving) p.deliver(s.refusal);
+                      s.leaving.clear();
+                    }
+                  });
+          return rp;
         },
     };
   });

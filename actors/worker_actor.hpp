@@ -23,8 +23,12 @@ namespace troupe {
 /// leave (with the anchor the head joined with): the head is done; the executor is stopped and
 /// the worker free again. A leave from any other head (one that was refused as busy) is
 /// ignored: it must not end the session of the head being served.
+/// drain: this worker is asked to leave (`troupe worker` on SIGTERM): with a session, its head
+/// is asked to move the rank to another worker (ExecutorGroup::migrate) and the answer comes
+/// when the session has ended ("" when it moved, else why not); without one, "" at once.
 using worker_actor = caf::typed_actor<caf::replies_to<join_atom, WorkerJoin>::with<caf::actor>,
-                                      caf::reacts_to<leave_atom, caf::actor>>;
+                                      caf::reacts_to<leave_atom, caf::actor>,
+                                      caf::replies_to<drain_atom>::with<std::string>>;
 
 /// Makes each session's executor (spawn_executor; tests inject faulty ones).
 using ExecutorFactory = std::function<executor_actor(caf::actor_system&)>;

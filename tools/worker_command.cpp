@@ -3,7 +3,8 @@
 // "troupe worker listening on HOST:PORT" once ready; each engine that joins gets a fresh
 // executor for its session, and a busy worker refuses a second engine with the name of the
 // one it serves. It runs until SIGTERM / SIGINT, or until --parent-pid exits (the engine that
-// started it).
+// started it). A SIGTERM while it serves an engine first asks that engine to move its rank, with
+// its KV cache, to another worker (at most --drain-timeout seconds; docs/faults.md).
 //
 // With --kv-store GIB it is a memory node instead: it publishes a kv_store actor
 // (actors/kv_store_actor.hpp) that holds engines' swap spaces (--swap-space-remote) in up to
@@ -33,7 +34,11 @@ namespace troupe::cli {
 namespace {
 
 std::atomic<int> stop_signal{0};
-extern "C" void on_stop_signal(int sig) { stop_signal.store(sig); }
+// The first SIGTERM / SIGINT stops the wait below; a second one (while a drain waits, say)
+// ends the process at once.
+extern "C" void on_stop_signal(int sig) {
+  if (stop_signal.exchange(sig) != 0) _exit(128 + sig);
+}
 
 // An executor whose process exits, with no reply, on the engine's init request
 // (--fault exit-on-init): a worker killed while it loads its model (the OOM killer, a crash).
@@ -57,6 +62,15 @@ executor_actor spawn_faulty_executor(caf::actor_system& sys) {
           return make_troupe_error("worker: --fault: no steps");
         },
         [](finish_atom, uint64_t) {},
+        [](rewire_atom, const ExecutorPlacement&) -> caf::result<ExecutorEndpoints> {
+          return make_troupe_error("worker: --fault: no rewire");
+        },
+        [](kv_export_atom) -> caf::result<KvExport> {
+          return make_troupe_error("worker: --fault: no KV cache");
+        },
+        [](kv_import_atom, const KvImport&) -> caf::result<uint64_t> {
+          return make_troupe_error("worker: --fault: no KV cache");
+        },
     };
   });
 }
@@ -102,6 +116,7 @@ Runner add_worker_command(CLI::App& app) {
     std::string node;
     std::string fault;
     double kv_store_gib = 0;  // > 0: a memory node of this many GiB
+    double drain_timeout_s = 60;
   };
   auto o = std::make_shared<Options>();
   app.add_option("--host", o->host, "address to listen on")->capture_default_str();
@@ -117,6 +132,12 @@ Runner add_worker_command(CLI::App& app) {
   app.add_option("--head", o->head,
                  "host:port of the head to join (set by `troupe launch`); the worker then serves "
                  "that head's engine and exits with it");
+  app.add_option("--drain-timeout", o->drain_timeout_s,
+                 "on SIGTERM while serving an engine, wait at most this many seconds for the "
+                 "engine to move this worker's rank, with its KV cache, to another worker "
+                 "before exiting (0: exit at once; SIGINT always exits at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--rank", o->rank, "this worker's rank in the cluster (with --head)");
   app.add_option("--node", o->node, "the cluster file's name of this worker's node (with --head)");
   // Fault injection for the engine's tests: the process dies as a worker that is killed
@@ -184,6 +205,22 @@ Runner add_worker_command(CLI::App& app) {
       self->receive([&](const caf::down_msg&) { head_gone = true; },
                     caf::after(std::chrono::milliseconds(100)) >> [] {});
       if (head_gone) spdlog::info("worker: its head {} went away; exiting", o->head);
+    }
+    // SIGTERM while serving an engine: ask it to move this worker's rank elsewhere (with its KV
+    // cache) and wait, bounded, until the session ends; then leave as on any stop.
+    if (stop_signal.load() == SIGTERM && !memory_node && o->drain_timeout_s > 0) {
+      const auto bound = std::chrono::milliseconds(int64_t(o->drain_timeout_s * 1000));
+      self->request(caf::actor_cast<worker_actor>(worker), bound, drain_atom::value)
+          .receive(
+              [&](std::string& refusal) {
+                if (!refusal.empty())
+                  spdlog::warn("worker: leaving without a move: {}", refusal);
+              },
+              [&](caf::error& e) {
+                spdlog::warn("worker: the engine did not move its rank within --drain-timeout "
+                             "{} s ({}); leaving anyway",
+                             o->drain_timeout_s, error_text(e));
+              });
     }
     spdlog::info("worker: stopping");
     sys.middleman().unpublish(worker, *port);

@@ -234,6 +234,32 @@ KVCacheView kv_view(const Buffer& buf, const KVCacheShape& shape, int32_t block_
 }
 }  // namespace
 
+ModelRunner::KvMemory ModelRunner::kv_memory(bool swap_space) const {
+  if (!started_) fail("executor: its KV cache is not allocated yet (start() first)");
+  if (backend_->device().kind != DeviceKind::cpu)
+    fail("moving a KV cache between executors on the {} backend: not supported yet (it has run "
+         "on the CPU backend only); allowed: device = cpu",
+         backend_->name());
+  if (swap_space && remote_swap_) return {};  // on the memory node; kv_host_ only stages
+  const KVCacheView& view = swap_space ? kv_host_ : kv_;
+  const Buffer& buf = swap_space ? kv_host_buffer_ : kv_buffer_;
+  if (view.k.empty()) {
+    if (swap_space) return {};
+    fail("executor: it has no KV cache");
+  }
+  const KVCacheShape shape = model_->kv_cache_shape();
+  return KvMemory{buf.data(), shape.num_layers, view.num_blocks,
+                  int64_t(kv_layer_bytes(shape, block_size_, 1))};
+}
+
+void ModelRunner::replace_wires(std::shared_ptr<Collectives> group,
+                                std::shared_ptr<StageLink> link) {
+  if (launched_ || pending_)
+    fail("executor: its wires cannot be replaced while a step is in flight");
+  backend_->set_collectives(std::move(group));
+  stage_link_ = std::move(link);
+}
+
 void ModelRunner::allocate_kv(int64_t num_blocks) {
   const KVCacheShape shape = model_->kv_cache_shape();
   kv_ = KVCacheView{};

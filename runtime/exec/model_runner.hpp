@@ -141,6 +141,24 @@ class ModelRunner {
 
   /// Sizes the KV cache and records the decode graphs (see RunnerOptions::defer_start). Once.
   void start();
+
+  // ---- a rank moved to another executor (a drained worker, actors/executor_group.hpp) ----
+  /// Where the KV cache (`swap_space`: the local swap space) lies in this process's memory:
+  /// planes layer 0 K, layer 0 V, layer 1 K, ..., each [num_blocks, block_size, num_kv_heads,
+  /// head_dim], slice_bytes per block in a plane. Throws troupe::Error when it is not host
+  /// memory (the CUDA backend: not supported yet); base is null when there is no local swap
+  /// space (none, or a memory node's).
+  struct KvMemory {
+    void* base = nullptr;
+    int32_t num_layers = 0;
+    int64_t num_blocks = 0;
+    int64_t slice_bytes = 0;
+  };
+  [[nodiscard]] KvMemory kv_memory(bool swap_space) const;
+  /// Replaces the TP group and the stage link: the group's wires were joined again around a
+  /// rank that moved. Nothing may be in flight.
+  void replace_wires(std::shared_ptr<Collectives> group, std::shared_ptr<StageLink> link);
+  [[nodiscard]] Backend& backend() { return *backend_; }
   [[nodiscard]] bool started() const { return started_; }
 
   [[nodiscard]] const ExecutorInfo& info() const { return info_; }

@@ -29,6 +29,7 @@ const std::vector<KindInfo>& kinds() {
       {FaultKind::ucx_fail, "ucx-fail", {"rank", "step"}, {}},
       {FaultKind::refuse_kv, "refuse-kv", {"step", "count"}, {}},
       {FaultKind::slow, "slow", {"rank", "step", "factor"}, {"factor"}},
+      {FaultKind::drain, "drain", {"rank", "step"}, {}},
   };
   return k;
 }
@@ -141,7 +142,7 @@ std::vector<FaultSpec> parse_fault_specs(const std::vector<std::string>& texts) 
 void check_fault_layout(const std::vector<FaultSpec>& faults, const FaultLayout& layout) {
   const int32_t ranks = layout.tensor_parallel_size * layout.pipeline_parallel_size;
   for (const FaultSpec& f : faults) {
-    if (f.on_rank() && f.rank >= ranks)
+    if ((f.on_rank() || f.kind == FaultKind::drain) && f.rank >= ranks)
       fail("fault '{}': rank {} is outside [0, {}) (tensor_parallel_size {} x "
            "pipeline_parallel_size {})",
            f.text, f.rank, ranks, layout.tensor_parallel_size, layout.pipeline_parallel_size);
@@ -149,6 +150,10 @@ void check_fault_layout(const std::vector<FaultSpec>& faults, const FaultLayout&
       fail("fault '{}': the executor runs in this process, so there is no worker process to "
            "kill; use kill-executor, or run the ranks in worker processes (tensor or pipeline "
            "parallel, or executor_endpoints)",
+           f.text);
+    if (f.kind == FaultKind::drain && !layout.worker_processes)
+      fail("fault '{}': the executor runs in this process, so there is no worker to move its "
+           "rank to; allowed with worker processes (tensor or pipeline parallel)",
            f.text);
     if (f.kind == FaultKind::ucx_fail) {
       if (layout.pipeline_parallel_size < 2)

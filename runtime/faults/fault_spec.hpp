@@ -19,6 +19,10 @@
 //   refuse-kv:step=N,count=C      the cache manager refuses every KV-block allocation of C
 //                                 steps from step N (sequences are preempted, then resumed)
 //   slow:rank=R,factor=F,step=N   rank R takes F times as long for every step from step N on
+//   drain:rank=R,step=N           rank R's worker asks to leave before step N is planned (as a
+//                                 SIGTERM to `troupe worker` does): the engine moves the rank
+//                                 to a fresh worker with its KV cache (Engine::drain_rank; needs
+//                                 worker processes the engine started)
 // rank defaults to 0, step to 1 (steps are the scheduler's step ids, counted from 1 and never
 // reused, so a fault fires once even after the executors it hit were replaced).
 #pragma once
@@ -38,6 +42,7 @@ enum class FaultKind {
   ucx_fail,
   refuse_kv,
   slow,
+  drain,
 };
 
 enum class FaultMessage { none, execute, result };
@@ -53,8 +58,10 @@ struct FaultSpec {
   std::string text;                           // as written, for logs and errors
 
   /// Whether the fault acts on an executor rank (everything but refuse-kv, which is the
-  /// cache manager's, on the head).
-  [[nodiscard]] bool on_rank() const { return kind != FaultKind::refuse_kv; }
+  /// cache manager's, and drain, which the scheduler starts: both on the head).
+  [[nodiscard]] bool on_rank() const {
+    return kind != FaultKind::refuse_kv && kind != FaultKind::drain;
+  }
 };
 
 /// Parses one spec. Throws troupe::Error naming the spec, the key or value at fault and what

@@ -156,4 +156,11 @@ void BlockPool::reset_prefix_cache() {
   for (auto& b : blocks_) b.cached = false;
 }
 
+std::vector<int32_t> BlockPool::blocks_with_contents() const {
+  std::vector<int32_t> out;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].refs > 0 || blocks_[b].cached) out.push_back(int32_t(b));
+  return out;
+}
+
 }  // namespace troupe

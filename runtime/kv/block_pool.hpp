@@ -76,6 +76,10 @@ class BlockPool {
   /// Forgets every prefix entry (blocks in use keep their references).
   void reset_prefix_cache();
 
+  /// The blocks whose contents matter, in id order: those in use and those cached in the prefix
+  /// index (what moving the cache to another executor must copy).
+  [[nodiscard]] std::vector<int32_t> blocks_with_contents() const;
+
  private:
   struct Block {
     int32_t refs = 0;

@@ -471,4 +471,11 @@ KVGrant KVCacheManager::grant(const KVAsk& ask) {
   return out;
 }
 
+std::pair<std::vector<int32_t>, std::vector<int32_t>> KVCacheManager::blocks_with_contents() const {
+  std::vector<int32_t> cpu;
+  for (const auto& [id, sw] : swapped_) cpu.insert(cpu.end(), sw.cpu_blocks.begin(), sw.cpu_blocks.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {pool_.blocks_with_contents(), std::move(cpu)};
+}
+
 }  // namespace troupe

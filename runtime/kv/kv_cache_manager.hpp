@@ -39,6 +39,7 @@
 #include <optional>
 #include <unordered_map>
 #include <vector>
+#include <utility>
 
 #include "runtime/protocol/step.hpp"
 #include "runtime/kv/block_pool.hpp"
@@ -227,6 +228,11 @@ class KVCacheManager {
   [[nodiscard]] const BlockPool& pool() const { return pool_; }
 
   void reset_prefix_cache() { pool_.reset_prefix_cache(); }
+
+  /// The GPU blocks with contents (in use or prefix-cached) and the CPU blocks holding swapped
+  /// sequences, in id order: what a rank's move to another executor copies, so that every
+  /// block table and prefix entry stays valid there.
+  [[nodiscard]] std::pair<std::vector<int32_t>, std::vector<int32_t>> blocks_with_contents() const;
 
  private:
   struct SeqState {

@@ -209,6 +209,22 @@ struct ExecutorEndpoints {
   int32_t pid = 0;
 };
 
+/// A rank's KV cache (and local swap space) as the executor taking its place reads them (a
+/// drained worker's rank moving to a spare, actors/executor_group.hpp): descriptors of UCX
+/// regions over that memory (transport/kv/kv_region.hpp), empty where there is none.
+struct KvExport {
+  std::vector<uint8_t> cache;
+  std::vector<uint8_t> swap;
+};
+
+/// What the executor taking a rank's place copies from the old one: the blocks with contents
+/// (same ids on both sides, so every block table stays valid).
+struct KvImport {
+  KvExport from;
+  std::vector<int32_t> blocks;      // of the KV cache
+  std::vector<int32_t> cpu_blocks;  // of the swap space (swapped-out sequences)
+};
+
 /// What it reports once loaded: the cache it can hold.
 struct ExecutorInfo {
   int32_t num_blocks = 0;

@@ -608,6 +608,20 @@ size_t Scheduler::requeue_all() {
   return ids.size();
 }
 
+void Scheduler::reannounce_running() {
+  if (!in_flight_.empty())
+    fail("scheduler: re-announcing the running sequences with step {} in flight",
+         in_flight_.front().step_id);
+  for (uint64_t id : running_) {
+    Seq& s = seqs_.at(id);
+    // Forgotten first (a rank that keeps it drops its copy; one not scheduled next is sent
+    // again when it is), then sent as a NewSeq with its whole block table when scheduled.
+    if (s.known_to_executors) forget_.push_back(id);
+    s.known_to_executors = false;
+    s.pending_exec.clear();  // its tokens are in s.tokens
+  }
+}
+
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
   st.num_running = int32_t(running_.size());

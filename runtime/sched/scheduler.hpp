@@ -172,6 +172,10 @@ struct SchedulerStats {
   // executors' start (summed, and the last one).
   uint64_t faults_seen = 0, recoveries = 0, sequences_recomputed = 0;
   double recovery_seconds = 0, last_recovery_seconds = 0;
+  // Ranks moved to another executor with their KV cache (a drained worker; no recompute), the
+  // blocks copied and the seconds from the request to steps resuming.
+  uint64_t migrations = 0, blocks_migrated = 0, swap_blocks_migrated = 0;
+  double migration_seconds = 0;
 };
 
 class Scheduler {
@@ -226,6 +230,12 @@ class Scheduler {
   /// executors and a cache manager that know nothing of it. Returns how many sequences were
   /// put back.
   size_t requeue_all();
+
+  /// A rank moved to another executor with its KV cache (actors/executor_group.hpp): the
+  /// running sequences are sent again as NewSeqs (their tokens, whole block tables and
+  /// computed counts) in the next plan, so the new executor learns them and the others
+  /// replace what they hold with the same. Only with no step in flight.
+  void reannounce_running();
 
   [[nodiscard]] SchedulerStats stats() const;
 

@@ -2,6 +2,8 @@
 // preemption order and admission rules.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <numeric>
 
 #include "runtime/error.hpp"
@@ -69,6 +71,29 @@ TEST_CASE("prefix entries are exact: tokens, parent and salt all have to match",
   CHECK_FALSE(pool.acquire_cached(-1, t0, 7));  // another salt
   CHECK_FALSE(pool.acquire_cached(-1, std::vector<int32_t>{1, 2, 3, 5}, 0));
   CHECK_FALSE(pool.acquire_cached(-1, t1, 0));  // right tokens, wrong parent
+}
+
+TEST_CASE("the blocks with contents are those in use and those cached, and no others", "[kv]") {
+  BlockPool pool(8, 2);
+  CHECK(pool.blocks_with_contents().empty());
+  auto held = *pool.allocate(3);   // in use
+  auto cached = *pool.allocate(2);  // registered, then released: free but cached
+  pool.register_full(cached[0], -1, std::vector<int32_t>{1, 2}, 0);
+  pool.register_full(cached[1], cached[0], std::vector<int32_t>{3, 4}, 0);
+  pool.release(std::vector<int32_t>{cached[1], cached[0]});
+  auto gone = *pool.allocate(1);  // used and released without a prefix entry
+  pool.release(gone);
+  std::vector<int32_t> want = held;
+  want.insert(want.end(), cached.begin(), cached.end());
+  std::sort(want.begin(), want.end());
+  CHECK(pool.blocks_with_contents() == want);
+  // Once the prefix cache is forgotten only the blocks in use are listed.
+  pool.reset_prefix_cache();
+  CHECK(pool.blocks_with_contents() == [&] {
+    std::vector<int32_t> h = held;
+    std::sort(h.begin(), h.end());
+    return h;
+  }());
 }
 
 TEST_CASE("an evicted parent invalidates its cached children", "[kv]") {

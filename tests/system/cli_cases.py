@@ -639,6 +639,43 @@ def case_faults_recover():
         assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
 
 
+def case_drain_moves_rank():
+    """A worker asked to leave (SIGTERM to a `troupe worker` of `troupe generate -tp 2`, and
+    the injected `drain` fault) has its rank moved to a fresh worker with its KV cache: every
+    request finishes with the tokens of the undisturbed run, nothing is recomputed (no
+    recovery), exit status 0."""
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
+        bench_faults.inputs(src, 16, 40)
+        common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
+        run(*common, "--output", str(ref))
+        want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
+        assert len(want) == 16
+        p = run(*common, "--output", str(got), "--fault", "drain:rank=1,step=6")
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+        assert "with its KV cache" in p.stderr and "no sequence was recomputed" in p.stderr, \
+            p.stderr
+        assert "replacing the executors" not in p.stderr, p.stderr
+        got.unlink()
+        # The real thing: SIGTERM to a worker process while results are being written.
+        proc = subprocess.Popen([TROUPE, *QUIET, *common, "--max-num-seqs", "2", "--output",
+                                 str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+        try:
+            wait_for_lines(got, 2, proc)
+            victims = bench_faults.worker_pids(proc.pid)
+            assert len(victims) == 2, victims
+            os.kill(victims[0], signal.SIGTERM)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert "asks to leave" in err and "moved executor 0" in err, err
+        assert "replacing the executors" not in err, err
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+
+
 def case_faults_bad_spec():
     """A bad --fault is refused before the model loads, naming the spec and what is allowed."""
     expect_error(["generate", "--fault", "kill-worker:rank=1,stp=3", "x"],

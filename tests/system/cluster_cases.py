@@ -108,7 +108,9 @@ def case_launch_serve():
 
 def case_launch_faults():
     """A cluster file's [faults]: a worker killed by an injected fault (and one frozen) is
-    restarted by the launcher; every request finishes with the tokens of a run without faults."""
+    restarted by the launcher, a spare takes a lost rank, and a worker asked to leave hands its
+    rank and KV cache to the spare; every request finishes with the tokens of a run without
+    faults."""
     want = reference()
     base = (REPO / "configs" / "cluster" / "local.toml").read_text()
     with tempfile.TemporaryDirectory() as d:
@@ -128,6 +130,19 @@ def case_launch_faults():
         assert tokens(p) == want, f"spare: {tokens(p)} != {want}"
         assert "rank 1 is taken over by the spare" in p.stderr, p.stderr[-3000:]
         assert "restarting rank 1 on node standby" in p.stderr, p.stderr[-3000:]
+        # A worker asked to leave (the drain fault, as a SIGTERM to it): its rank moves to the
+        # spare with its KV cache, no restart, nothing recomputed; with no spare it stays.
+        path = write(d, "drain.toml", base + spare + '\n[faults]\ninject = ["drain:rank=1,step=5"]\n')
+        p = run("launch", path, "--", "generate", *GREEDY, *PROMPTS)
+        assert tokens(p) == want, f"drain: {tokens(p)} != {want}"
+        assert "rank 1 moves to the spare" in p.stderr, p.stderr[-3000:]
+        assert "with its KV cache" in p.stderr and "no sequence was recomputed" in p.stderr, \
+            p.stderr[-3000:]
+        assert "executors replaced" not in p.stderr, p.stderr[-3000:]
+        path = write(d, "nospare.toml", base + '\n[faults]\ninject = ["drain:rank=1,step=5"]\n')
+        p = run("launch", path, "--", "generate", *GREEDY, *PROMPTS)
+        assert tokens(p) == want, f"drain without a spare: {tokens(p)} != {want}"
+        assert "stays where it is" in p.stderr and "spare = true" in p.stderr, p.stderr[-3000:]
 
 
 def write(d, name, text):
