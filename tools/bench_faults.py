@@ -3,13 +3,14 @@
 was detected, how long recovery took, and what the requests saw. The numbers behind the
 table in docs/faults.md.
 
-    python3 tools/bench_faults.py BUILD_DIR [--json OUT.json]
+    python3 tools/bench_faults.py BUILD_DIR [--json OUT.json] [--only SUBSTRING]
 
 Each case runs `troupe generate` on the embedded model (CPU) with 16 requests (greedy and
 seeded alternately, 40 tokens each) and compares every request's tokens with a run without
 faults. Times come from the log lines' timestamps (milliseconds): the injection point's own
 line (or the moment this script sent the signal), the scheduler's line naming the loss, and
-its "executors replaced in X s".
+its "executors replaced in X s". For a worker that leaves (drain, SIGTERM) the same columns
+hold the scheduler's "moving ..." line and its "the move took X s".
 """
 import argparse
 import datetime
@@ -44,6 +45,9 @@ CASES = [
     ("ucx-fail (pp 2)", ["-pp", "2"], ["ucx-fail:rank=0,step=8"], None, []),
     ("kill -9 of a worker (tp 2)", ["-tp", "2"], [], signal.SIGKILL, []),
     ("SIGSTOP of a worker (tp 2)", ["-tp", "2"], [], signal.SIGSTOP, []),
+    # Not faults: a worker asked to leave hands its rank and KV cache to a fresh one.
+    ("drain (tp 2)", ["-tp", "2"], ["drain:rank=1,step=8"], None, []),
+    ("SIGTERM to a worker (tp 2)", ["-tp", "2"], [], signal.SIGTERM, []),
 ]
 
 HEAD = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})\] \[troupe\] \[\w+\] (.*)$")
@@ -125,9 +129,10 @@ def measure(troupe, case, src, want, d):
         if injected is None and "injected fault" in msg:
             injected = t
         if detected is None and msg.startswith("scheduler:") and (
-                "replacing the executors" in msg or "cannot run steps" in msg):
+                "replacing the executors" in msg or "cannot run steps" in msg or
+                msg.startswith("scheduler: moving ")):
             detected = t
-        m = re.search(r"executors replaced in ([0-9.]+) s", msg)
+        m = re.search(r"(?:executors replaced in|the move took) ([0-9.]+) s", msg)
         if m:
             recovery = float(m.group(1))
     start = sent if sent is not None else injected
@@ -152,6 +157,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--json")
+    ap.add_argument("--only", help="run the cases whose name contains this")
     a = ap.parse_args()
     troupe = str(pathlib.Path(a.build) / "tools" / "troupe")
     rows = []
@@ -161,6 +167,8 @@ def main():
         inputs(src)
         refs = {}
         for case in CASES:
+            if a.only and a.only not in case[0]:
+                continue
             layout = tuple(case[1])
             if layout not in refs:
                 ref = d / "ref.jsonl"

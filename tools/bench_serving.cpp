@@ -233,6 +233,9 @@ struct Run {
     b["stream"] = true;
     b["stream_options"] = json{{"include_usage", true}};
     if (o.ignore_eos) b["ignore_eos"] = true;
+    // Prompts of token ids may go to a server with no tokenizer (--skip-tokenizer-init), whose
+    // chunks carry no text: their token ids then say when each token came.
+    if (s.prompt.is_array()) b["return_token_ids"] = true;
     return b.dump();
   }
 
@@ -280,7 +283,9 @@ struct Run {
           text = c["delta"]["content"].get<std::string>();
         else if (!chat && c.contains("text") && c["text"].is_string())
           text = c["text"].get<std::string>();
-        if (text.empty()) continue;
+        const bool ids = c.contains("token_ids") && c["token_ids"].is_array() &&
+                         !c["token_ids"].empty();
+        if (text.empty() && !ids) continue;
         const double t = std::chrono::duration<double>(now - st->sent).count();
         if (!st->last)
           st->r.ttft = t;
@@ -295,7 +300,7 @@ struct Run {
         st->r.error = error;
       else if (status != 200 && st->r.error.empty())
         st->r.error = "HTTP " + std::to_string(status);
-      if (st->r.error.empty() && !st->last) st->r.error = "no text streamed";
+      if (st->r.error.empty() && !st->last) st->r.error = "no text (or token ids) streamed";
       st->r.success = st->r.error.empty();
       results[i] = std::move(st->r);
       --in_flight;

@@ -679,6 +679,20 @@ def case_bench_serving():
         m = metrics(s)
         ok = m[f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="{NAME}"}}']
         assert ok == 24 + 2, ok  # the warm-ups too
+    # A server without a tokenizer (--skip-tokenizer-init, as the GPU benchmarks run the dummy
+    # Llama-3-8B) streams no text: the token ids it returns time the tokens instead.
+    with Server("--skip-tokenizer-init") as s, tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(
+            [TROUPE, "--log-level", "warn", "bench", "serving", "--base-url", s.url,
+             "--dataset-name", "random", "--random-input-len", "12", "--random-output-len", "6",
+             "--num-prompts", "8", "--request-rate", "inf", "--ignore-eos", "--save-result",
+             "--result-dir", d, "--result-filename", "r.json"],
+            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        j = json.loads(pathlib.Path(d, "r.json").read_text())
+        assert j["completed"] == 8 and j["failed"] == 0, j
+        assert j["total_output_tokens"] == 8 * 6, j
+        assert all(len(itl) == 5 for itl in j["itls"]), j["itls"]  # every token timed
 
 
 def case_sampling_fields():
