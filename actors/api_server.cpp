@@ -321,6 +321,10 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                 g.recoveries = s.scheduler.recoveries;
                 g.sequences_recomputed = s.scheduler.sequences_recomputed;
                 g.recovery_seconds = s.scheduler.recovery_seconds;
+                g.rank_moves = s.scheduler.migrations;
+                g.kv_blocks_moved =
+                    s.scheduler.blocks_migrated + s.scheduler.swap_blocks_migrated;
+                g.rank_move_seconds = s.scheduler.migration_seconds;
                 const auto& st = s.scheduler.step_tokens;
                 g.step_token_bounds.assign(st.kBounds.begin(), st.kBounds.end());
                 g.step_token_counts.assign(st.counts.begin(), st.counts.end());

@@ -227,6 +227,15 @@ std::string ServingMetrics::render(const EngineGauges& g) const {
           double(g.sequences_recomputed));
   counter(out, "troupe:recovery_seconds",
           "Seconds from executor losses to their replacements' start.", l, g.recovery_seconds);
+  counter(out, "troupe:rank_moves",
+          "Ranks moved to another worker with their KV cache (a worker that left).", l,
+          double(g.rank_moves));
+  counter(out, "troupe:kv_blocks_moved",
+          "KV blocks (cache and swap space) copied to the workers that took moved ranks.", l,
+          double(g.kv_blocks_moved));
+  counter(out, "troupe:rank_move_seconds",
+          "Seconds from asking a rank to move to steps resuming on its new worker.", l,
+          g.rank_move_seconds);
   counter(out, "vllm:prompt_tokens", "Number of prefill tokens processed.", l,
           double(prompt_tokens_));
   counter(out, "vllm:generation_tokens", "Number of generation tokens processed.", l,

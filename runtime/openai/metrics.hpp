@@ -63,6 +63,10 @@ struct EngineGauges {
   // back to be recomputed, seconds from losses to the replacements' start.
   uint64_t faults = 0, recoveries = 0, sequences_recomputed = 0;
   double recovery_seconds = 0;
+  // Ranks moved to another worker with their KV cache (a worker that left), the blocks copied
+  // (KV cache and swap space) and the seconds the moves took.
+  uint64_t rank_moves = 0, kv_blocks_moved = 0;
+  double rank_move_seconds = 0;
   // Tokens per engine step (vllm:iteration_tokens_total): vLLM's bucket bounds (the
   // scheduler's StepTokenHistogram::kBounds), per-bucket counts, steps, tokens.
   std::vector<double> step_token_bounds;

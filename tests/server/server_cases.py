@@ -541,14 +541,14 @@ def case_engine_death():
             w.kill()
 
 
-def case_fault_recovery():
-    """A worker of `troupe serve -tp 2` killed by an injected fault mid-stream: the stream ends
-    normally with the tokens of a run without the fault, /health stays 200, and /metrics counts
-    the fault, the recovery and the recomputed sequences."""
+def stream_through(fault):
+    """A greedy stream from `troupe serve -tp 2 --fault FAULT`: asserts it ends normally with
+    the tokens of an undisturbed run and that /health stays 200; returns the server (running:
+    the caller stops it) and its /metrics, keyed by name and labels."""
     body = {"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "ignore_eos": True}
     want = generate("-tp", "2", "--temperature", "0", "--max-tokens", "48", "--ignore-eos",
                     "Once upon a time")[0]["outputs"][0]["text"]
-    s = Server("-tp", "2", "--fault", "kill-worker:rank=1,step=10")
+    s = Server("-tp", "2", "--fault", fault)
     try:
         t, got = background_stream(s, body)
         t.join(120)
@@ -559,12 +559,40 @@ def case_fault_recovery():
                        if json.loads(e).get("choices"))
         assert text == want, (text, want)
         assert http(s.url + "/health")[0] == 200
-        m = metrics(s)
+        return s, metrics(s)
+    except BaseException:
+        s.stop()
+        raise
+
+
+def case_fault_recovery():
+    """A worker of `troupe serve -tp 2` killed by an injected fault mid-stream: the stream ends
+    normally with the tokens of a run without the fault, /health stays 200, and /metrics counts
+    the fault, the recovery and the recomputed sequences."""
+    s, m = stream_through("kill-worker:rank=1,step=10")
+    try:
         key = f'{{engine="0",model_name="{NAME}"}}'
         assert m["troupe:executor_faults_total" + key] == 1.0, m
         assert m["troupe:executor_recoveries_total" + key] == 1.0, m
         assert m["troupe:sequences_recomputed_total" + key] == 1.0, m
         assert m["troupe:recovery_seconds_total" + key] > 0, m
+    finally:
+        s.stop()
+
+
+def case_drain_mid_stream():
+    """A worker of `troupe serve -tp 2` asked to leave mid-stream (the drain fault; SIGTERM to
+    it does the same): its rank moves to a fresh worker with its KV cache, the stream ends
+    normally with the tokens of an undisturbed run, and /metrics counts the move and no fault."""
+    s, m = stream_through("drain:rank=1,step=10")
+    try:
+        assert s.wait_log("with its KV cache"), s.log()
+        key = f'{{engine="0",model_name="{NAME}"}}'
+        assert m["troupe:rank_moves_total" + key] == 1.0, m
+        assert m["troupe:kv_blocks_moved_total" + key] > 0, m
+        assert m["troupe:rank_move_seconds_total" + key] > 0, m
+        assert m["troupe:executor_faults_total" + key] == 0.0, m
+        assert m["troupe:sequences_recomputed_total" + key] == 0.0, m
     finally:
         s.stop()
 

@@ -605,75 +605,58 @@ def case_lost_worker_keeps_finished():
         assert "executor 0" in err and f"{len(out)} of 40 results written" in err, err
 
 
+def tp2_worker_events(fault, victim, sig):
+    """`troupe generate -tp 2` over 16 requests (greedy and seeded), undisturbed, then with
+    `--fault FAULT`, then with signal `sig` sent to worker `victim` (0 or 1, by pid) while
+    results are being written. Asserts every request of both disturbed runs finishes with the
+    undisturbed tokens and the last run exits 0; returns the two runs' stderr."""
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
+        bench_faults.inputs(src, 16, 40)
+        common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
+        run(*common, "--output", str(ref))
+        want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
+        assert len(want) == 16
+        p = run(*common, "--output", str(got), "--fault", fault)
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+        got.unlink()
+        proc = subprocess.Popen([TROUPE, *QUIET, *common, "--max-num-seqs", "2", "--output",
+                                 str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+        try:
+            wait_for_lines(got, 2, proc)
+            victims = bench_faults.worker_pids(proc.pid)
+            assert len(victims) == 2, victims
+            os.kill(victims[victim], sig)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+        return p.stderr, err
+
+
 def case_faults_recover():
     """Faults in `troupe generate -tp 2` (worker processes): an injected one (--fault) and a
     real kill -9 of a worker mid-run are recovered from; every request finishes with the tokens
     of the run without faults, every result is in the file, exit status 0, and the log says
     what was recovered."""
-    with tempfile.TemporaryDirectory() as d:
-        d = pathlib.Path(d)
-        src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
-        bench_faults.inputs(src, 16, 40)
-        common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
-        run(*common, "--output", str(ref))
-        want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
-        assert len(want) == 16
-        p = run(*common, "--output", str(got), "--fault", "kill-worker:rank=1,step=6")
-        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
-        assert "replacing the executors" in p.stderr, p.stderr
-        got.unlink()
-        # The real thing: SIGKILL to a worker process while results are being written.
-        proc = subprocess.Popen([TROUPE, *QUIET, *common, "--max-num-seqs", "2", "--output",
-                                 str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
-        try:
-            wait_for_lines(got, 2, proc)
-            victims = bench_faults.worker_pids(proc.pid)
-            assert len(victims) == 2, victims
-            os.kill(victims[1], signal.SIGKILL)
-            _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, (proc.returncode, err)
-        assert "is gone" in err and "replacing the executors" in err, err
-        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
+    injected, real = tp2_worker_events("kill-worker:rank=1,step=6", 1, signal.SIGKILL)
+    assert "replacing the executors" in injected, injected
+    assert "is gone" in real and "replacing the executors" in real, real
 
 
 def case_drain_moves_rank():
-    """A worker asked to leave (SIGTERM to a `troupe worker` of `troupe generate -tp 2`, and
-    the injected `drain` fault) has its rank moved to a fresh worker with its KV cache: every
-    request finishes with the tokens of the undisturbed run, nothing is recomputed (no
+    """A worker asked to leave (the injected `drain` fault, and a real SIGTERM to a `troupe
+    worker` of `troupe generate -tp 2`) has its rank moved to a fresh worker with its KV cache:
+    every request finishes with the tokens of the undisturbed run, nothing is recomputed (no
     recovery), exit status 0."""
-    with tempfile.TemporaryDirectory() as d:
-        d = pathlib.Path(d)
-        src, ref, got = d / "in.jsonl", d / "ref.jsonl", d / "got.jsonl"
-        bench_faults.inputs(src, 16, 40)
-        common = ["generate", "-tp", "2", "--disable-progress-bar", "--input", str(src)]
-        run(*common, "--output", str(ref))
-        want = [o["outputs"][0]["token_ids"] for o in jsonl(ref.read_text())]
-        assert len(want) == 16
-        p = run(*common, "--output", str(got), "--fault", "drain:rank=1,step=6")
-        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
-        assert "with its KV cache" in p.stderr and "no sequence was recomputed" in p.stderr, \
-            p.stderr
-        assert "replacing the executors" not in p.stderr, p.stderr
-        got.unlink()
-        # The real thing: SIGTERM to a worker process while results are being written.
-        proc = subprocess.Popen([TROUPE, *QUIET, *common, "--max-num-seqs", "2", "--output",
-                                 str(got)], stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
-        try:
-            wait_for_lines(got, 2, proc)
-            victims = bench_faults.worker_pids(proc.pid)
-            assert len(victims) == 2, victims
-            os.kill(victims[0], signal.SIGTERM)
-            _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, (proc.returncode, err)
-        assert "asks to leave" in err and "moved executor 0" in err, err
+    injected, real = tp2_worker_events("drain:rank=1,step=6", 0, signal.SIGTERM)
+    assert "with its KV cache" in injected and "no sequence was recomputed" in injected, injected
+    assert "asks to leave" in real and "moved executor 0" in real, real
+    for err in (injected, real):
         assert "replacing the executors" not in err, err
-        assert [o["outputs"][0]["token_ids"] for o in jsonl(got.read_text())] == want
 
 
 def case_faults_bad_spec():
