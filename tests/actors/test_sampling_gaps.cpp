@@ -1,0 +1,451 @@
+// SamplingParams and BeamSearchParams fields that no other test would catch being ignored
+// (the gaps in notes/sampling_fields_map.md), each through the public LLM API:
+//   - detokenize = false on a model that has a tokenizer (the embedded troupe-fortunes);
+//   - ignore_eos (and min_tokens) with the eos forced by logit_bias;
+//   - spaces_between_special_tokens through OutputProcessor -> tokenizer pool -> detokenizer;
+//   - the beam-search refusals of the fields not refused in a test yet;
+//   - BeamSearchParams.length_penalty and .ignore_eos, against transformers' generate() (the
+//     fixtures' reference.json "beam" section), with the eos given by a generation_config.json;
+//   - early_stopping true / false / "never" on a case where they give different results,
+//     against a transcription of transformers' _beam_search (tests/actors/beam_reference.hpp).
+// Every test also checks that it has teeth: the outcomes it compares really differ.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/llm.hpp"
+#include "runtime/error.hpp"
+#include "tests/actors/beam_reference.hpp"
+#include "tests/actors/engine_fixtures.hpp"
+#include "tests/runtime/test_tokenizer_util.hpp"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
+const fs::path kDefaultModel = fs::path(TROUPE_SOURCE_DIR) / "models" / "troupe-fortunes";
+
+/// The embedded default model, which has a tokenizer (eos <|eos|> = id 1).
+EngineArgs default_model_args() {
+  EngineArgs a;
+  a.model = kDefaultModel.string();
+  a.disable_log_stats = true;
+  a.dtype = "float32";
+  return a;
+}
+
+/// A fixture for beam search: the CPU backend (the engine refuses beams on CUDA for now), and
+/// whole-vocabulary logprobs for the reference transcription below.
+EngineArgs beam_engine_args(const std::string& name) {
+  EngineArgs a = engine_fixtures::fixture_args(name);
+  a.device = "cpu";
+  a.max_logprobs = -1;
+  return a;
+}
+
+GenerateOptions quiet() {
+  GenerateOptions o;
+  o.use_tqdm = false;
+  return o;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// detokenize
+
+TEST_CASE("detokenize false gives token ids without text on a model that has a tokenizer",
+          "[engine][sampling]") {
+  // Fails if detokenize is ignored: the detokenize = false outputs would carry text as well.
+  LLM llm(default_model_args());
+  const auto tok = llm.get_tokenizer();
+  REQUIRE(tok);
+  const Prompt prompt("Once upon a time");
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  const auto with_text = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  REQUIRE(with_text.token_ids.size() == 8);
+  CHECK_FALSE(with_text.text.empty());  // the teeth: the same tokens do have a text
+  CHECK(with_text.text == tok->decode(with_text.token_ids));
+  p.detokenize = false;
+  const auto without = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  CHECK(without.token_ids == with_text.token_ids);
+  CHECK(without.text.empty());
+  CHECK(without.finish_reason == "length");
+
+  // Every one of n seeded samples, the same with and without text.
+  p.temperature = 0.8;
+  p.seed = 11;
+  p.n = 2;
+  const auto bare = llm.generate({prompt}, p, quiet())[0];
+  p.detokenize = true;
+  const auto full = llm.generate({prompt}, p, quiet())[0];
+  REQUIRE(bare.outputs.size() == 2);
+  REQUIRE(full.outputs.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("sample " << i);
+    CHECK(bare.outputs[i].token_ids == full.outputs[i].token_ids);
+    CHECK(bare.outputs[i].token_ids.size() == 8);
+    CHECK(bare.outputs[i].text.empty());
+    CHECK(full.outputs[i].text == tok->decode(full.outputs[i].token_ids));
+    CHECK_FALSE(full.outputs[i].text.empty());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ignore_eos (and min_tokens), the eos forced by logit_bias
+
+TEST_CASE("ignore_eos: a forced eos ends the sequence at once unless ignore_eos is set",
+          "[engine][sampling]") {
+  // Fails if ignore_eos is ignored: either the ignore_eos run stops at its first token (eos
+  // still ends it) or the plain run goes on to max_tokens (eos never ends anything).
+  LLM llm(default_model_args());
+  const auto tok = llm.get_tokenizer();
+  REQUIRE(tok);
+  REQUIRE(tok->eos_token_id().has_value());
+  REQUIRE(*tok->eos_token_id() == 1);  // "<|eos|>", config.json's eos_token_id too
+  const int32_t eos = 1;
+  const Prompt prompt("Once upon a time");
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = 6;
+  p.logit_bias = {{eos, 100.0}};  // the model's own choice never beats +100
+
+  const auto stopped = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  CHECK(stopped.token_ids == std::vector<int32_t>{eos});  // the eos stays in the ids (vLLM)
+  CHECK(stopped.finish_reason == "stop");
+  CHECK(stopped.stop_reason_token == -1);  // vLLM: stop_reason None for eos
+  CHECK(stopped.text.empty());             // <|eos|> is special: skipped in the text
+
+  p.ignore_eos = true;
+  const auto ran_on = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  CHECK(ran_on.token_ids == std::vector<int32_t>(6, eos));
+  CHECK(ran_on.finish_reason == "length");
+
+  // min_tokens (no C++ engine test had it): the executor bans eos for the first 3 tokens and
+  // the scheduler does not stop before them; the 4th is the forced eos. Fails if either layer
+  // drops it (the executor's ban: 3 eos tokens; the scheduler's: 1 token).
+  p.ignore_eos = false;
+  p.min_tokens = 3;
+  const auto deferred = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  REQUIRE(deferred.token_ids.size() == 4);
+  for (size_t i = 0; i < 3; ++i) CHECK(deferred.token_ids[i] != eos);
+  CHECK(deferred.token_ids[3] == eos);
+  CHECK(deferred.finish_reason == "stop");
+}
+
+// ---------------------------------------------------------------------------------------------
+// spaces_between_special_tokens
+
+TEST_CASE("spaces_between_special_tokens reaches the engine's detokenizers",
+          "[engine][sampling]") {
+  // The embedded tokenizer's added tokens (<|bos|> ... <|system|>) are their own byte-level
+  // spelling, so the flag cannot change their text (runtime/tokenizer/tokenizer.hpp says why).
+  // Here the model runs with a copy of its tokenizer where the added tokens 3 and 4 are spelled
+  // "<Ġu>" and "<Ġa>": the ByteLevel decoder writes them "< u>" and "< a>", and with
+  // spaces_between_special_tokens false an added token that follows another is written as its
+  // raw content (vLLM's fast detokenizer). Fails if the flag is dropped anywhere between
+  // SamplingParams and the detokenizer (OutputProcessor's DetokOpen, the tokenizer pool): both
+  // runs would give the same text.
+  tokenizer_test::TempDir dir;
+  nlohmann::json tj = tokenizer_test::read_json(kDefaultModel / "tokenizer.json");
+  const std::string g = "\xC4\xA0";  // "Ġ", the byte-level spelling of a space
+  const std::map<int32_t, std::string> respelled = {{3, "<" + g + "u>"}, {4, "<" + g + "a>"}};
+  size_t edited = 0;
+  for (auto& t : tj["added_tokens"])
+    if (auto it = respelled.find(t["id"].get<int32_t>()); it != respelled.end()) {
+      t["content"] = it->second;
+      ++edited;
+    }
+  REQUIRE(edited == 2);
+  dir.write_json("tokenizer.json", tj);
+  dir.write_json("tokenizer_config.json",
+                 tokenizer_test::read_json(kDefaultModel / "tokenizer_config.json"));
+  EngineArgs a = default_model_args();
+  a.tokenizer = dir.path().string();
+  LLM llm(a);
+  const auto tok = llm.get_tokenizer();
+  REQUIRE(tok);
+  REQUIRE(tok->id_to_token(3) == respelled.at(3));
+  REQUIRE(tok->decode(std::vector<int32_t>{3, 4}, false) == "< u>< a>");
+
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = 4;
+  p.allowed_token_ids = {3, 4};  // every output token is one of the two added tokens
+  p.skip_special_tokens = false;
+  const Prompt prompt("Once upon a time");
+  const auto spaced = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  p.spaces_between_special_tokens = false;
+  const auto raw = llm.generate({prompt}, p, quiet())[0].outputs[0];
+  const auto& ids = spaced.token_ids;
+  REQUIRE(ids.size() == 4);
+  CHECK(raw.token_ids == ids);
+  for (int32_t t : ids) CHECK((t == 3 || t == 4));
+  // true: the decoder's text. false: the first added token decoded (the prompt does not
+  // count), each one after it as written.
+  CHECK(spaced.text == tok->decode(ids, false));
+  std::string want = tok->decode(std::vector<int32_t>{ids[0]}, false);
+  for (size_t i = 1; i < ids.size(); ++i) want += tok->id_to_token(ids[i]);
+  CHECK(raw.text == want);
+  CHECK(raw.text != spaced.text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Beam search refusals not tested elsewhere
+
+TEST_CASE("beam search refuses penalties, masks, min_tokens and processors, naming the field",
+          "[engine][sampling]") {
+  // Each fails if its refusal is removed: the request would then be accepted (or refused for
+  // another reason, without "not supported with use_beam_search"), and beam search would
+  // silently ignore the field.
+  if (!fs::exists(kFixtures / "llama_gqa")) {
+    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
+    return;
+  }
+  LLM llm(beam_engine_args("llama_gqa"));
+  const std::vector<int32_t> prompt{1, 2, 3};
+  const auto refused = [&](const SamplingParams& p, const std::string& what) {
+    INFO(what);
+    try {
+      (void)llm.generate({Prompt(prompt)}, p, quiet());
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK_THAT(std::string(e.what()), Catch::Contains(what) &&
+                                            Catch::Contains("not supported with use_beam_search"));
+    }
+  };
+  SamplingParams ok;
+  ok.use_beam_search = true;
+  ok.temperature = 0.0;
+  ok.best_of = 2;
+  ok.max_tokens = 4;
+  ok.detokenize = false;
+  SamplingParams p = ok;
+  p.frequency_penalty = 0.5;
+  refused(p, "frequency_penalty = 0.5");
+  p = ok;
+  p.presence_penalty = 0.5;
+  refused(p, "presence_penalty = 0.5");
+  p = ok;
+  p.min_tokens = 2;
+  refused(p, "min_tokens = 2");
+  p = ok;
+  p.allowed_token_ids = {5, 6, 7};
+  refused(p, "allowed_token_ids = ");
+  p = ok;
+  p.bad_words = {"x"};
+  refused(p, "bad_words = ");
+  p = ok;
+  p.logits_processors = {"no_repeat_ngram:2"};
+  refused(p, "logits_processors = ");
+  p = ok;
+  p.logits_processor_fns.push_back(
+      [](std::span<const int32_t>, std::span<const int32_t>, std::span<float>) {});
+  refused(p, "logits_processor_fns = 1 callables");
+  p = ok;
+  p.prompt_logprobs = 1;
+  refused(p, "prompt_logprobs = 1");
+  // The engine still serves beam requests.
+  const auto out = llm.generate({Prompt(prompt)}, ok, quiet());
+  REQUIRE(out[0].outputs.size() == 1);
+  CHECK(out[0].outputs[0].token_ids.size() == 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Beam search against references
+
+namespace {
+
+using beam_reference::Case;
+using beam_reference::Hyp;
+
+nlohmann::json fixture_reference(const std::string& name) {
+  std::ifstream in(kFixtures / name / "reference.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+std::vector<std::vector<int32_t>> tokens_of(const std::vector<Hyp>& hs) {
+  std::vector<std::vector<int32_t>> out;
+  for (const Hyp& h : hs) out.push_back(h.tokens);
+  return out;
+}
+
+/// Whether ranking `c`'s hypotheses by cumulative logprob / length (length_penalty 1) orders
+/// them otherwise than `c`'s length_penalty does.
+bool order_depends_on_length_penalty(const Case& c) {
+  std::vector<double> lp1;
+  for (const Hyp& h : c.want) {
+    const double len = double(h.tokens.size());
+    lp1.push_back(h.score * std::pow(len, c.length_penalty) / len);
+  }
+  return !std::is_sorted(lp1.begin(), lp1.end(), std::greater<>());
+}
+
+/// LLM::beam_search's result for `prompt` is `want`, best first (its tokens include the prompt).
+void check_beam_search(const std::vector<BeamSearchOutput>& got, const std::vector<int32_t>& prompt,
+                       const std::vector<Hyp>& want, double length_penalty,
+                       std::optional<int32_t> eos) {
+  REQUIRE(got.size() == 1);
+  REQUIRE(got[0].sequences.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("result " << i);
+    const BeamSearchSequence& s = got[0].sequences[i];
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), want[i].tokens.begin(), want[i].tokens.end());
+    CHECK(s.tokens == full);
+    CHECK(s.logprobs.size() == want[i].tokens.size());
+    const double len = double(want[i].tokens.size());
+    CHECK(s.cum_logprob / std::pow(len, length_penalty) ==
+          Approx(want[i].score).epsilon(1e-4).margin(1e-4));
+    const bool by_eos = eos && !want[i].tokens.empty() && want[i].tokens.back() == *eos;
+    CHECK(s.finish_reason == (by_eos ? "stop" : "length"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("BeamSearchParams length_penalty and ignore_eos reach LLM::beam_search",
+          "[engine][sampling]") {
+  // The fixtures have no eos; a generation_config.json holding only eos_token_id gives them
+  // one, so that LLM::beam_search (which takes no stop tokens) ends hypotheses at it. Each
+  // case is a reference.json case of LLM::beam_search's shape (beam_width beams, all returned,
+  // early_stopping "never") with an eos and length_penalty 0.5.
+  //   length_penalty: fails if to_sampling_params drops it (1.0 ranks these hypotheses, of
+  //     lengths 1 to 12, in another order; counted below).
+  //   ignore_eos: with it the result must be the same search without an eos (the case's
+  //     eos-free twin); fails if it is dropped, as the eos result differs (checked below).
+  size_t ran = 0, lp_changes_order = 0;
+  for (const std::string name : {"llama3_tied", "qwen2"}) {
+    if (!fs::exists(kFixtures / name / "reference.json")) {
+      WARN("fixture " << name << " missing: run tools/make_fixtures.py");
+      continue;
+    }
+    const std::vector<Case> cases = beam_reference::json_cases(fixture_reference(name));
+    for (const Case& c : cases) {
+      if (!c.eos || c.early_stopping != "never" || c.num_beams != c.num_return) continue;
+      INFO("fixture " << name << ", prompt of " << c.prompt.size() << ", " << c.num_beams
+                      << " beams, length_penalty " << c.length_penalty << ", eos " << *c.eos);
+      const Case* twin = nullptr;
+      for (const Case& t : cases)
+        if (!t.eos && t.prompt == c.prompt && t.early_stopping == "never" &&
+            t.num_beams == c.num_beams && t.num_return == c.num_return && t.max_new == c.max_new)
+          twin = &t;
+      REQUIRE(twin != nullptr);
+      REQUIRE(tokens_of(twin->want) != tokens_of(c.want));  // ignore_eos has teeth here
+      if (order_depends_on_length_penalty(c)) ++lp_changes_order;
+
+      tokenizer_test::TempDir dir;
+      dir.write_json("generation_config.json", nlohmann::json{{"eos_token_id", *c.eos}});
+      EngineArgs a = beam_engine_args(name);
+      a.generation_config = dir.path().string();
+      LLM llm(a);
+      BeamSearchParams bp;
+      bp.beam_width = c.num_beams;
+      bp.max_tokens = c.max_new;
+      bp.length_penalty = c.length_penalty;
+      bp.ignore_eos = false;
+      {
+        INFO("ignore_eos false");
+        check_beam_search(llm.beam_search({Prompt(c.prompt)}, bp), c.prompt, c.want,
+                          c.length_penalty, c.eos);
+      }
+      // Without an eos every hypothesis has max_tokens tokens, so the length penalty divides
+      // them all alike: the twin's tokens, scored with the twin's length_penalty.
+      bp.ignore_eos = true;
+      {
+        INFO("ignore_eos true");
+        check_beam_search(llm.beam_search({Prompt(c.prompt)}, bp), c.prompt, twin->want,
+                          twin->length_penalty, std::nullopt);
+      }
+      ++ran;
+    }
+  }
+  REQUIRE(ran > 0);
+  CHECK(lp_changes_order > 0);  // length_penalty has teeth in at least one case
+}
+
+TEST_CASE("early_stopping true, false and never each give transformers' result, which differ",
+          "[engine][sampling]") {
+  // reference.json has no two cases that differ in early_stopping alone, so the references
+  // here come from the transcription of transformers' _beam_search on the model's own
+  // logprobs. The case is the first of the fixture's eos cases where true and "never" give
+  // different hypotheses; fails if early_stopping is ignored (one mode's run would not match
+  // its reference).
+  const std::string name = "llama3_tied";
+  if (!fs::exists(kFixtures / name / "reference.json")) {
+    WARN("fixture " << name << " missing: run tools/make_fixtures.py");
+    return;
+  }
+  const nlohmann::json j = fixture_reference(name);
+  const auto vocab = j["vocab_size"].get<int32_t>();
+  LLM llm(beam_engine_args(name));
+  std::vector<Case> cases;
+  for (const Case& c : beam_reference::json_cases(j))
+    if (c.eos) cases.push_back(c);
+  // Those transformers ran with early_stopping true first: they are the likeliest to differ.
+  std::stable_partition(cases.begin(), cases.end(),
+                        [](const Case& c) { return c.early_stopping == "true"; });
+  std::optional<Case> chosen;
+  std::vector<Hyp> want_true, want_never;
+  for (Case c : cases) {
+    c.early_stopping = "true";
+    auto t = beam_reference::reference_beam_search(llm, c, vocab);
+    c.early_stopping = "never";
+    auto n = beam_reference::reference_beam_search(llm, c, vocab);
+    if (tokens_of(t) != tokens_of(n)) {
+      chosen = c;
+      want_true = std::move(t);
+      want_never = std::move(n);
+      break;
+    }
+  }
+  REQUIRE(chosen.has_value());  // the modes do change a result: the test has teeth
+  Case c_true = *chosen, c_never = *chosen, c_false = *chosen;
+  c_true.early_stopping = "true";
+  c_never.early_stopping = "never";
+  c_false.early_stopping = "false";
+  const std::vector<Hyp> want_false =
+      beam_reference::reference_beam_search(llm, c_false, vocab);
+  INFO("prompt of " << chosen->prompt.size() << ", " << chosen->num_beams << " beams, n "
+                    << chosen->num_return << ", length_penalty " << chosen->length_penalty
+                    << ", eos " << *chosen->eos << "; false agrees with true: "
+                    << (tokens_of(want_false) == tokens_of(want_true))
+                    << ", with never: " << (tokens_of(want_false) == tokens_of(want_never)));
+  // "never" searches on from where true stops, so every result is at least as good.
+  for (size_t i = 0; i < want_true.size(); ++i)
+    CHECK(want_never[i].score >= want_true[i].score - 1e-9);
+
+  // All three together, and each alone.
+  const std::vector<Case> cs = {c_true, c_never, c_false};
+  const std::vector<std::vector<Hyp>> wants = {want_true, want_never, want_false};
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (const Case& c : cs) {
+    prompts.emplace_back(c.prompt);
+    params.push_back(beam_reference::beam_params(c));
+  }
+  const auto together = llm.generate(prompts, params, quiet());
+  REQUIRE(together.size() == 3);
+  for (size_t i = 0; i < 3; ++i) beam_reference::check_same(together[i], cs[i], wants[i]);
+  for (size_t i = 0; i < 3; ++i)
+    beam_reference::check_same(llm.generate({Prompt(cs[i].prompt)}, params[i], quiet())[0],
+                               cs[i], wants[i]);
+}
