@@ -18,6 +18,8 @@ namespace troupe::engine_fixtures {
 namespace fs = std::filesystem;
 
 inline const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
+/// The embedded default model (troupe-fortunes), which has a tokenizer.
+inline const fs::path kDefaultModel = fs::path(TROUPE_SOURCE_DIR) / "models" / "troupe-fortunes";
 
 struct Reference {
   std::vector<std::vector<int32_t>> prompts;

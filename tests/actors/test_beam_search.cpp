@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <span>
 #include <string>
 
 #include "actors/llm.hpp"
@@ -260,6 +261,32 @@ TEST_CASE("beam search refuses what it cannot honour, naming the field", "[engin
   p.use_beam_search = false;
   p.early_stopping = EarlyStopping::never;
   refused(p, "early_stopping = never");
+  // Each would be ignored by the beams if its refusal went (the message names both).
+  p = ok;
+  p.frequency_penalty = 0.5;
+  refused(p, "frequency_penalty = 0.5");
+  p = ok;
+  p.presence_penalty = 0.5;
+  refused(p, "presence_penalty = 0.5");
+  p = ok;
+  p.min_tokens = 2;
+  refused(p, "min_tokens = 2");
+  p = ok;
+  p.allowed_token_ids = {5, 6, 7};
+  refused(p, "allowed_token_ids = ");
+  p = ok;
+  p.bad_words = {"x"};
+  refused(p, "bad_words = ");
+  p = ok;
+  p.logits_processors = {"no_repeat_ngram:2"};
+  refused(p, "logits_processors = ");
+  p = ok;
+  p.logits_processor_fns.push_back(
+      [](std::span<const int32_t>, std::span<const int32_t>, std::span<float>) {});
+  refused(p, "logits_processor_fns = 1 callables");
+  p = ok;
+  p.prompt_logprobs = 1;
+  refused(p, "prompt_logprobs = 1");
   BeamSearchParams bp;
   bp.beam_width = 2;
   bp.max_tokens = 4;

@@ -3,7 +3,6 @@
 //   - detokenize = false on a model that has a tokenizer (the embedded troupe-fortunes);
 //   - ignore_eos (and min_tokens) with the eos forced by logit_bias;
 //   - spaces_between_special_tokens through OutputProcessor -> tokenizer pool -> detokenizer;
-//   - the beam-search refusals of the fields not refused in a test yet;
 //   - BeamSearchParams.length_penalty and .ignore_eos, against transformers' generate() (the
 //     fixtures' reference.json "beam" section), with the eos given by a generation_config.json;
 //   - early_stopping true / false / "never" on a case where they give different results,
@@ -36,8 +35,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
-const fs::path kDefaultModel = fs::path(TROUPE_SOURCE_DIR) / "models" / "troupe-fortunes";
+using engine_fixtures::kDefaultModel;
+using engine_fixtures::kFixtures;
 
 /// The embedded default model, which has a tokenizer (eos <|eos|> = id 1).
 EngineArgs default_model_args() {
@@ -205,67 +204,6 @@ TEST_CASE("spaces_between_special_tokens reaches the engine's detokenizers",
   for (size_t i = 1; i < ids.size(); ++i) want += tok->id_to_token(ids[i]);
   CHECK(raw.text == want);
   CHECK(raw.text != spaced.text);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Beam search refusals not tested elsewhere
-
-TEST_CASE("beam search refuses penalties, masks, min_tokens and processors, naming the field",
-          "[engine][sampling]") {
-  // Each fails if its refusal is removed: the request would then be accepted (or refused for
-  // another reason, without "not supported with use_beam_search"), and beam search would
-  // silently ignore the field.
-  if (!fs::exists(kFixtures / "llama_gqa")) {
-    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
-    return;
-  }
-  LLM llm(beam_engine_args("llama_gqa"));
-  const std::vector<int32_t> prompt{1, 2, 3};
-  const auto refused = [&](const SamplingParams& p, const std::string& what) {
-    INFO(what);
-    try {
-      (void)llm.generate({Prompt(prompt)}, p, quiet());
-      FAIL("accepted");
-    } catch (const Error& e) {
-      CHECK_THAT(std::string(e.what()), Catch::Contains(what) &&
-                                            Catch::Contains("not supported with use_beam_search"));
-    }
-  };
-  SamplingParams ok;
-  ok.use_beam_search = true;
-  ok.temperature = 0.0;
-  ok.best_of = 2;
-  ok.max_tokens = 4;
-  ok.detokenize = false;
-  SamplingParams p = ok;
-  p.frequency_penalty = 0.5;
-  refused(p, "frequency_penalty = 0.5");
-  p = ok;
-  p.presence_penalty = 0.5;
-  refused(p, "presence_penalty = 0.5");
-  p = ok;
-  p.min_tokens = 2;
-  refused(p, "min_tokens = 2");
-  p = ok;
-  p.allowed_token_ids = {5, 6, 7};
-  refused(p, "allowed_token_ids = ");
-  p = ok;
-  p.bad_words = {"x"};
-  refused(p, "bad_words = ");
-  p = ok;
-  p.logits_processors = {"no_repeat_ngram:2"};
-  refused(p, "logits_processors = ");
-  p = ok;
-  p.logits_processor_fns.push_back(
-      [](std::span<const int32_t>, std::span<const int32_t>, std::span<float>) {});
-  refused(p, "logits_processor_fns = 1 callables");
-  p = ok;
-  p.prompt_logprobs = 1;
-  refused(p, "prompt_logprobs = 1");
-  // The engine still serves beam requests.
-  const auto out = llm.generate({Prompt(prompt)}, ok, quiet());
-  REQUIRE(out[0].outputs.size() == 1);
-  CHECK(out[0].outputs[0].token_ids.size() == 4);
 }
 
 // ---------------------------------------------------------------------------------------------
