@@ -20,6 +20,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -386,4 +387,62 @@ TEST_CASE("early_stopping true, false and never each give transformers' result, 
   for (size_t i = 0; i < 3; ++i)
     beam_reference::check_same(llm.generate({Prompt(cs[i].prompt)}, params[i], quiet())[0],
                                cs[i], wants[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// repetition_penalty against transformers' logits
+
+TEST_CASE("repetition_penalty picks the token transformers' RepetitionPenaltyLogitsProcessor "
+          "picks from the same logits",
+          "[engine][sampling]") {
+  // The reference applies transformers' rule (generation/logits_process.py: every token of the
+  // input, prompt included, has its logit multiplied by the penalty where negative and divided
+  // by it where positive) in float64 to the logits transformers computed for the prompt's last
+  // position (reference.json's last_logits), and takes the argmax. The engine's first greedy
+  // token under the same penalty must be it. Fails if the penalty is ignored (some prompts'
+  // tokens change: counted below) or applied to the wrong tokens or the wrong way round.
+  size_t checked = 0, changed = 0;
+  for (const std::string name : {"llama_gqa", "qwen2", "llama3_tied"}) {
+    if (!fs::exists(kFixtures / name / "reference.json")) {
+      WARN("fixture " << name << " missing: run tools/make_fixtures.py");
+      continue;
+    }
+    std::ifstream in(kFixtures / name / "reference.json");
+    const auto j = nlohmann::json::parse(in);
+    EngineArgs a = engine_fixtures::fixture_args(name);
+    a.device = "cpu";
+    LLM llm(a);
+    // Below 1 the penalty favours tokens already seen (allowed by both), which changes the
+    // argmax of these prompts; above 1 it lowers them.
+    for (const double penalty : {0.2, 0.5, 1.3, 2.0}) {
+      for (const auto& pr : j["prompts"]) {
+        const auto prompt = pr["token_ids"].get<std::vector<int32_t>>();
+        const auto logits = pr["last_logits"].get<std::vector<double>>();
+        const std::set<int32_t> seen(prompt.begin(), prompt.end());
+        std::vector<double> penalised = logits;
+        for (int32_t t : seen) {
+          double& x = penalised[size_t(t)];
+          x = x < 0 ? x * penalty : x / penalty;
+        }
+        const auto argmax = [](const std::vector<double>& v) {
+          return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+        };
+        // A near-tie between float32 and float64 logits could flip the argmax: skip those.
+        std::vector<double> sorted = penalised;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        if (sorted[0] - sorted[1] < 1e-3) continue;
+        const int32_t want = argmax(penalised);
+        SamplingParams p = engine_fixtures::greedy_params(1);
+        p.repetition_penalty = penalty;
+        INFO("fixture " << name << ", prompt of " << prompt.size() << ", penalty " << penalty);
+        const auto out = llm.generate({Prompt(prompt)}, p, quiet());
+        REQUIRE(out[0].outputs.at(0).token_ids.size() == 1);
+        CHECK(out[0].outputs[0].token_ids[0] == want);
+        ++checked;
+        if (want != argmax(logits)) ++changed;
+      }
+    }
+  }
+  REQUIRE(checked > 0);
+  CHECK(changed > 0);  // the penalty changes some first tokens: the test has teeth
 }
