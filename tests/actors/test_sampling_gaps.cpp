@@ -446,3 +446,64 @@ TEST_CASE("repetition_penalty picks the token transformers' RepetitionPenaltyLog
   REQUIRE(checked > 0);
   CHECK(changed > 0);  // the penalty changes some first tokens: the test has teeth
 }
+
+// ---------------------------------------------------------------------------------------------
+// The fields that travel to `troupe worker` processes
+
+TEST_CASE("logit_bias and allowed_token_ids and min_tokens and prompt_logprobs reach "
+          "remote executors",
+          "[engine][sampling][parallel]") {
+  // The same requests on one in-process executor and on worker processes (TP 2, PP 2): the
+  // remote ranks learn each field only from the serialised SeqSampling (actors/messages.hpp),
+  // so a field left out there would make their tokens differ from the in-process ones. Each
+  // request's tokens also differ from plain greedy ones (the field matters).
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
+    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
+    return;
+  }
+  const auto ref = engine_fixtures::load_reference("llama_gqa");
+  const std::vector<int32_t> prompt = ref.prompts[3];
+  const auto& greedy = ref.greedy[3];
+  std::vector<SamplingParams> ps(4, engine_fixtures::greedy_params(8));
+  ps[0].logit_bias = {{17, 12.0f}};
+  ps[1].allowed_token_ids = {3, 5, 7, 11};
+  ps[2].ignore_eos = true;
+  ps[2].stop_token_ids = {greedy[1]};  // plain greedy stops after 2 tokens
+  ps[2].min_tokens = 5;
+  ps[3].prompt_logprobs = 2;
+  const std::vector<Prompt> prompts(ps.size(), Prompt(prompt));
+  const auto run = [&](int64_t tp, int64_t pp) {
+    EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
+    a.device = "cpu";
+    a.tensor_parallel_size = tp;
+    a.pipeline_parallel_size = pp;
+    LLM llm(a);
+    return llm.generate(prompts, ps, quiet());
+  };
+  const auto local = run(1, 1);
+  const std::vector<int32_t> plain(greedy.begin(), greedy.begin() + 8);
+  CHECK(local[0].outputs[0].token_ids != plain);
+  for (int32_t t : local[1].outputs[0].token_ids)
+    CHECK((t == 3 || t == 5 || t == 7 || t == 11));
+  CHECK(local[2].outputs[0].token_ids.size() >= 5);
+  REQUIRE(local[3].prompt_logprobs);
+  for (const auto& [tp, pp] : {std::pair<int64_t, int64_t>{2, 1}, {1, 2}}) {
+    INFO("tp " << tp << " x pp " << pp);
+    const auto remote = run(tp, pp);
+    REQUIRE(remote.size() == local.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      INFO("request " << i);
+      CHECK(remote[i].outputs.at(0).token_ids == local[i].outputs.at(0).token_ids);
+      CHECK(remote[i].outputs[0].finish_reason == local[i].outputs[0].finish_reason);
+    }
+    REQUIRE(remote[3].prompt_logprobs);
+    const auto& got = *remote[3].prompt_logprobs;
+    const auto& want = *local[3].prompt_logprobs;
+    REQUIRE(got.size() == want.size());
+    for (size_t k = 1; k < want.size(); ++k) {
+      CHECK(got[k].size() == want[k].size());
+      const int32_t tok = prompt[k];
+      CHECK(got[k].at(tok).logprob == Approx(want[k].at(tok).logprob).margin(1e-5));
+    }
+  }
+}
