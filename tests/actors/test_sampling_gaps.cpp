@@ -507,3 +507,166 @@ TEST_CASE("logit_bias and allowed_token_ids and min_tokens and prompt_logprobs r
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// presence and frequency penalties, top_k, top_p, min_p, max_tokens = None: end to end
+
+TEST_CASE("presence and frequency penalties: greedy tokens are the argmax of the model's "
+          "logprobs less vLLM's penalties on the output so far",
+          "[engine][sampling]") {
+  // The reference (vLLM's rule: logits -= presence * [count > 0] + frequency * count over the
+  // tokens generated so far, the prompt not counted) is applied in float64 to the model's raw
+  // logprobs for each sequence so far, which differ from its logits by a constant per row, so
+  // the argmax is the same. Fails if either penalty is ignored (the tokens differ from plain
+  // greedy ones in some cases: counted below), counts the prompt, or has its sign wrong.
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
+    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
+    return;
+  }
+  const auto ref = engine_fixtures::load_reference("llama_gqa");
+  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
+  a.device = "cpu";
+  a.max_logprobs = -1;
+  LLM llm(a);
+  constexpr int32_t kVocab = 256;
+  constexpr int64_t kSteps = 10;
+  size_t compared = 0, changed = 0;
+  for (const auto& [presence, frequency] :
+       {std::pair<double, double>{1.5, 0.0}, {0.0, 0.7}, {0.8, 0.4}, {-1.0, 0.0}}) {
+    for (size_t pi = 0; pi < 3; ++pi) {
+      const std::vector<int32_t>& prompt = ref.prompts[pi];
+      std::vector<int32_t> seq = prompt, want;
+      std::map<int32_t, int> counts;
+      for (int64_t step = 0; step < kSteps; ++step) {
+        const auto row = beam_reference::next_logprobs(llm, {seq}, kVocab)[0];
+        std::vector<double> pen = row;
+        for (const auto& [t, c] : counts) pen[size_t(t)] -= presence + frequency * c;
+        std::vector<double> sorted = pen;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        if (sorted[0] - sorted[1] < 1e-4) break;  // a near-tie: compare up to here
+        const auto tok = int32_t(std::max_element(pen.begin(), pen.end()) - pen.begin());
+        want.push_back(tok);
+        seq.push_back(tok);
+        ++counts[tok];
+      }
+      SamplingParams p = engine_fixtures::greedy_params(kSteps);
+      p.presence_penalty = presence;
+      p.frequency_penalty = frequency;
+      INFO("prompt " << pi << ", presence " << presence << ", frequency " << frequency);
+      const auto got = llm.generate({Prompt(prompt)}, p, quiet())[0].outputs.at(0).token_ids;
+      REQUIRE(got.size() == size_t(kSteps));
+      CHECK(std::vector<int32_t>(got.begin(), got.begin() + std::ptrdiff_t(want.size())) == want);
+      ++compared;
+      const std::vector<int32_t> plain(ref.greedy[pi].begin(),
+                                       ref.greedy[pi].begin() + std::ptrdiff_t(want.size()));
+      if (want != plain) ++changed;
+    }
+  }
+  REQUIRE(compared > 0);
+  CHECK(changed > 0);
+}
+
+TEST_CASE("top_k and top_p and min_p: every sampled token lies in the set each allows",
+          "[engine][sampling]") {
+  // Seeded sampling at temperature 1, whole-vocabulary raw logprobs returned with each token:
+  // the set a knob allows at a position is computed from them (vLLM's rules), and every sampled
+  // token must lie in it. Fails if the knob is ignored: the same requests without it sample
+  // tokens outside the set (checked: the test has teeth).
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
+    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
+    return;
+  }
+  const auto ref = engine_fixtures::load_reference("llama_gqa");
+  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
+  a.device = "cpu";
+  a.max_logprobs = -1;
+  LLM llm(a);
+  // Whether `tok` is allowed at a position whose raw logprobs are `lp` (token -> logprob).
+  using Allowed = std::function<bool(const std::map<int32_t, double>&, int32_t)>;
+  const auto sorted_probs = [](const std::map<int32_t, double>& lp) {
+    std::vector<std::pair<double, int32_t>> v;
+    for (const auto& [t, l] : lp) v.emplace_back(std::exp(l), t);
+    std::sort(v.begin(), v.end(), std::greater<>());
+    return v;
+  };
+  struct Knob {
+    const char* name;
+    std::function<void(SamplingParams&)> set;
+    Allowed allowed;
+  };
+  const std::vector<Knob> knobs = {
+      {"top_k = 3", [](SamplingParams& p) { p.top_k = 3; },
+       [&](const std::map<int32_t, double>& lp, int32_t tok) {
+         const auto v = sorted_probs(lp);
+         return lp.at(tok) >= std::log(v[2].first) - 1e-6;  // ties at the 3rd may go either way
+       }},
+      {"top_p = 0.5", [](SamplingParams& p) { p.top_p = 0.5; },
+       [&](const std::map<int32_t, double>& lp, int32_t tok) {
+         // The smallest set of most likely tokens whose mass reaches 0.5 (vLLM keeps a token
+         // when the mass of the tokens before it is below top_p).
+         double before = 0;
+         for (const auto& [prob, t] : sorted_probs(lp)) {
+           if (before > 0.5 + 1e-6) return false;
+           if (t == tok) return true;
+           before += prob;
+         }
+         return false;
+       }},
+      {"min_p = 0.3", [](SamplingParams& p) { p.min_p = 0.3; },
+       [&](const std::map<int32_t, double>& lp, int32_t tok) {
+         const auto v = sorted_probs(lp);
+         return std::exp(lp.at(tok)) >= 0.3 * v[0].first - 1e-6;
+       }},
+  };
+  for (const Knob& k : knobs) {
+    INFO(k.name);
+    size_t outside_without = 0, draws = 0;
+    for (const bool with : {true, false}) {
+      std::vector<SamplingParams> ps;
+      std::vector<Prompt> prompts;
+      for (size_t i = 0; i < 12; ++i) {
+        SamplingParams p = engine_fixtures::greedy_params(6);
+        p.temperature = 1.0;
+        p.seed = int64_t(1000 + i);
+        p.logprobs = -1;
+        if (with) k.set(p);
+        ps.push_back(p);
+        prompts.emplace_back(ref.prompts[i % ref.prompts.size()]);
+      }
+      for (const auto& out : llm.generate(prompts, ps, quiet())) {
+        const auto& o = out.outputs.at(0);
+        REQUIRE(o.logprobs);
+        for (size_t pos = 0; pos < o.token_ids.size(); ++pos) {
+          std::map<int32_t, double> lp;
+          for (const auto& [t, e] : o.logprobs->at(pos)) lp[t] = double(e.logprob);
+          REQUIRE(lp.size() == 256);
+          const bool ok = k.allowed(lp, o.token_ids[pos]);
+          if (with) {
+            CHECK(ok);
+            ++draws;
+          } else if (!ok) {
+            ++outside_without;
+          }
+        }
+      }
+    }
+    CHECK(draws == 12 * 6);
+    CHECK(outside_without > 0);  // without the knob some draws fall outside: it has teeth
+  }
+}
+
+TEST_CASE("max_tokens unset runs to max_model_len", "[engine][sampling]") {
+  // vLLM's None: the output fills the context. Fails if unset were taken as a fixed default.
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  const auto ref = engine_fixtures::load_reference("llama_gqa");
+  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
+  a.device = "cpu";
+  a.max_model_len = 64;
+  LLM llm(a);
+  SamplingParams p = engine_fixtures::greedy_params(1);
+  p.max_tokens = std::nullopt;
+  const auto& prompt = ref.prompts[3];  // 33 tokens
+  const auto out = llm.generate({Prompt(prompt)}, p, quiet())[0].outputs.at(0);
+  CHECK(out.token_ids.size() == 64 - prompt.size());
+  CHECK(out.finish_reason == "length");
+}
