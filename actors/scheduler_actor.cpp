@@ -42,7 +42,8 @@ struct scheduler_state {
     Clock::time_point asked;
     std::vector<caf::typed_response_promise<std::string>> waiters;
   };
-  std::optional<Drain> drain;
+  std::optional<Drain> drain;  // the move in progress
+  std::deque<Drain> queued;    // ranks asked to move meanwhile (a node's workers all leaving)
   bool migrating = false;
   std::vector<bool> drain_faults_fired;  // per config.faults entry: a drain fault fires once
   uint64_t migrations = 0, blocks_migrated = 0, swap_blocks_migrated = 0;
@@ -100,7 +101,7 @@ using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void step(self_ptr self);
 void start_drain(self_ptr self);
-void end_drain(self_ptr self, const caf::error& err, const std::string& done);
+void end_drain(self_ptr self, const caf::error& err, const std::string& done, bool all);
 
 /// Fails every sequence with `why`; `fatal` when no executor is left to run another step.
 void fail_everything(self_ptr self, const std::string& why, bool fatal) {
@@ -118,7 +119,7 @@ void fail_everything(self_ptr self, const std::string& why, bool fatal) {
 void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost) {
   auto& st = self->state;
   if (st.executors_lost || st.recovering) return;
-  end_drain(self, make_troupe_error(fmt::format("the move was cut short: {}", why)), {});
+  end_drain(self, make_troupe_error(fmt::format("the move was cut short: {}", why)), {}, true);
   ++st.faults_seen;
   ++st.epoch;
   st.in_flight.clear();  // late answers of these steps find nothing and are dropped
@@ -175,8 +176,9 @@ void lose(self_ptr self, size_t rank, const std::string& why, bool process_lost)
           });
 }
 
-/// Answers everyone waiting for the drain in progress and ends it.
-void end_drain(self_ptr self, const caf::error& err, const std::string& done) {
+/// Answers everyone waiting for the drain in progress and ends it; the next queued one (if
+/// any) becomes the one in progress, or with `all` every queued one gets `err` too.
+void end_drain(self_ptr self, const caf::error& err, const std::string& done, bool all) {
   auto& st = self->state;
   if (!st.drain) return;
   for (auto& rp : st.drain->waiters) {
@@ -187,6 +189,34 @@ void end_drain(self_ptr self, const caf::error& err, const std::string& done) {
   }
   st.drain.reset();
   st.migrating = false;
+  if (all) {
+    for (auto& d : st.queued)
+      for (auto& rp : d.waiters) rp.deliver(err);
+    st.queued.clear();
+  }
+  if (!st.queued.empty()) {
+    st.drain = std::move(st.queued.front());
+    st.queued.pop_front();
+  }
+}
+
+/// Rank `rank` is asked to move: it joins the move in progress or the queue (once each).
+scheduler_state::Drain& ask_drain(self_ptr self, size_t rank) {
+  auto& st = self->state;
+  if (st.drain && st.drain->rank == rank) return *st.drain;
+  for (auto& d : st.queued)
+    if (d.rank == rank) return d;
+  scheduler_state::Drain d;
+  d.rank = rank;
+  d.asked = Clock::now();
+  spdlog::info("scheduler: moving {} to another worker once the steps in flight are done",
+               st.ranks.names[rank]);
+  if (!st.drain) {
+    st.drain = std::move(d);
+    return *st.drain;
+  }
+  st.queued.push_back(std::move(d));
+  return st.queued.back();
 }
 
 /// Moves the rank of the drain in progress once no step is in flight: the cache manager names
@@ -197,11 +227,12 @@ void start_drain(self_ptr self) {
   auto& st = self->state;
   if (!st.drain || st.migrating || st.planning || !st.in_flight.empty()) return;
   if (st.executors_lost || st.recovering) {
-    end_drain(self, make_troupe_error("the executors are being replaced after a fault"), {});
+    end_drain(self, make_troupe_error("the executors are being replaced after a fault"), {},
+              true);
     return;
   }
   if (!st.recovery) {
-    end_drain(self, make_troupe_error("this engine cannot replace executors"), {});
+    end_drain(self, make_troupe_error("this engine cannot replace executors"), {}, true);
     return;
   }
   st.migrating = true;
@@ -234,7 +265,7 @@ void start_drain(self_ptr self) {
                       report.from, report.to, report.blocks, report.cpu_blocks,
                       double(report.bytes) / double(1 << 20), report.copy_seconds, took);
                   spdlog::warn("scheduler: {}", done);
-                  end_drain(self, {}, done);
+                  end_drain(self, {}, done, false);
                   step(self);
                 },
                 [=](caf::error& e) {
@@ -242,7 +273,7 @@ void start_drain(self_ptr self) {
                   if (s2.epoch != epoch || s2.executors_lost) return;
                   const bool untouched = e == caf::sec::feature_disabled;
                   const std::string why = error_text(e);
-                  end_drain(self, e, {});
+                  end_drain(self, e, {}, !untouched);
                   if (untouched) {
                     spdlog::warn("scheduler: rank {} stays where it is: {}", rank, why);
                     step(self);
@@ -256,7 +287,7 @@ void start_drain(self_ptr self) {
       [=](caf::error& e) {
         auto& s = self->state;
         if (s.epoch != epoch) return;
-        end_drain(self, e, {});
+        end_drain(self, e, {}, false);
         step(self);
       });
 }
@@ -377,15 +408,13 @@ void step(self_ptr self) {
   st.drain_faults_fired.resize(st.config.faults.size(), false);
   for (size_t i = 0; i < st.config.faults.size(); ++i) {
     const FaultSpec& f = st.config.faults[i];
-    if (f.kind != FaultKind::drain || st.drain_faults_fired[i] || st.drain ||
+    if (f.kind != FaultKind::drain || st.drain_faults_fired[i] ||
         st.sched->next_step_id() < f.step || size_t(f.rank) >= st.ranks.handles.size())
       continue;
     st.drain_faults_fired[i] = true;
     spdlog::warn("scheduler: injected fault '{}': {} asks to leave", f.text,
                  st.ranks.names[size_t(f.rank)]);
-    st.drain.emplace();
-    st.drain->rank = size_t(f.rank);
-    st.drain->asked = Clock::now();
+    (void)ask_drain(self, size_t(f.rank));
   }
   if (st.drain) {  // nothing more is planned until the rank has moved
     start_drain(self);
@@ -595,19 +624,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
               "rank {} does not exist: the engine has {} rank(s)", rank, s.ranks.handles.size())));
           return rp;
         }
-        if (s.drain && s.drain->rank != rank) {
-          rp.deliver(make_troupe_error(fmt::format(
-              "rank {} is moving already; ask again for rank {} once it has", s.drain->rank, rank)));
-          return rp;
-        }
-        if (!s.drain) {
-          s.drain.emplace();
-          s.drain->rank = rank;
-          s.drain->asked = Clock::now();
-          spdlog::info("scheduler: moving {} to another worker once the steps in flight are done",
-                       s.ranks.names[rank]);
-        }
-        s.drain->waiters.push_back(rp);
+        ask_drain(self, size_t(rank)).waiters.push_back(rp);
         start_drain(self);
         return rp;
       },

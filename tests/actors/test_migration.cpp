@@ -125,6 +125,23 @@ TEST_CASE("a drained rank moves to a fresh worker with its KV cache: the same to
   }
 }
 
+TEST_CASE("every worker leaving at once: the ranks move one after another",
+          "[engine][parallel][migrate]") {
+  // A node with all of an engine's workers drained (both SIGTERMed together): the second ask
+  // waits for the first move rather than being refused.
+  if (!have_fixture()) return;
+  const Reference ref = load_reference("llama_gqa");
+  const Run clean = run(parallel_args(2, 1), ref);
+  EngineArgs a = parallel_args(2, 1);
+  a.fault = {"drain:rank=0,step=6", "drain:rank=1,step=6"};
+  const Run got = run(a, ref);
+  check_greedy(got, ref);
+  CHECK(got.tokens == clean.tokens);
+  CHECK(got.ss.migrations == 2);
+  CHECK(got.ss.faults_seen == 0);
+  CHECK(got.ss.sequences_recomputed == 0);
+}
+
 TEST_CASE("a drained rank's swap space moves with it: swapped-out sequences come back from "
           "the new worker",
           "[engine][parallel][migrate][swap]") {
