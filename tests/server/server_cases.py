@@ -867,6 +867,93 @@ def case_sampling_fields():
         assert st == 200 and g == {"text": [prompt + greedy["text"]]}, (g, greedy)
 
 
+def case_stop_fields():
+    """stop, include_stop_str_in_output and spaces_between_special_tokens through
+    /v1/completions with raw HTTP, plain and streamed: each field changes the text the way vLLM's
+    does, so a server that dropped one would fail here."""
+    prompt = "Once upon a time"
+    greedy = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+
+    def complete(server, body):
+        """(the whole choice, the streamed text) of one request, sent plain and streamed."""
+        st, r = http(server.url + "/v1/completions", body)
+        assert st == 200, (body, r)
+        st, events = http(server.url + "/v1/completions", {**body, "stream": True})
+        assert st == 200, (body, events)
+        events = sse_data(events)
+        assert events[-1] == "[DONE]", events
+        chunks = [json.loads(e)["choices"][0] for e in events[:-1]]
+        assert chunks[-1]["finish_reason"] == r["choices"][0]["finish_reason"], (chunks, r)
+        assert chunks[-1]["stop_reason"] == r["choices"][0]["stop_reason"], (chunks, r)
+        return r["choices"][0], "".join(c["text"] for c in chunks), r["usage"]
+
+    with Server() as s:
+        full, _, _ = complete(s, greedy)
+        full = full["text"]
+        assert full and full.count(" ") >= 8, full  # 16 greedy tokens of words
+        # The stop string: two words from the middle of the greedy text (so it spans tokens and
+        # is met after some text), e.g. " man who" in ', a man is a man who has a man ...'.
+        stop = " " + " ".join(full.split()[5:7])
+        cut = full.index(stop)
+        assert cut > 0, (full, stop)
+        # stop (a string and a list): the text ends just before the first match and generation
+        # stops there (fewer than max_tokens tokens, finish_reason "stop", stop_reason the
+        # string). A server that ignored stop would answer the whole 16-token `full` with
+        # finish_reason "length".
+        for stops in (stop, [stop], ["never-generated-xyz", stop]):
+            c, streamed, usage = complete(s, {**greedy, "stop": stops})
+            assert c["text"] == full[:cut] and streamed == full[:cut], (stops, c, streamed, full)
+            assert c["finish_reason"] == "stop" and c["stop_reason"] == stop, c
+            assert usage["completion_tokens"] < 16, usage
+        # include_stop_str_in_output: false (and absent) cuts before the stop string, true keeps
+        # it, and the two differ by exactly the stop string; ignoring the field would give the
+        # same text for both.
+        for include, want in ((False, full[:cut]), (True, full[:cut + len(stop)])):
+            c, streamed, _ = complete(s, {**greedy, "stop": [stop],
+                                          "include_stop_str_in_output": include})
+            assert c["text"] == want and streamed == want, (include, c, streamed, want)
+            assert c["finish_reason"] == "stop" and c["stop_reason"] == stop, (include, c)
+        # The embedded tokenizer's added tokens (<|bos|> ... <|system|>) are spelled in ASCII,
+        # which the ByteLevel decoder writes unchanged, so spaces_between_special_tokens cannot
+        # change their text (as vLLM's fast detokenizer): two added tokens in a row read the
+        # same either way.
+        forced = {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                  "allowed_token_ids": [3, 4], "skip_special_tokens": False}
+        texts = {sp: complete(s, {**forced, "spaces_between_special_tokens": sp})[0]["text"]
+                 for sp in (True, False)}
+        assert texts[True] == texts[False] and texts[True].startswith("<|"), texts
+    # spaces_between_special_tokens: a copy of the tokenizer where the added tokens 3 and 4 are
+    # spelled "<Ġu>" and "<Ġa>" (as tests/actors/test_sampling_gaps.cpp does): the ByteLevel
+    # decoder writes them "< u>" and "< a>", and with skip_special_tokens false and
+    # spaces_between_special_tokens false vLLM's fast detokenizer writes an added token that
+    # follows another output added token as its raw content. A server that dropped the field
+    # (or skip_special_tokens) would answer the decoder's text both times.
+    with tempfile.TemporaryDirectory() as tok_dir:
+        tj = json.loads((MODEL / "tokenizer.json").read_text())
+        spelled = {3: "<\u0120u>", 4: "<\u0120a>"}  # Ġ: the byte-level spelling of a space
+        for t in tj["added_tokens"]:
+            t["content"] = spelled.get(t["id"], t["content"])
+        pathlib.Path(tok_dir, "tokenizer.json").write_text(json.dumps(tj))
+        pathlib.Path(tok_dir, "tokenizer_config.json").write_text(
+            (MODEL / "tokenizer_config.json").read_text())
+        with Server("--tokenizer", tok_dir) as s:
+            decoded = {3: "< u>", 4: "< a>"}
+            got = {}
+            for sp in (True, False, None):  # None: the field left out (vLLM's default, true)
+                body = {**forced, "return_token_ids": True}
+                if sp is not None:
+                    body["spaces_between_special_tokens"] = sp
+                c, streamed, _ = complete(s, body)
+                ids = c["token_ids"]
+                assert len(ids) == 4 and set(ids) <= {3, 4}, c
+                want = "".join(decoded[i] if sp is not False or k == 0 else spelled[i]
+                               for k, i in enumerate(ids))
+                assert c["text"] == want and streamed == want, (sp, c, streamed, want)
+                got[sp] = c["text"]
+            assert got[True] == got[None] != got[False], got
+            assert got[True] == http(s.url + "/detokenize", {"tokens": ids})[1]["prompt"], got
+
+
 def case_chat_template_flags():
     """The chat template: a tokenizer without one answers vLLM's 400 for chat (and for /tokenize
     with messages); --chat-template FILE renders instead, with the tokenizer's special tokens;
