@@ -511,6 +511,14 @@ TEST_CASE("logit_bias and allowed_token_ids and min_tokens and prompt_logprobs r
 // ---------------------------------------------------------------------------------------------
 // presence and frequency penalties, top_k, top_p, min_p, max_tokens = None: end to end
 
+namespace {
+bool have_llama_gqa() {
+  if (fs::exists(kFixtures / "llama_gqa" / "reference.json")) return true;
+  WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
+  return false;
+}
+}  // namespace
+
 TEST_CASE("presence and frequency penalties: greedy tokens are the argmax of the model's "
           "logprobs less vLLM's penalties on the output so far",
           "[engine][sampling]") {
@@ -519,15 +527,9 @@ TEST_CASE("presence and frequency penalties: greedy tokens are the argmax of the
   // logprobs for each sequence so far, which differ from its logits by a constant per row, so
   // the argmax is the same. Fails if either penalty is ignored (the tokens differ from plain
   // greedy ones in some cases: counted below), counts the prompt, or has its sign wrong.
-  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
-    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
-    return;
-  }
+  if (!have_llama_gqa()) return;
   const auto ref = engine_fixtures::load_reference("llama_gqa");
-  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
-  a.device = "cpu";
-  a.max_logprobs = -1;
-  LLM llm(a);
+  LLM llm(beam_engine_args("llama_gqa"));  // the CPU, whole-vocabulary logprobs
   constexpr int32_t kVocab = 256;
   constexpr int64_t kSteps = 10;
   size_t compared = 0, changed = 0;
@@ -572,15 +574,9 @@ TEST_CASE("top_k and top_p and min_p: every sampled token lies in the set each a
   // the set a knob allows at a position is computed from them (vLLM's rules), and every sampled
   // token must lie in it. Fails if the knob is ignored: the same requests without it sample
   // tokens outside the set (checked: the test has teeth).
-  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) {
-    WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
-    return;
-  }
+  if (!have_llama_gqa()) return;
   const auto ref = engine_fixtures::load_reference("llama_gqa");
-  EngineArgs a = engine_fixtures::fixture_args("llama_gqa");
-  a.device = "cpu";
-  a.max_logprobs = -1;
-  LLM llm(a);
+  LLM llm(beam_engine_args("llama_gqa"));  // the CPU, whole-vocabulary logprobs
   // Whether `tok` is allowed at a position whose raw logprobs are `lp` (token -> logprob).
   using Allowed = std::function<bool(const std::map<int32_t, double>&, int32_t)>;
   const auto sorted_probs = [](const std::map<int32_t, double>& lp) {
