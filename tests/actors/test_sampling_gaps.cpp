@@ -666,3 +666,32 @@ TEST_CASE("max_tokens unset runs to max_model_len", "[engine][sampling]") {
   CHECK(out.token_ids.size() == 64 - prompt.size());
   CHECK(out.finish_reason == "length");
 }
+
+TEST_CASE("bad_words reach remote executors", "[engine][sampling][parallel]") {
+  // The embedded model has a tokenizer (bad_words are text): its greedy continuation of "Once
+  // upon a time" says " man" three times. With bad_words [" man"] no output token is it, the
+  // tokens differ from plain greedy ones, and TP 2 (worker processes, which learn the banned
+  // words only from the serialised SeqSampling) gives the in-process tokens.
+  EngineArgs a = default_model_args();
+  SamplingParams plain;
+  plain.temperature = 0.0;
+  plain.max_tokens = 16;
+  plain.ignore_eos = true;
+  SamplingParams banned = plain;
+  banned.bad_words = {" man"};
+  std::vector<int32_t> man, plain_tokens, local;
+  {
+    LLM llm(a);
+    man = llm.get_tokenizer()->encode(" man", false);
+    REQUIRE(man.size() == 1);
+    plain_tokens =
+        llm.generate({Prompt("Once upon a time")}, plain, quiet())[0].outputs[0].token_ids;
+    local = llm.generate({Prompt("Once upon a time")}, banned, quiet())[0].outputs[0].token_ids;
+  }
+  CHECK(std::count(plain_tokens.begin(), plain_tokens.end(), man[0]) > 0);  // it has teeth
+  CHECK(std::count(local.begin(), local.end(), man[0]) == 0);
+  a.tensor_parallel_size = 2;
+  LLM llm(a);
+  CHECK(llm.generate({Prompt("Once upon a time")}, banned, quiet())[0].outputs[0].token_ids ==
+        local);
+}
