@@ -405,7 +405,6 @@ void step(self_ptr self) {
   auto& st = self->state;
   if (st.planning || st.executors_lost || st.recovering) return;
   // An injected drain (fault_spec.hpp): the rank's worker asks to leave before this step.
-  st.drain_faults_fired.resize(st.config.faults.size(), false);
   for (size_t i = 0; i < st.config.faults.size(); ++i) {
     const FaultSpec& f = st.config.faults[i];
     if (f.kind != FaultKind::drain || st.drain_faults_fired[i] ||
@@ -537,6 +536,7 @@ scheduler_actor::behavior_type scheduler_behavior(self_ptr self, SchedulerLoopCo
   auto& st = self->state;
   st.sched = std::make_unique<Scheduler>(config.policy);
   st.config = config;
+  st.drain_faults_fired.assign(config.faults.size(), false);
   st.cache_manager = std::move(cache_manager);
   st.ranks = std::move(executors);
   st.engine = std::move(engine);

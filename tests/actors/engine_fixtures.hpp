@@ -50,6 +50,15 @@ inline EngineArgs fixture_args(const std::string& name) {
   return a;
 }
 
+/// The embedded default model (it has a tokenizer: eos <|eos|> = id 1), in float32.
+inline EngineArgs default_model_args() {
+  EngineArgs a;
+  a.model = kDefaultModel.string();
+  a.disable_log_stats = true;
+  a.dtype = "float32";
+  return a;
+}
+
 inline SamplingParams greedy_params(int64_t n_tokens) {
   SamplingParams p;
   p.temperature = 0.0;

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "actors/llm.hpp"
+#include "tests/actors/engine_fixtures.hpp"
 #include "tests/actors/worker_process.hpp"
 
 using namespace troupe;
@@ -23,8 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
-const fs::path kDefaultModel = fs::path(TROUPE_SOURCE_DIR) / "models" / "troupe-fortunes";
+using engine_fixtures::default_model_args;
+using engine_fixtures::kFixtures;
 
 /// The llama_gqa fixture (no tokenizer: prompts are token ids), in float32 like its reference.
 EngineArgs fixture_args() {
@@ -101,11 +102,7 @@ TEST_CASE("allowed_token_ids: greedy is transformers' argmax over the allowed to
 
 TEST_CASE("bad_words: the output never spells a bad word, and only its last token is moved",
           "[engine][masks]") {
-  EngineArgs a;
-  a.model = kDefaultModel.string();
-  a.disable_log_stats = true;
-  a.dtype = "float32";
-  LLM llm(a);
+  LLM llm(default_model_args());
   const auto tok = llm.get_tokenizer();
   REQUIRE(tok);
   SamplingParams p;
@@ -157,14 +154,6 @@ TEST_CASE("bad_words: the output never spells a bad word, and only its last toke
 }
 
 namespace {
-
-EngineArgs default_model_args() {
-  EngineArgs a;
-  a.model = kDefaultModel.string();
-  a.disable_log_stats = true;
-  a.dtype = "float32";
-  return a;
-}
 
 /// Whether any n-gram of `ids` occurs twice.
 bool repeats_ngram(const std::vector<int32_t>& ids, size_t n) {

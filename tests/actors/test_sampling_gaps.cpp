@@ -36,17 +36,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using engine_fixtures::default_model_args;
 using engine_fixtures::kDefaultModel;
 using engine_fixtures::kFixtures;
-
-/// The embedded default model, which has a tokenizer (eos <|eos|> = id 1).
-EngineArgs default_model_args() {
-  EngineArgs a;
-  a.model = kDefaultModel.string();
-  a.disable_log_stats = true;
-  a.dtype = "float32";
-  return a;
-}
 
 /// A fixture for beam search: the CPU backend (the engine refuses beams on CUDA for now), and
 /// whole-vocabulary logprobs for the reference transcription below.
