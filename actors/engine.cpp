@@ -184,6 +184,14 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
                                  spec.tp * spec.pp > 1 || !spec.endpoints.empty() ||
                                      !spec.joined_workers.empty()});
   for (const FaultSpec& f : spec.faults) spdlog::warn("engine: fault to inject: {}", f.text);
+  // NCCL picks its all-reduce algorithm and chunking by message size, that is by the batch, and
+  // no fixed-order all-reduce has run on GPUs; one rank's GEMMs and attention are invariant.
+  if (args.batch_invariant && device == "cuda" && spec.tp > 1)
+    fail(
+        "batch_invariant = true with tensor_parallel_size = {} on device = cuda: not supported "
+        "yet (NCCL's all-reduce order follows the batch's size); allowed: tensor_parallel_size "
+        "= 1 (pipeline stages are fine), or device = cpu",
+        spec.tp);
   m.group = std::make_shared<ExecutorGroup>(sys, spec, init);
   const int32_t num_blocks = m.group->num_blocks();
   m.info.backend = m.group->infos().front().backend;
@@ -211,13 +219,9 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   rq.max_num_seqs = int32_t(args.max_num_seqs);
   rq.kv_blocks = num_blocks;
   rq.kv_block_size = int32_t(args.block_size);
-  // Beam search forks copy KV blocks with Backend::copy (model_runner.cpp), which has run on
-  // the CPU backend only; a pipeline cuts a group's beams into micro-batches that never meet.
-  if (device == "cuda")
-    rq.beam_search_refusal =
-        "the CUDA backend's beam forks (block copies) have not been tested on a GPU yet; run "
-        "with --device cpu";
-  else if (spec.pp > 1)
+  // A pipeline cuts a group's beams into micro-batches that never meet. (Beam forks copy KV
+  // blocks with Backend::copy, model_runner.cpp, on either backend.)
+  if (spec.pp > 1)
     rq.beam_search_refusal = fmt::format(
         "pipeline_parallel_size = {}: beam groups are stepped together, which the pipeline's "
         "micro-batches do not do; use pipeline_parallel_size = 1",

@@ -68,6 +68,11 @@ void launch_attention_half(DType dt, const AttentionArgs& args, int num_sms,
     zero_padding_rows(args, 2, stream);
     return;
   }
+  if (args.all_rows_prefill) {  // batch-invariant mode: one kernel for every row
+    zero_padding_rows(args, 2, stream);
+    launch_attention_prefill(dt, args, stream);
+    return;
+  }
   const DecodePlan plan = plan_decode(args, num_sms, ws);
   AttentionArgs a = args;
   a.decode_split_keys = plan.split_keys;

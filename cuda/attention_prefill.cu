@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
     if (qt == 0 && h == 0 && threadIdx.x == 0) atomicOr(a.err, int(kErrSeqLayout));
     return;
   }
-  if (seq.q_len < 2 || m0 >= seq.q_len) return;  // decodes go to the split-KV kernel
+  // Decodes go to the split-KV kernel, except in batch-invariant mode.
+  if (seq.q_len < (a.all_rows_prefill ? 1 : 2) || m0 >= seq.q_len) return;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -233,8 +234,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const AttentionArgs a
 void launch_attention_prefill(DType dt, const AttentionArgs& a, cudaStream_t stream) {
   // With the prompts ordered first, the grid spans them only: every other sequence would add
   // a slab of CTAs that read its lengths and exit.
-  const int32_t seqs = a.num_prefill_seqs >= 0 ? min(a.num_prefill_seqs, a.num_seqs) : a.num_seqs;
-  if (seqs <= 0 || a.max_query_len < 2 || a.num_heads <= 0) return;
+  const int32_t seqs = a.num_prefill_seqs >= 0 && !a.all_rows_prefill
+                           ? min(a.num_prefill_seqs, a.num_seqs)
+                           : a.num_seqs;
+  if (seqs <= 0 || a.max_query_len < (a.all_rows_prefill ? 1 : 2) || a.num_heads <= 0) return;
   dispatch_half_dim(dt, a.head_dim, [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int D = decltype(dim)::value;

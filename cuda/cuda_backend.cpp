@@ -194,6 +194,12 @@ class CudaBackendImpl final : public CudaBackend {
 
   [[nodiscard]] bool can_capture() const override { return true; }
 
+  // Batch-invariant mode (docs/engine.md): every linear runs launch_invariant_gemm (no skinny
+  // GEMM, no cuBLASLt, no fused GEMVs), and attention runs the prefill kernel for every row.
+  // The other ops already compute a row from that row alone (norms, RoPE, activations) or are
+  // invariant by design (the sampler: integer sums, whatever the cluster split).
+  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
+
   [[nodiscard]] std::unique_ptr<CapturedGraph> capture(
       const std::function<void()>& ops) override {
     begin_capture();
@@ -359,6 +365,12 @@ class CudaBackendImpl final : public CudaBackend {
         cuda::launch_add_bias(out.dtype, out.data, bias_dt, bias_p, t, n, false, stream_);
       else
         check_cuda(cudaMemsetAsync(out.data, 0, out.nbytes(), stream_), "linear: cudaMemset");
+      after_launch("linear");
+      return;
+    }
+    if (batch_invariant_) {  // one kernel and one reduction order for every row count
+      cuda::launch_invariant_gemm(x.dtype, x.data, w.data, bias_dt, bias_p, out.dtype, out.data, t,
+                                  n, k, stream_);
       after_launch("linear");
       return;
     }
@@ -585,7 +597,8 @@ class CudaBackendImpl final : public CudaBackend {
                                shape.scale,
                                err(),
                                0,  // decode_split_keys: the launch plans it
-                               batch.num_prefill_seqs};
+                               batch.num_prefill_seqs,
+                               batch_invariant_};
   }
 
   /// f16 / bf16 attention with the decode workspace.
@@ -753,7 +766,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   [[nodiscard]] bool fuses_norm_and_add_into_linear(int64_t rows) const override {
-    return rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
+    return !batch_invariant_ && rows >= 1 && rows <= cuda::kGemvMaxFusedRows;
   }
 
   [[nodiscard]] std::string op_profile_report() override {
@@ -798,7 +811,9 @@ class CudaBackendImpl final : public CudaBackend {
   bool fused_gemv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
                   int64_t n, const cuda::GemvFusion& fusion) {
     const int64_t t = x.dim(0), k = x.dim(1);
-    if (t == 0 || n == 0 || k == 0) return false;
+    // Batch-invariant mode: the skinny GEMM takes one-row steps only, so never (linear's
+    // invariant GEMM and the separate ops instead).
+    if (t == 0 || n == 0 || k == 0 || batch_invariant_) return false;
     return cuda::launch_gemv(x.dtype, x.data, w.data, bias != nullptr ? bias->dtype : out.dtype,
                              bias != nullptr ? bias->data : nullptr, out.dtype, out.data, t, n, k,
                              stream_, fusion);
@@ -816,6 +831,7 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
   bool sync_check_ = false;
+  bool batch_invariant_ = false;  // set_batch_invariant
   cuda::DeviceBuffer err_word_;
   cuda::PinnedBuffer err_host_;
   cuda::DeviceBuffer lt_workspace_;

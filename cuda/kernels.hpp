@@ -179,6 +179,15 @@ void launch_fallback_gemm(DType in_dt, const void* x, const void* w, DType bias_
                           const void* bias, DType out_dt, void* out, int64_t t, int64_t n,
                           int64_t k, cudaStream_t stream);
 
+/// Batch-invariant mode's GEMM (Backend::set_batch_invariant): out[T, N] = x[T, K] @ w[N, K]^T
+/// (+ bias[N]) computing every element in one fixed order whatever T is: a tensor-core kernel
+/// for f16/bf16 with K % 8 == 0 and 16-byte aligned x and w (invariant_gemm_takes), the
+/// fallback GEMM otherwise. Slower than cuBLASLt (docs/benchmarks.md).
+void launch_invariant_gemm(DType in_dt, const void* x, const void* w, DType bias_dt,
+                           const void* bias, DType out_dt, void* out, int64_t t, int64_t n,
+                           int64_t k, cudaStream_t stream);
+bool invariant_gemm_takes(DType in_dt, const void* x, const void* w, int64_t k);
+
 // ---- attention ----
 
 struct AttentionArgs {
@@ -206,6 +215,10 @@ struct AttentionArgs {
   /// AttentionBatch::num_prefill_seqs: when >= 0 the prefill grid covers only sequences
   /// [0, num_prefill_seqs); -1: all of them (each one with fewer than two rows exits at once).
   int32_t num_prefill_seqs = -1;
+  /// Batch-invariant mode: the prefill kernel takes every sequence, one-row decodes too, so a
+  /// row's attention is computed the same way whatever its sequence's query length this step
+  /// (which chunked prefill sets by what else is scheduled); no split-KV decode kernel runs.
+  bool all_rows_prefill = false;
 };
 
 /// Workspace of the split-KV decode kernel (f32, preallocated by the backend), and arrival

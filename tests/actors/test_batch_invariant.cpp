@@ -1,13 +1,15 @@
 // Batch-invariant mode (--batch-invariant, Backend::set_batch_invariant): a request's tokens,
 // logprobs and prompt logprobs are bit-identical alone and inside batches of 1 to 64 other
 // requests of every length, with a token budget small enough that chunked prefill cuts the
-// prompts differently in every batch. The reference is the request run alone.
+// prompts differently in every batch. The reference is the request run alone. On the CUDA
+// backend (where a GPU is) the same in bfloat16 and float32, with the decode CUDA graphs.
 #include <catch2/catch.hpp>
 
 #include <cstring>
 #include <filesystem>
 #include <random>
 
+#include "actors/executor_actor.hpp"
 #include "actors/llm.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "tests/models/recording_backend.hpp"
@@ -17,9 +19,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-EngineArgs args(bool batch_invariant) {
+EngineArgs args(bool batch_invariant, const std::string& device, const std::string& dtype) {
   EngineArgs a{.model = (fs::path(TROUPE_SOURCE_DIR) / "models" / "troupe-fortunes").string(),
                .disable_log_stats = true};
+  a.device = device;
+  a.dtype = dtype;
   a.batch_invariant = batch_invariant;
   a.enable_prefix_caching = false;  // every run computes the target's prompt itself
   a.max_num_seqs = 32;
@@ -86,8 +90,10 @@ bool same(const RequestOutput& a, const RequestOutput& b) {
 }
 
 /// How many of the batches changed a target's bits, against the targets run alone.
-size_t batches_that_differ(bool batch_invariant) {
-  LLM llm(args(batch_invariant));
+size_t batches_that_differ(bool batch_invariant, const std::string& device = "cpu",
+                           const std::string& dtype = "auto") {
+  INFO("device " << device << ", dtype " << dtype);
+  LLM llm(args(batch_invariant, device, dtype));
   const auto t = targets();
   const auto alone = llm.generate(std::vector<Prompt>(t.size(), kTarget), t, {.use_tqdm = false});
   size_t differ = 0;
@@ -123,10 +129,32 @@ TEST_CASE("batch-invariant mode: a request alone and among 1 to 64 others gets t
   CHECK(batches_that_differ(false) > 0);
 }
 
+TEST_CASE("batch-invariant mode on the CUDA backend: alone and among 1 to 64 others, same bits",
+          "[llm][batch_invariant][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the CUDA half of the batch-invariance test is skipped");
+    return;
+  }
+  // bfloat16 runs the tensor-core invariant GEMM and the prefill attention kernel for every
+  // row; float32 the fallback GEMM and the f32 attention kernel.
+  for (const std::string dtype : {"bfloat16", "float32"})
+    CHECK(batches_that_differ(true, "cuda", dtype) == 0);
+  // Without the mode the skinny GEMM, cuBLASLt's choices and the split-KV decode plan follow
+  // the batch, and the bfloat16 targets' bits move.
+  CHECK(batches_that_differ(false, "cuda", "bfloat16") > 0);
+}
+
+TEST_CASE("batch-invariant mode on CUDA with tensor parallelism is refused by name",
+          "[llm][batch_invariant]") {
+  EngineArgs a = args(true, "cuda", "auto");
+  a.tensor_parallel_size = 2;
+  CHECK_THROWS_WITH(LLM(a), Catch::Contains("batch_invariant = true with tensor_parallel_size = 2 "
+                                            "on device = cuda: not supported yet"));
+}
+
 TEST_CASE("batch-invariant mode: a backend without it refuses it by name",
           "[llm][batch_invariant]") {
-  // What the CUDA backend says today (its GEMMs pick algorithms by the batch's shape and no
-  // fixed-order path has run on a GPU yet); the recording test double has no mode either.
+  // The recording test double has no mode (what any backend without one says).
   testing::RecordingBackend recording(make_cpu_backend(1));
   CHECK_NOTHROW(recording.set_batch_invariant(false));
   CHECK_THROWS_WITH(recording.set_batch_invariant(true),

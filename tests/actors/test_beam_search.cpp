@@ -22,10 +22,11 @@
 #include <span>
 #include <string>
 
+#include "actors/executor_actor.hpp"
 #include "actors/llm.hpp"
+#include "runtime/error.hpp"
 #include "tests/actors/beam_reference.hpp"
 #include "tests/actors/engine_fixtures.hpp"
-#include "runtime/error.hpp"
 
 using namespace troupe;
 using namespace troupe::beam_reference;
@@ -35,10 +36,24 @@ namespace {
 
 const fs::path kFixtures = fs::path(TROUPE_FIXTURES_DIR) / "models";
 
-EngineArgs beam_args(const std::string& name) {
+/// The fixture on `device` ("cpu", or "cuda" where a GPU is: float32 there too).
+EngineArgs beam_args(const std::string& name, const std::string& device = "cpu") {
   EngineArgs a = engine_fixtures::fixture_args(name);
   a.max_logprobs = -1;  // the reference reads whole-vocabulary logprobs
+  a.device = device;
+  if (device == "cuda") a.num_gpu_blocks_override = 1024;  // not 90% of the GPU per engine
   return a;
+}
+
+/// The CUDA backend's attention takes blocks of 8 tokens at least (the CPU's 4 copy more).
+int64_t small_block(const std::string& device) {
+  return device == "cuda" ? 8 : 4;
+}
+
+bool have_cuda() {
+  if (cuda_device_count() > 0) return true;
+  WARN("no CUDA device: the CUDA beam search cases are skipped");
+  return false;
 }
 
 std::vector<std::vector<int32_t>> fixture_prompts(const std::string& name) {
@@ -83,16 +98,15 @@ void add_eos_cases(LLM& llm, int32_t vocab, std::vector<Case>& cs) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("beam search equals transformers' algorithm on the model's own logprobs",
-          "[engine][beam]") {
+/// The cases against the transcription of transformers' algorithm, on `device`.
+void own_logprob_cases(const std::string& device) {
   if (!fs::exists(kFixtures / "llama_gqa")) {
     WARN("fixture llama_gqa missing: run tools/make_fixtures.py");
     return;
   }
+  INFO("device " << device);
   const auto prompts = fixture_prompts("llama_gqa");
-  LLM llm(beam_args("llama_gqa"));
+  LLM llm(beam_args("llama_gqa", device));
   const int32_t vocab = 256;
   std::vector<Case> cases = cases_for(prompts);
   add_eos_cases(llm, vocab, cases);
@@ -116,8 +130,8 @@ TEST_CASE("beam search equals transformers' algorithm on the model's own logprob
   }
   SECTION("all at once, with plain requests, in small blocks, with and without prefix caching") {
     for (bool prefix : {true, false}) {
-      EngineArgs a = beam_args("llama_gqa");
-      a.block_size = 4;  // most forks copy a partly filled last block
+      EngineArgs a = beam_args("llama_gqa", device);
+      a.block_size = small_block(device);  // most forks copy a partly filled last block
       a.enable_prefix_caching = prefix;
       LLM small(a);
       std::vector<Prompt> ps;
@@ -144,9 +158,10 @@ TEST_CASE("beam search equals transformers' algorithm on the model's own logprob
     }
   }
   SECTION("a cache too small for every group at once: groups are preempted and recomputed") {
-    EngineArgs a = beam_args("llama_gqa");
-    a.block_size = 4;
-    a.num_gpu_blocks_override = 24;  // one 4-beam group of 7 + 12 tokens needs ~20
+    EngineArgs a = beam_args("llama_gqa", device);
+    a.block_size = small_block(device);
+    // 96 tokens: one 4-beam group of 7 + 12 tokens needs ~80 (~20 blocks of 4)
+    a.num_gpu_blocks_override = 96 / a.block_size;
     a.max_model_len = 64;
     a.max_num_batched_tokens = 16;  // and prompts are chunked
     a.max_num_seqs = 16;
@@ -164,7 +179,7 @@ TEST_CASE("beam search equals transformers' algorithm on the model's own logprob
     CHECK(kv.num_free_blocks == kv.num_blocks);
   }
   SECTION("asynchronous scheduling") {
-    EngineArgs a = beam_args("llama_gqa");
+    EngineArgs a = beam_args("llama_gqa", device);
     a.async_scheduling = true;
     LLM async(a);
     for (size_t i = 0; i < cases.size(); i += 3) {
@@ -194,23 +209,40 @@ TEST_CASE("beam search equals transformers' algorithm on the model's own logprob
   }
 }
 
-TEST_CASE("beam search equals transformers' generate (fixture beam section)", "[engine][beam]") {
+/// transformers' generate outputs in each fixture's beam section, on `device`.
+void fixture_beam_cases(const std::string& device) {
   for (const std::string name : {"llama_gqa", "llama_gelu", "qwen2", "llama3_tied"}) {
     if (!fs::exists(kFixtures / name)) continue;
     std::ifstream in(kFixtures / name / "reference.json");
     const auto j = nlohmann::json::parse(in);
     // Written by `python3 tools/make_fixtures.py tests/fixtures/models --beam-only` where torch
     // and transformers are installed (transformers 5.17 on an H100, 2026-12-05).
-    INFO("fixture " << name);
+    INFO("fixture " << name << " on " << device);
     REQUIRE(j.contains("beam"));
-    LLM llm(beam_args(name));
-    const auto prompts = fixture_prompts(name);
+    LLM llm(beam_args(name, device));
     for (const Case& c : json_cases(j)) {
-      INFO("fixture " << name);
       const auto out = llm.generate({Prompt(c.prompt)}, beam_params(c), {.use_tqdm = false});
       check_same(out[0], c, c.want);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("beam search equals transformers' algorithm on the model's own logprobs",
+          "[engine][beam]") {
+  own_logprob_cases("cpu");
+}
+
+TEST_CASE("beam search on the CUDA backend: transformers' algorithm and generate outputs",
+          "[engine][beam][cuda]") {
+  if (!have_cuda()) return;
+  own_logprob_cases("cuda");
+  fixture_beam_cases("cuda");
+}
+
+TEST_CASE("beam search equals transformers' generate (fixture beam section)", "[engine][beam]") {
+  fixture_beam_cases("cpu");
 }
 
 TEST_CASE("beam search refuses what it cannot honour, naming the field", "[engine][beam]") {

@@ -10,6 +10,9 @@
 #               and clock-event reasons during the run
 #     hf        HF transformers generate() at batch 64, 128 in / 128 out (best of two), and
 #               troupe on the same prompts twice: the ratio of the best of each
+#     invariant the cost of --batch-invariant: batch-1 decode with it (b1_invariant.json;
+#               compare latency's b1.json), and 256 prompts x 512 in / 256 out without and
+#               with it (mid.json, mid_invariant.json)
 #     opbench   troupe_cuda_opbench (per-op time, GB/s, TFLOP/s on Llama-3-8B shapes);
 #               OPBENCH="ITERS [GROUP]" (default "20"; groups: its usage line)
 # Writes $OUT/NAME.json and NAME.log per run and prints the results table (summary.py). About
@@ -40,12 +43,20 @@ for step in "${steps[@]}"; do
         bench "hf_troupe_$i" 120 throughput "${model_args[@]}" --async-scheduling \
           --num-prompts 64 --input-len 128 --output-len 128 || rc=1
       done ;;
+    invariant)
+      bench b1_invariant 200 "${b1_args[@]}" --batch-invariant || rc=1
+      steps "$out/b1_invariant.log"
+      for mode in "" _invariant; do
+        bench "mid$mode" 200 throughput "${model_args[@]}" --async-scheduling --num-prompts 256 \
+          --input-len 512 --output-len 256 ${mode:+--batch-invariant} || rc=1
+        steps "$out/mid$mode.log"
+      done ;;
     opbench)
       read -ra args <<< "${OPBENCH:-20}"
       timeout 300 "$root/bin/troupe_cuda_opbench" "${args[@]}" > "$out/opbench.txt" 2>&1 || rc=1
       echo "opbench: $(wc -l < "$out/opbench.txt") lines in opbench.txt" ;;
     *)
-      echo "bench.sh: step '$step': allowed: ceilings, latency, long, hf, opbench"
+      echo "bench.sh: step '$step': allowed: ceilings, latency, long, hf, invariant, opbench"
       exit 2 ;;
   esac
   echo "bench.sh: $step done in $(( $(date +%s) - start )) s"

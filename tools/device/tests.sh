@@ -6,7 +6,8 @@
 #                       fails, the same cases again with TROUPE_CUDA_SYNC_CHECK=1, so a failing
 #                       kernel is named by the op that launched it. FILTER "all" adds the actor
 #                       tests on the GPU (troupe_actors_tests) and `troupe generate` on the
-#                       embedded model.
+#                       embedded model; FILTER "engine" adds only the actor tests tagged [cuda]
+#                       (the engine on the GPU: beam search, batch-invariant mode).
 #   tests.sh sanitize [TOOL:TAG ...]
 #                       the test cases of each tag under compute-sanitizer's TOOL, one run at a
 #                       time (memcheck slows kernels 10-100x): by default memcheck on [fused],
@@ -52,7 +53,7 @@ if ldd "$root/bin/troupe_cuda_tests" | grep "not found"; then
   exit 3
 fi
 cases=$filter
-[[ $filter == all ]] && cases="[cuda]"
+[[ $filter == all || $filter == engine ]] && cases="[cuda]"
 "$root/bin/troupe_cuda_tests" "$cases" --durations yes > "$out/tests.log" 2>&1
 rc=$?
 grep -E "test cases|assertions|FAILED" "$out/tests.log" | tail -n 5
@@ -60,6 +61,12 @@ if [[ $rc -ne 0 ]]; then
   echo "tests.sh: failures: the same cases again with TROUPE_CUDA_SYNC_CHECK=1 (tests_sync.log)"
   TROUPE_CUDA_SYNC_CHECK=1 "$root/bin/troupe_cuda_tests" "$cases" 2>&1 | tail -n 400 \
     > "$out/tests_sync.log"
+fi
+if [[ $filter == engine ]]; then
+  timeout 300 "$root/bin/troupe_actors_tests" "[cuda]" --durations yes > "$out/actors.log" 2>&1
+  arc=$?
+  echo "actor tests tagged [cuda] on the GPU: exit $arc; $(grep -E "test cases" "$out/actors.log" | tail -n 1)"
+  rc=$(( rc || arc ))
 fi
 if [[ $filter == all ]]; then
   # The dictionary-words test needs Debian's /usr/share/dict/words, which the GPU machine
