@@ -131,6 +131,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
   spec.pp = int32_t(args.pipeline_parallel_size);
   spec.device = device;
   spec.endpoints = args.executor_endpoints;
+  spec.custom_all_reduce = !args.disable_custom_all_reduce;
   if (auto cluster = cluster_of(args)) {
     // A cluster file or vLLM's multi-node flags: its parallel sizes rule, and the command
     // line may only repeat them.

@@ -264,6 +264,7 @@ std::vector<ExecutorPlacement> ExecutorGroup::placements(
     p.device = spec.device;
     p.device_index = spec.device == "cuda" ? r % local_devices : 0;
     p.collectives = collectives;
+    p.custom_all_reduce = spec.custom_all_reduce && collectives == "nccl" && one_host;
     p.stage_link = pp_ > 1 ? "ucx" : "none";
     p.ucx_tls = spec.ucx_tls;
     p.ucx_net_devices = spec.ucx_net_devices;

@@ -43,6 +43,7 @@ struct ExecutorGroupSpec {
   std::vector<std::string> joined_hosts;  // the host each joined worker runs on
   size_t max_parallel_loading = 0;        // ranks loading weights at once; 0: all
   std::string collectives = "auto";       // auto | shm | ucx | nccl
+  bool custom_all_reduce = true;          // with nccl on one host (--disable-custom-all-reduce)
   std::string ucx_tls = "auto";
   std::string ucx_net_devices;  // the cluster file's [transport] net_device
   int32_t timeout_ms = 30000;             // collectives' and hand-offs' bound

@@ -179,7 +179,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ExecutorPlacement& x) {
   return f(caf::meta::type_name("executor_placement"), x.tp_rank, x.tp_size, x.pp_rank, x.pp_size,
            x.device, x.device_index, x.collectives, x.stage_link, x.ucx_tls, x.ucx_net_devices,
-           x.timeout_ms, x.ranks_on_host);
+           x.timeout_ms, x.ranks_on_host, x.custom_all_reduce);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KvExport& x) {

@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "runtime/error.hpp"
 #include "transport/collectives/shm_collectives.hpp"
@@ -11,7 +14,9 @@
 
 #ifdef TROUPE_HAVE_NCCL
 #include "cuda/cuda_backend.hpp"
+#include "transport/nccl/custom_all_reduce.hpp"
 #include "transport/nccl/nccl_collectives.hpp"
+#include "transport/nccl/tp_collectives.hpp"
 #endif
 
 namespace troupe {
@@ -53,8 +58,20 @@ class GroupWires final : public PreparedWires {
 #ifdef TROUPE_HAVE_NCCL
         if (p.device != "cuda")
           fail("placement: collectives = nccl needs device = cuda, not {}", p.device);
-        // Rank 0 hosts NCCL's bootstrap root: its process lives as long as the group.
-        if (p.tp_rank == 0) ends_.collectives = NcclCollectives::make_unique_id();
+        // Rank 0 hosts NCCL's bootstrap root: its process lives as long as the group. Each rank
+        // adds its custom all-reduce buffer's handle where that path is on.
+        BlobWriter w(kNcclEndsMagic);
+        w.bytes(p.tp_rank == 0 ? NcclCollectives::make_unique_id() : Blob{});
+        if (p.custom_all_reduce) {
+          CustomAllReduceSettings s;
+          s.device = p.device_index;
+          s.timeout = std::chrono::milliseconds(std::max(p.timeout_ms, 10000));
+          custom_ = std::make_shared<CustomAllReduce>(p.tp_rank, p.tp_size, s);
+          w.bytes(custom_->blob());
+        } else {
+          w.bytes(Blob{});
+        }
+        ends_.collectives = w.take();
 #else
         fail("placement: collectives = nccl: this build has no NCCL (it needs the CUDA backend)");
 #endif
@@ -94,8 +111,28 @@ class GroupWires final : public PreparedWires {
         if (cuda == nullptr) fail("connect: NCCL needs the CUDA backend, not {}", backend.name());
         NcclSettings s;
         s.timeout = std::chrono::milliseconds(std::max(p_.timeout_ms, 60000));
-        group = std::make_shared<NcclCollectives>(p_.tp_rank, p_.tp_size, peers.tp[0],
-                                                  cuda->stream(), s);
+        std::vector<Blob> ids, custom_blobs;
+        for (size_t r = 0; r < peers.tp.size(); ++r) {
+          BlobReader rd(peers.tp[r], kNcclEndsMagic, fmt::format("NCCL ends of TP rank {}", r));
+          ids.push_back(rd.bytes());
+          custom_blobs.push_back(rd.bytes());
+          rd.finish();
+        }
+        if (custom_) custom_->connect(custom_blobs, cuda->stream());
+        auto nccl =
+            std::make_shared<NcclCollectives>(p_.tp_rank, p_.tp_size, ids.at(0), cuda->stream(), s);
+        auto tp = std::make_shared<CudaTpCollectives>(nccl, custom_, cuda->stream());
+        if (custom_ && p_.tp_rank == 0) {
+          std::string table;
+          for (const AllReduceTiming& t : tp->timings())
+            table +=
+                fmt::format(" {} KiB {:.1f}/{:.1f} us;", t.bytes >> 10, t.nccl_us, t.custom_us);
+          spdlog::info(
+              "executor: the custom all-reduce takes messages up to {} KiB (NCCL / custom, summed "
+              "over ranks:{})",
+              tp->crossover() >> 10, table);
+        }
+        group = tp;
 #endif
       }
     }
@@ -115,6 +152,10 @@ class GroupWires final : public PreparedWires {
   std::shared_ptr<ShmCollectives> shm_;
   std::shared_ptr<UcxCollectives> ucx_;
   std::shared_ptr<UcxStageLink> link_;
+#ifdef TROUPE_HAVE_NCCL
+  static constexpr uint32_t kNcclEndsMagic = 0x4e43454e;  // "NCEN"
+  std::shared_ptr<CustomAllReduce> custom_;
+#endif
 };
 
 }  // namespace

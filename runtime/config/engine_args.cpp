@@ -155,7 +155,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::enforce_eager, {.name = "enforce_eager", .help = "Never use CUDA graphs."}));
   add(member(a, &E::batch_invariant, {.name = "batch_invariant", .help = "A request's tokens and logprobs are bit-identical whatever else shares its batch (fixed reduction orders; slower, docs/benchmarks.md). On CUDA with tensor_parallel_size 1."}));
   add(member(a, &E::max_seq_len_to_capture, {.name = "max_seq_len_to_capture", .help = "Longest sequence run under a CUDA graph; longer ones run eagerly.", .allowed = ">= 1", .valid = at_least(1)}));
-  add(member(a, &E::disable_custom_all_reduce, {.name = "disable_custom_all_reduce", .help = "Use NCCL only for the tensor-parallel all-reduce (troupe has no custom all-reduce yet, so NCCL is what runs either way; no effect at TP 1)."}));
+  add(member(a, &E::disable_custom_all_reduce, {.name = "disable_custom_all_reduce", .help = "Use NCCL only for the tensor-parallel all-reduce on CUDA. By default a one-shot all-reduce over CUDA IPC takes the messages up to a crossover measured when the group starts on its own GPUs (every rank on one host). No effect at TP 1 or on the CPU."}));
   // ---- multimodal ----
   add(member(a, &E::limit_mm_per_prompt, {.name = "limit_mm_per_prompt", .help = "Most media items per prompt, per modality (JSON).", .status = kNotYet, .note = kNoMultimodal}));
   add(member(a, &E::enable_mm_embeds, {.name = "enable_mm_embeds", .help = "Accept multimodal embeddings.", .status = kNotYet, .note = kNoMultimodal}));

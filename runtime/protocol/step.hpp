@@ -198,6 +198,9 @@ struct ExecutorPlacement {
   // Ranks of the group on this rank's host: a CPU rank takes its share of the host's cores
   // (ranks spin in the collectives, so more threads than cores would slow every rank).
   int32_t ranks_on_host = 1;
+  // collectives = nccl: the custom all-reduce over CUDA IPC for small messages as well
+  // (transport/nccl/tp_collectives.hpp; off with --disable-custom-all-reduce, or across hosts).
+  bool custom_all_reduce = false;
 };
 
 /// The executor's answer to its placement: what its peers need to reach its ends of the wires

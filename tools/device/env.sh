@@ -65,9 +65,11 @@ unpack_bundle() {
   if [[ -n $build && ! -x $build/tools/troupe ]]; then
     mkdir -p "$build/tools" && cp "$root/bin/troupe" "$build/tools/troupe"
   fi
-  # The transport tests start their rank processes from the path they were built with.
-  if [[ -n $build && -x $root/bin/troupe_transport_peer && ! -x $build/tests/troupe_transport_peer ]]; then
-    mkdir -p "$build/tests" && cp "$root/bin/troupe_transport_peer" "$build/tests/"
+  # The transport tests start their rank processes from the path they were built with (copied
+  # again when the bundle brings another one: a warm machine keeps the last call's).
+  if [[ -n $build && -x $root/bin/troupe_transport_peer ]] &&
+     ! cmp -s "$root/bin/troupe_transport_peer" "$build/tests/troupe_transport_peer"; then
+    mkdir -p "$build/tests" && cp -f "$root/bin/troupe_transport_peer" "$build/tests/"
   fi
   return 0
 }

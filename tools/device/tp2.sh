@@ -3,17 +3,18 @@
 # or nvidia-h100-x2, timeout_s 600, carry [".carry/cuda"]; here first: tools/device/bundle.sh):
 #   bash tools/device/tp2.sh
 #   1. NCCL between two processes on two GPUs against a float64 reference, the same bits on
-#      both ranks (troupe_transport_tests "nccl:*");
+#      both ranks, and the custom all-reduce over CUDA IPC between them, bit for bit the sum in
+#      rank order, eagerly and in graphs (troupe_transport_tests "nccl:*,custom all-reduce:*");
 #   2. the transformers fixtures through the engine at TP=2, PP=2 and 2x2 against one rank in
 #      float32 (troupe_actors_tests "[parallel]": greedy tokens identical, logprobs within 1e-5);
 #   3. Llama-3-8B's shape, bf16, dummy weights: 16 prompts x 256 greedy tokens at TP=2 against
 #      TP=1 (the first divergence of each sequence, if any, for a near-tie check);
 #   4. batch-1 decode (128 in / 128 out) and 1000 x 1000 throughput at TP=1 and TP=2 (target:
 #      TP=2 batch-1 <= 0.6x TP=1 per token), with the executor's split of a step.
-#   5. NCCL all-reduce latency, bf16, 8 KiB .. 4 MiB between the two GPUs (troupe_transport_bench
-#      --sections nccl: GPU time of one call, median and p90, and back-to-back time per call).
-# Not in it yet (not written): the custom one-shot all-reduce over CUDA IPC and its crossover
-# against NCCL.
+#   5. all-reduce latency, bf16, 8 KiB .. 4 MiB between the two GPUs, NCCL and the custom path
+#      side by side (troupe_transport_bench --sections nccl: GPU time of one call, median and
+#      p90, and back-to-back time per call), and the crossover the engine measured at start
+#      (gen.log: "the custom all-reduce takes messages up to ...").
 # NVLink multicast stays off (env.sh sets NCCL_NVLS_ENABLE=0; nothing calls cuMulticastCreate).
 # Into $OUT: tp2.log, nccl.log, fixtures.log, tp1.jsonl, tp2.jsonl, b1_tp1/2.json, long_tp1/2.json
 # and their logs, nccl_allreduce.json. Exit status: non-zero when a test failed.
@@ -27,7 +28,7 @@ step() { echo "=== $1 ($(( $(date +%s) - start )) s in)"; }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 nvidia-smi topo -m || true
 step "NCCL, two processes on two GPUs"
-timeout 150 "$root/bin/troupe_transport_tests" "nccl:*" > "$out/nccl.log" 2>&1 || rc=1
+timeout 150 "$root/bin/troupe_transport_tests" "nccl:*,custom all-reduce:*" > "$out/nccl.log" 2>&1 || rc=1
 tail -n 3 "$out/nccl.log"
 step "fixtures at TP=2, PP=2, 2x2 against one rank"
 timeout 200 "$root/bin/troupe_actors_tests" "[parallel]" > "$out/fixtures.log" 2>&1 || rc=1
@@ -49,13 +50,14 @@ for tp in 1 2; do
   echo "1000x1000 TP=$tp: $(field "$out/long_tp$tp.json" output_tokens_per_s) output tok/s"
   steps "$out/long_tp$tp.log"
 done
-step "NCCL all-reduce latency, 8 KiB .. 4 MiB"
+grep -h "custom all-reduce takes" "$out/gen.log" | head -n 1
+step "all-reduce latency, 8 KiB .. 4 MiB, NCCL and the custom path"
 timeout 120 "$root/bin/troupe_transport_bench" --sections nccl --no-perftest \
   --out "$out/nccl_allreduce.json" 2> "$out/nccl_bench.log" || rc=1
 python3 - "$out/nccl_allreduce.json" <<'EOF' || true
 import json, sys
 for r in json.load(open(sys.argv[1]))["nccl_allreduce"]:
-    print(f"{r['bytes'] >> 10:5d} KiB: {r['median_us']:7.1f} us median, {r['p90_us']:7.1f} p90, "
+    print(f"{r['impl']:6s} {r['bytes'] >> 10:5d} KiB: {r['median_us']:7.1f} us median, {r['p90_us']:7.1f} p90, "
           f"{r['pipelined_us']:7.1f} back to back")
 EOF
 step "done"

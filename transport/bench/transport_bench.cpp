@@ -20,11 +20,12 @@
 // - allreduce: CPU all_reduce_sum of 16, 32 and 64 KiB between 2 rank processes (shm and UCX),
 //   median and 90th percentile of 3000 calls after 300 warm-up calls.
 // - nccl (builds with NCCL; needs 2 GPUs, not in the default sections): NcclCollectives'
-//   all_reduce_sum of bf16 tensors of 8 KiB .. 4 MiB between 2 processes, one per GPU (issue 23's
-//   latency table): the GPU time of one call (CUDA events around it on the rank's stream, the
-//   wait for the peer included) as median and 90th percentile of 500 calls after 50 warm-up
-//   calls, and the mean time per call of 200 calls enqueued back to back (what a pipelined run
-//   sees), with the algorithm bandwidth bytes / time.
+//   all_reduce_sum of bf16 tensors of 8 KiB .. 4 MiB between 2 processes, one per GPU, and the
+//   custom one-shot all-reduce over CUDA IPC (CustomAllReduce) at the same sizes, side by side
+//   (issue 23's latency table): the GPU time of one call (CUDA events around it on the rank's
+//   stream, the wait for the peer included) as median and 90th percentile of 500 calls after 50
+//   warm-up calls, and the mean time per call of 200 calls enqueued back to back (what a
+//   pipelined run sees), with the algorithm bandwidth bytes / time.
 // Helper processes are this program again (--role ...), bootstrapped over their stdin/stdout.
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/backend/dtype.hpp"
+#include "transport/nccl/custom_all_reduce.hpp"
 #include "transport/nccl/nccl_collectives.hpp"
 #endif
 
@@ -170,15 +172,27 @@ void cuda_ok(cudaError_t e, const char* what) {
 }
 
 // --role nccl rank: rank 0 makes NCCL's unique id (and hosts its bootstrap root) and passes it
-// in its blob; each rank runs on GPU `rank`. Rank 0 prints RESULT lines.
+// in its blob, with each rank's custom all-reduce blob; each rank runs on GPU `rank`. Rank 0
+// prints RESULT lines, NCCL's and the custom path's for each size.
 int role_nccl(int32_t rank) {
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-  const Blob mine = rank == 0 ? NcclCollectives::make_unique_id() : Blob{};
-  const std::vector<Blob> blobs = stdio_bootstrap(mine, std::chrono::seconds(60));
   cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  NcclCollectives c(rank, 2, blobs.at(0), stream);
+  CustomAllReduce custom(rank, 2);
+  constexpr uint32_t kMagic = 0x4e424348;  // "NBCH"
+  BlobWriter w(kMagic);
+  w.bytes(rank == 0 ? NcclCollectives::make_unique_id() : Blob{}).bytes(custom.blob());
+  const std::vector<Blob> blobs = stdio_bootstrap(w.take(), std::chrono::seconds(60));
+  std::vector<Blob> nccl_ids, custom_blobs;
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    BlobReader rd(blobs[r], kMagic, fmt::format("bench blob of rank {}", r));
+    nccl_ids.push_back(rd.bytes());
+    custom_blobs.push_back(rd.bytes());
+    rd.finish();
+  }
+  custom.connect(custom_blobs, stream);
+  NcclCollectives nccl(rank, 2, nccl_ids.at(0), stream);
   void* dev = nullptr;
   const size_t max_bytes = size_t(4) << 20;
   cuda_ok(cudaMalloc(&dev, max_bytes), "cudaMalloc");
@@ -187,28 +201,33 @@ int role_nccl(int32_t rank) {
   cuda_ok(cudaEventCreate(&begin), "cudaEventCreate");
   cuda_ok(cudaEventCreate(&end), "cudaEventCreate");
   for (size_t bytes = size_t(8) << 10; bytes <= max_bytes; bytes *= 2) {
-    const Tensor t(dev, DType::bf16, Device{DeviceKind::cuda, rank}, {int64_t(bytes / 2)});
-    for (int i = 0; i < 50; ++i) c.all_reduce_sum(t);
-    c.synchronize();
-    std::vector<double> us;
-    for (int i = 0; i < 500; ++i) {
-      cuda_ok(cudaEventRecord(begin, stream), "cudaEventRecord");
-      c.all_reduce_sum(t);
-      cuda_ok(cudaEventRecord(end, stream), "cudaEventRecord");
-      c.synchronize();
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-      us.push_back(double(ms) * 1000.0);
+    for (const bool use_custom : {false, true}) {
+      Collectives& c = use_custom ? static_cast<Collectives&>(custom) : nccl;
+      const auto sync = [&] { use_custom ? custom.synchronize() : nccl.synchronize(); };
+      const Tensor t(dev, DType::bf16, Device{DeviceKind::cuda, rank}, {int64_t(bytes / 2)});
+      for (int i = 0; i < 50; ++i) c.all_reduce_sum(t);
+      sync();
+      std::vector<double> us;
+      for (int i = 0; i < 500; ++i) {
+        cuda_ok(cudaEventRecord(begin, stream), "cudaEventRecord");
+        c.all_reduce_sum(t);
+        cuda_ok(cudaEventRecord(end, stream), "cudaEventRecord");
+        sync();
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+        us.push_back(double(ms) * 1000.0);
+      }
+      const auto t0 = Clock::now();
+      for (int i = 0; i < 200; ++i) c.all_reduce_sum(t);
+      sync();
+      const double pipelined =
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200.0;
+      const auto s = sorted(us);
+      if (rank == 0)
+        stdio_say(fmt::format("RESULT {} {} {} {:.2f} {:.2f} {:.2f}",
+                              use_custom ? "custom" : "nccl", bytes, s.size(), pct(s, 0.5),
+                              pct(s, 0.9), pipelined));
     }
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 200; ++i) c.all_reduce_sum(t);
-    c.synchronize();
-    const double pipelined =
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200.0;
-    const auto s = sorted(us);
-    if (rank == 0)
-      stdio_say(fmt::format("RESULT {} {} {:.2f} {:.2f} {:.2f}", bytes, s.size(), pct(s, 0.5),
-                            pct(s, 0.9), pipelined));
   }
   cudaEventDestroy(begin);
   cudaEventDestroy(end);
@@ -223,14 +242,16 @@ json run_nccl() {
     return std::vector<std::string>{"--role", "nccl", std::to_string(r)};
   });
   if (const std::string e = g.exchange_blobs(60); !e.empty()) fail("bench: {}", e);
-  for (size_t bytes = size_t(8) << 10; bytes <= (size_t(4) << 20); bytes *= 2) {
+  for (size_t i = 0; i < 2 * 10; ++i) {  // 8 KiB .. 4 MiB, NCCL then custom
     auto line = g[0].expect("RESULT", test::after(300));
     if (!line || line->rfind("RESULT", 0) != 0)
       fail("bench: NCCL rank 0 said {}", line.value_or("nothing"));
     size_t b = 0, n = 0;
     double med = 0, p90 = 0, pipelined = 0;
-    std::sscanf(line->c_str(), "RESULT %zu %zu %lf %lf %lf", &b, &n, &med, &p90, &pipelined);
-    json row{{"impl", "nccl"},
+    char impl[16] = {};
+    std::sscanf(line->c_str(), "RESULT %15s %zu %zu %lf %lf %lf", impl, &b, &n, &med, &p90,
+                &pipelined);
+    json row{{"impl", std::string(impl)},
              {"dtype", "bfloat16"},
              {"bytes", b},
              {"calls", n},

@@ -11,6 +11,7 @@
 #include "../collectives_harness.hpp"
 #include "runtime/backend/dtype.hpp"
 #include "runtime/error.hpp"
+#include "transport/nccl/custom_all_reduce.hpp"
 #include "transport/nccl/nccl_collectives.hpp"
 
 using namespace troupe;
@@ -142,4 +143,69 @@ TEST_CASE("nccl: two processes on two GPUs against a float64 reference, the same
       CHECK(std::stod(a.at("err_bound")) <= 1.0);
     }
   }
+}
+
+TEST_CASE("custom all-reduce: one rank is the identity, and refusals name the limit") {
+  if (gpu_count() < 1) {
+    WARN("no CUDA device: the custom all-reduce tests are skipped");
+    return;
+  }
+  cuda_ok(cudaSetDevice(0));
+  CHECK_THROWS_WITH(CustomAllReduce(2, 2), Contains("rank 2 is outside [0, size 2)"));
+  CHECK_THROWS_WITH(CustomAllReduce(0, 9), Contains("size 9 is outside [1, 8]"));
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CustomAllReduceSettings s;
+  s.max_bytes = 4096;
+  CustomAllReduce c(0, 1, s);
+  const Tensor early(nullptr, DType::f32, Device{DeviceKind::cuda, 0}, {4});
+  CHECK_THROWS_WITH(c.all_reduce_sum(early), Contains("before connect"));
+  const std::vector<Blob> blobs{c.blob()};
+  c.connect(blobs, stream);
+  std::vector<float> host(1024);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float(i) * 0.5f - 3.0f;
+  void* dev = nullptr;
+  cuda_ok(cudaMalloc(&dev, 8192));
+  cuda_ok(cudaMemcpy(dev, host.data(), 4096, cudaMemcpyHostToDevice));
+  c.all_reduce_sum(Tensor(dev, DType::f32, Device{DeviceKind::cuda, 0}, {1024}));
+  c.synchronize();
+  std::vector<float> back(1024);
+  cuda_ok(cudaMemcpy(back.data(), dev, 4096, cudaMemcpyDeviceToHost));
+  CHECK(back == host);
+  CHECK(c.takes(4096));
+  CHECK_FALSE(c.takes(4097));
+  CHECK_THROWS_WITH(c.all_reduce_sum(Tensor(dev, DType::f32, Device{DeviceKind::cuda, 0}, {2048})),
+                    Contains("8192 bytes; this group takes at most max_bytes = 4096"));
+  CHECK_THROWS_WITH(c.all_reduce_sum(Tensor(host.data(), DType::f32, Device{}, {4})),
+                    Contains("needs a CUDA tensor"));
+  CHECK_THROWS_WITH(c.connect(blobs, stream), Contains("connect called twice"));
+  cudaFree(dev);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE(
+    "custom all-reduce: two processes (on one GPU where there is one) sum in rank order bit for "
+    "bit, eagerly and in a CUDA graph; a peer that stops calling is an error in bounded time") {
+  if (gpu_count() < 1) {
+    WARN("no CUDA device: the two-process custom all-reduce test is skipped");
+    return;
+  }
+  const auto ranks = run_ranks(
+      "custom-ar", 2, {"sizes=1,7,1000,16384,262144", "stop_rank=1", "timeout_ms=3000"}, 180);
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << ranks[r].end);
+    REQUIRE(ranks[r].end == "DONE");
+  }
+  REQUIRE(ranks[0].results.size() == 31);  // 5 sizes x 3 dtypes x eager, graph; the stopped peer
+  REQUIRE(ranks[1].results.size() == 30);
+  for (size_t i = 0; i < 30; ++i) {
+    const auto& a = ranks[0].results[i];
+    const auto& b = ranks[1].results[i];
+    INFO(a.at("dtype") << " n=" << a.at("n") << " graph=" << a.at("graph"));
+    CHECK(a.at("exact") == "1");
+    CHECK(b.at("exact") == "1");
+    CHECK(a.at("hash") == b.at("hash"));
+  }
+  const std::string err = ranks[0].results[30].at("error");
+  CHECK_THAT(err, Contains("did_not_arrive_within_the_3000_ms_timeout") && Contains("rank_1"));
 }

@@ -40,6 +40,7 @@ void scenario_stage_link(const Args& a);
 void scenario_kv(const Args& a);
 #ifdef TROUPE_PEER_NCCL
 void scenario_nccl(const Args& a);
+void scenario_custom_ar(const Args& a);
 #endif
 
 }  // namespace troupe::peer

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       {"kv", scenario_kv},
 #ifdef TROUPE_PEER_NCCL
       {"nccl", scenario_nccl},
+      {"custom-ar", scenario_custom_ar},
 #endif
   };
   auto it = scenarios.find(name);

@@ -5,12 +5,15 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "peer.hpp"
 #include "runtime/backend/dtype.hpp"
 #include "runtime/error.hpp"
+#include "transport/nccl/custom_all_reduce.hpp"
 #include "transport/nccl/nccl_collectives.hpp"
 
 namespace troupe::peer {
@@ -80,6 +83,100 @@ void scenario_nccl(const Args& a) {
                     hash_hex(out.data(), out.size() * 4)));
     cudaFree(din);
     cudaFree(dout);
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Scenario "custom-ar": CustomAllReduce with the test's bootstrap; rank r on device r % the
+// devices there are (two ranks share a GPU where there is one). For each size (elements) and
+// dtype: the sum of every rank's data_for(r, n, salt) rounded to the dtype, eagerly, then the
+// same call captured in a CUDA graph and replayed after fresh uploads; reports whether the bits
+// equal the sum in rank order in float (one rounding to the dtype), and a hash.
+void scenario_custom_ar(const Args& a) {
+  const auto rank = int32_t(a.num("rank")), size = int32_t(a.num("size"));
+  int devices = 0;
+  cuda_ok(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  cuda_ok(cudaSetDevice(rank % devices), "cudaSetDevice");
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  CustomAllReduceSettings s;
+  s.timeout = std::chrono::milliseconds(a.num("timeout_ms", 10000));
+  CustomAllReduce c(rank, size, s);
+  c.connect(bootstrap(c.blob()), stream);
+  const auto run = [&](void* dev, const std::vector<uint8_t>& host, DType dt, int64_t n,
+                       bool graph) {
+    cuda_ok(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream),
+            "upload");
+    const Tensor t(dev, dt, Device{DeviceKind::cuda, rank % devices}, {n});
+    if (!graph) {
+      c.all_reduce_sum(t);
+      return;
+    }
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    c.all_reduce_sum(t);
+    cuda_ok(cudaStreamEndCapture(stream, &g), "end capture");
+    cuda_ok(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    for (int i = 0; i < 3; ++i) {  // replays from fresh inputs: each gives the same sum
+      if (i > 0)
+        cuda_ok(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream),
+                "upload");
+      cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+    }
+    c.synchronize();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  };
+  for (int64_t n64 : a.nums("sizes")) {
+    const auto n = size_t(n64);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      const size_t es = dtype_size(dt);
+      // Every rank's data as the dtype holds it, and the expected sum.
+      std::vector<std::vector<float>> all;
+      for (int32_t r = 0; r < size; ++r) {
+        std::vector<uint8_t> b(n * es);
+        all.push_back(data_for(r, n, 3));
+        convert_floats(all.back().data(), DType::f32, b.data(), dt, n);
+        convert_floats(b.data(), dt, all.back().data(), DType::f32, n);
+      }
+      std::vector<float> sum(n, 0.0f);
+      for (int32_t r = 0; r < size; ++r)
+        for (size_t i = 0; i < n; ++i) sum[i] += all[size_t(r)][i];
+      std::vector<uint8_t> want(n * es), host(n * es), got(n * es);
+      convert_floats(sum.data(), DType::f32, want.data(), dt, n);
+      convert_floats(all[size_t(rank)].data(), DType::f32, host.data(), dt, n);
+      void* dev = nullptr;
+      cuda_ok(cudaMalloc(&dev, n * es + 16), "cudaMalloc");
+      for (const bool graph : {false, true}) {
+        run(dev, host, dt, int64_t(n), graph);
+        c.synchronize();
+        cuda_ok(cudaMemcpy(got.data(), dev, n * es, cudaMemcpyDeviceToHost), "download");
+        say(fmt::format("RESULT op=custom_ar dtype={} n={} graph={} exact={} hash={}",
+                        dtype_name(dt), n, int(graph), int(got == want),
+                        hash_hex(got.data(), got.size())));
+      }
+      cudaFree(dev);
+    }
+  }
+  if (a.num("stop_rank", -1) >= 0) {  // one rank stops calling; the other must fail in time
+    std::vector<uint8_t> host(64 * 4, 0);
+    void* dev = nullptr;
+    cuda_ok(cudaMalloc(&dev, host.size()), "cudaMalloc");
+    if (rank != a.num("stop_rank")) {
+      try {
+        run(dev, host, DType::f32, 64, false);
+        c.synchronize();
+        say("RESULT op=stopped_peer error=none");
+      } catch (const std::exception& e) {
+        std::string msg = e.what();  // one token on the RESULT line
+        std::replace(msg.begin(), msg.end(), ' ', '_');
+        say("RESULT op=stopped_peer error=" + msg);
+      }
+    } else {  // stays alive (its buffer mapped) until the other rank has given up
+      std::this_thread::sleep_for(s.timeout + std::chrono::seconds(2));
+    }
+    cudaFree(dev);
   }
   cudaStreamDestroy(stream);
 }
