@@ -185,7 +185,7 @@ TEST_CASE("custom all-reduce: one rank is the identity, and refusals name the li
 
 TEST_CASE(
     "custom all-reduce: two processes (on one GPU where there is one) sum in rank order bit for "
-    "bit, eagerly and in a CUDA graph; a peer that stops calling is an error in bounded time") {
+    "bit, eagerly and in a CUDA graph, and a peer that stops calling is an error in bounded time") {
   if (gpu_count() < 1) {
     WARN("no CUDA device: the two-process custom all-reduce test is skipped");
     return;
