@@ -245,6 +245,35 @@ TEST_CASE("beam search equals transformers' generate (fixture beam section)", "[
   fixture_beam_cases("cpu");
 }
 
+namespace {
+
+/// Two beams, four tokens: a beam request every front end takes.
+SamplingParams two_beams() {
+  SamplingParams p;
+  p.use_beam_search = true;
+  p.temperature = 0.0;
+  p.best_of = 2;
+  p.max_tokens = 4;
+  p.detokenize = false;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("beam search under pipeline parallelism is refused by name", "[engine][beam][parallel]") {
+  if (!fs::exists(kFixtures / "llama_gqa")) return;
+  EngineArgs a = beam_args("llama_gqa");
+  a.pipeline_parallel_size = 2;  // two `troupe worker` processes
+  LLM llm(a);
+  const Prompt prompt(std::vector<int32_t>{1, 2, 3});
+  CHECK_THROWS_WITH(llm.generate({prompt}, two_beams(), {.use_tqdm = false}),
+                    Catch::Contains("use_beam_search = true: not supported here") &&
+                        Catch::Contains("pipeline_parallel_size = 2"));
+  // The engine stays usable for other requests.
+  const auto out = llm.generate({prompt}, engine_fixtures::greedy_params(3), {.use_tqdm = false});
+  CHECK(out.at(0).outputs.at(0).token_ids.size() == 3);
+}
+
 TEST_CASE("beam search refuses what it cannot honour, naming the field", "[engine][beam]") {
   if (!fs::exists(kFixtures / "llama_gqa")) return;
   LLM llm(beam_args("llama_gqa"));
@@ -258,12 +287,7 @@ TEST_CASE("beam search refuses what it cannot honour, naming the field", "[engin
       CHECK_THAT(e.what(), Catch::Contains(field));
     }
   };
-  SamplingParams ok;
-  ok.use_beam_search = true;
-  ok.temperature = 0.0;
-  ok.best_of = 2;
-  ok.max_tokens = 4;
-  ok.detokenize = false;
+  const SamplingParams ok = two_beams();
   SamplingParams p = ok;
   p.temperature = 0.7;
   refused(p, "temperature = 0.7");

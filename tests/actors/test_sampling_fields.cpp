@@ -15,6 +15,7 @@
 #include <set>
 #include <span>
 
+#include "actors/executor_actor.hpp"
 #include "actors/llm.hpp"
 #include "tests/actors/engine_fixtures.hpp"
 #include "tests/actors/worker_process.hpp"
@@ -166,9 +167,19 @@ bool repeats_ngram(const std::vector<int32_t>& ids, size_t n) {
 
 }  // namespace
 
-TEST_CASE("a C++ logits processor sees the ids, changes the row, and logprobs stay raw",
-          "[engine][processors]") {
-  LLM llm(default_model_args());
+namespace {
+
+/// The embedded model on `device` ("cpu", or "cuda" where a GPU is), float32.
+EngineArgs model_on(const std::string& device) {
+  EngineArgs a = default_model_args();
+  a.device = device;
+  if (device == "cuda") a.num_gpu_blocks_override = 512;
+  return a;
+}
+
+void callable_processor_case(const std::string& device) {
+  INFO("device " << device);
+  LLM llm(model_on(device));
   SamplingParams p;
   p.temperature = 0.0;
   p.max_tokens = 6;
@@ -215,8 +226,9 @@ TEST_CASE("a C++ logits processor sees the ids, changes the row, and logprobs st
   CHECK(llm.generate({prompt}, p, {.use_tqdm = false})[0].outputs[0].token_ids == g);
 }
 
-TEST_CASE("the no_repeat_ngram plug-in through the engine", "[engine][processors]") {
-  EngineArgs a = default_model_args();
+void plugin_processor_case(const std::string& device) {
+  INFO("device " << device);
+  EngineArgs a = model_on(device);
   a.logits_processor_plugin = {TROUPE_NO_REPEAT_NGRAM_PLUGIN};
   LLM llm(a);
   SamplingParams p;
@@ -241,6 +253,27 @@ TEST_CASE("the no_repeat_ngram plug-in through the engine", "[engine][processors
   p.logits_processors = {"typo"};
   CHECK_THROWS_WITH(llm.generate({prompt}, p, {.use_tqdm = false}),
                     Catch::Contains("allowed: no_repeat_ngram"));
+}
+
+}  // namespace
+
+TEST_CASE("a C++ logits processor sees the ids, changes the row, and logprobs stay raw",
+          "[engine][processors]") {
+  callable_processor_case("cpu");
+}
+
+TEST_CASE("the no_repeat_ngram plug-in through the engine", "[engine][processors]") {
+  plugin_processor_case("cpu");
+}
+
+TEST_CASE("logits processors on the CUDA backend: the callable and the plug-in",
+          "[engine][processors][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the CUDA logits-processor cases are skipped");
+    return;
+  }
+  callable_processor_case("cuda");
+  plugin_processor_case("cuda");
 }
 
 TEST_CASE("num_cached_tokens: the prompt tokens the prefix cache served", "[engine][prefix]") {

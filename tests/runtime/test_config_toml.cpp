@@ -63,6 +63,21 @@ logit_bias = { "50256" = -100 }
   CHECK(c.notices.empty());
 }
 
+TEST_CASE("an engine TOML names logits processors and their plug-ins", "[config][processors]") {
+  auto c = troupe::parse_engine_toml(R"(
+logits_processor_plugin = ["/opt/troupe/libno_repeat_ngram.so"]
+
+[sampling]
+logits_processors = ["no_repeat_ngram:3", "other"]
+)",
+                                     "engine.toml");
+  CHECK(c.engine.logits_processor_plugin ==
+        std::vector<std::string>{"/opt/troupe/libno_repeat_ngram.so"});
+  CHECK(c.sampling.logits_processors == std::vector<std::string>{"no_repeat_ngram:3", "other"});
+  CHECK_THAT(toml_error("[sampling]\nlogits_processors = 3\n"),
+             Contains("engine.toml:2") && Contains("logits_processors"));
+}
+
 TEST_CASE("an engine TOML applies over the given bases", "[config]") {
   EngineArgs base{.model = "base", .max_num_seqs = 8};
   SamplingParams sbase{.temperature = 0.0, .max_tokens = 5};

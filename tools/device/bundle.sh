@@ -2,7 +2,8 @@
 # Builds here (no GPU needed) and packs what the GPU machine runs, into .carry/cuda/:
 #   troupe_cuda.tar.gz  bin/ (troupe, troupe_cuda_tests, troupe_cuda_opbench,
 #                       troupe_actors_tests, troupe_transport_tests and its rank process
-#                       troupe_transport_peer, troupe_transport_bench), lib/ (the shared libraries they load that a stock
+#                       troupe_transport_peer, troupe_transport_bench, the example
+#                       logits-processor plug-in the actor tests load), lib/ (the shared libraries they load that a stock
 #                       CUDA image may lack: Debian's fmt, spdlog, OpenBLAS, libcudart 13, ...;
 #                       not cuBLASLt, ~500 MB, nor NCCL, ~210 MB: env.sh finds the machine's
 #                       own, NCCL in its PyTorch when nowhere else) and paths (this
@@ -26,7 +27,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/tests/troupe_cuda_tests" "$build/cuda/troupe_cuda_opbench" "$build/tools/troupe" \
    "$build/tests/troupe_actors_tests" "$build/tests/troupe_transport_tests" \
-   "$build/tests/troupe_transport_peer" "$build/transport/troupe_transport_bench" "$stage/bin/"
+   "$build/tests/troupe_transport_peer" "$build/transport/troupe_transport_bench" \
+   "$build/examples/libtroupe_no_repeat_ngram.so" "$stage/bin/"
 printf '%s\n%s\n' "$PWD" "$(cd "$build" && pwd)" > "$stage/paths"
 # Every non-glibc, non-toolchain library the binaries load, except cuBLAS.
 for bin in "$stage"/bin/*; do

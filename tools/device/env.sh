@@ -71,6 +71,11 @@ unpack_bundle() {
      ! cmp -s "$root/bin/troupe_transport_peer" "$build/tests/troupe_transport_peer"; then
     mkdir -p "$build/tests" && cp -f "$root/bin/troupe_transport_peer" "$build/tests/"
   fi
+  # The example plug-in the logits-processor tests load from the build folder.
+  local plugin=libtroupe_no_repeat_ngram.so
+  if [[ -n $build && -f $root/bin/$plugin ]] && ! cmp -s "$root/bin/$plugin" "$build/examples/$plugin"; then
+    mkdir -p "$build/examples" && cp -f "$root/bin/$plugin" "$build/examples/"
+  fi
   return 0
 }
 

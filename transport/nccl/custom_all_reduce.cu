@@ -1,10 +1,7 @@
 // The one-shot all-reduce kernel of CustomAllReduce (custom_all_reduce.hpp has the protocol).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
+#include "cuda/device_common.cuh"
 #include "transport/nccl/custom_all_reduce_kernel.hpp"
 
 namespace troupe::car {
@@ -22,30 +19,6 @@ __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-__device__ __forceinline__ float to_f(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 /// One call. Grid: kBlocks CTAs of kThreads; CTA b owns the 16-byte chunks b, b + kBlocks, ...
@@ -99,20 +72,20 @@ __global__ void __launch_bounds__(kThreads)
         const int4 v = __ldcv(reinterpret_cast<const int4*>(peers.base[r] + half) + i);
         const T* t = reinterpret_cast<const T*>(&v);
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) acc[e] = __fadd_rn(acc[e], to_f(t[e]));
+        for (int e = 0; e < kPer; ++e) acc[e] = __fadd_rn(acc[e], cuda::to_f32(t[e]));
       }
       int4 o;
       T* ot = reinterpret_cast<T*>(&o);
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) ot[e] = from_f<T>(acc[e]);
+      for (int e = 0; e < kPer; ++e) ot[e] = cuda::from_f32<T>(acc[e]);
       reinterpret_cast<int4*>(x)[i] = o;
     } else {
       float acc = 0.0f;
       for (int r = 0; r < size; ++r) {
         const T* src = reinterpret_cast<const T*>(peers.base[r] + half);
-        acc = __fadd_rn(acc, to_f(src[i]));
+        acc = __fadd_rn(acc, cuda::to_f32(src[i]));
       }
-      x[i] = from_f<T>(acc);
+      x[i] = cuda::from_f32<T>(acc);
     }
   }
   if (tid == 0) counters[b] = gen;
