@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/checkpoint/json_object.hpp"
 #include "runtime/error.hpp"
 
 namespace troupe {
@@ -38,14 +39,7 @@ std::optional<double> opt_number(const json& j, const char* key, const std::stri
 }  // namespace
 
 GenerationConfig parse_generation_config(const std::string& json_text, const std::string& path) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
-    fail("{}: not valid JSON ({})", path, e.what());
-  }
-  if (!j.is_object())
-    fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
+  const json j = parse_json_object(json_text, path);
 
   GenerationConfig g;
   if (const json* eos = field(j, "eos_token_id")) {

@@ -15,6 +15,7 @@
 #include <limits>
 #include <sstream>
 
+#include "runtime/checkpoint/json_object.hpp"
 #include "runtime/error.hpp"
 
 namespace troupe {
@@ -159,14 +160,7 @@ std::string architecture_for(const std::string& model_type) {
 
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir) {
   const std::string path = (dir / "config.json").string();
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
-    fail("{}: not valid JSON ({})", path, e.what());
-  }
-  if (!j.is_object())
-    fail("{}: expected a JSON object at the top level, got {}", path, j.type_name());
+  const json j = parse_json_object(json_text, path);
   const Fields f(j, path);
 
   ModelConfig c;

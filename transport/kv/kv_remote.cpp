@@ -150,6 +150,17 @@ void wait_replies(ucx::Worker& worker, ucx::Mailbox& mailbox, ucx::Endpoint& ep,
 
 }  // namespace
 
+template <class F>
+void KvRemote::in_batches(std::span<const KvBlockMove> moves, bool staged, F&& f) {
+  const uint64_t bb = local_layout_.block_bytes();
+  for (size_t first = 0; first < moves.size();) {
+    const size_t n = batch_size(moves.size() - first, bb);
+    if (staged && staging_.size() < n * bb) staging_.resize(n * bb);  // before any send
+    f(moves.subspan(first, n), next_request_++, bb);
+    first += n;
+  }
+}
+
 void KvRemote::read(std::span<const KvBlockMove> moves) {
   check(moves, "read");
   if (moves.empty()) return;
@@ -173,33 +184,31 @@ void KvRemote::read(std::span<const KvBlockMove> moves) {
     // one's rate; on shared memory the copies cost more than they save); the batches bound the
     // staging.
     const bool staged = contiguous_wire_ && local_layout_.num_planes > 1;
-    for (size_t first = 0; first < moves.size();) {
-      const size_t n = batch_size(moves.size() - first, local_layout_.block_bytes());
-      const auto batch = moves.subspan(first, n);
-      const uint64_t request = next_request_++;
-      const uint64_t bb = local_layout_.block_bytes();
-      if (staged && staging_.size() < n * bb) staging_.resize(n * bb);
-      for (size_t i = 0; i < n; ++i) {
-        if (staged) {
-          io.mailbox.post(0, kv::reply_key(request, i), staging_.data() + i * bb, bb);
-        } else {
-          io.mailbox.post(0, kv::reply_key(request, i),
-                          local_layout_.segments(local_base_, batch[i].local));
-        }
-      }
-      std::vector<uint64_t> blocks(n);
-      for (size_t i = 0; i < n; ++i) blocks[i] = batch[i].remote;
-      ucx::Pending pending(io.worker);
-      const void* body = pending.keep(blocks.data(), blocks.size() * sizeof(uint64_t));
-      ucx::Mailbox::send(pending, *io.ep, kv::kReadRequest,
-                         ucx::MailHeader{kv::reply_key(request, 0), wire_, uint32_t(n)}, body,
-                         blocks.size() * sizeof(uint64_t), what,
-                         UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
-      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what, [&](size_t i) {
-        if (staged) local_layout_.scatter(local_base_, batch[i].local, staging_.data() + i * bb);
-      });
-      first += n;
-    }
+    in_batches(
+        moves, staged, [&](std::span<const KvBlockMove> batch, uint64_t request, uint64_t bb) {
+          const size_t n = batch.size();
+          for (size_t i = 0; i < n; ++i) {
+            if (staged) {
+              io.mailbox.post(0, kv::reply_key(request, i), staging_.data() + i * bb, bb);
+            } else {
+              io.mailbox.post(0, kv::reply_key(request, i),
+                              local_layout_.segments(local_base_, batch[i].local));
+            }
+          }
+          std::vector<uint64_t> blocks(n);
+          for (size_t i = 0; i < n; ++i) blocks[i] = batch[i].remote;
+          ucx::Pending pending(io.worker);
+          const void* body = pending.keep(blocks.data(), blocks.size() * sizeof(uint64_t));
+          ucx::Mailbox::send(pending, *io.ep, kv::kReadRequest,
+                             ucx::MailHeader{kv::reply_key(request, 0), wire_, uint32_t(n)}, body,
+                             blocks.size() * sizeof(uint64_t), what,
+                             UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER);
+          wait_replies(
+              io.worker, io.mailbox, *io.ep, pending, request, n, batch, what, [&](size_t i) {
+                if (staged)
+                  local_layout_.scatter(local_base_, batch[i].local, staging_.data() + i * bb);
+              });
+        });
   });
 }
 
@@ -222,33 +231,31 @@ void KvRemote::write(std::span<const KvBlockMove> moves) {
       return;
     }
     const bool staged = contiguous_wire_ && local_layout_.num_planes > 1;
-    for (size_t first = 0; first < moves.size();) {
-      const size_t n = batch_size(moves.size() - first, local_layout_.block_bytes());
-      const auto batch = moves.subspan(first, n);
-      const uint64_t request = next_request_++;
-      const uint64_t bb = local_layout_.block_bytes();
-      if (staged && staging_.size() < n * bb) staging_.resize(n * bb);  // before any send
-      ucx::Pending pending(io.worker);
-      for (size_t i = 0; i < n; ++i) {
-        if (batch[i].remote >= (uint64_t(1) << 32))
-          fail("kv remote: block {} is beyond what the active-message protocol addresses (2^32)",
-               batch[i].remote);
-        io.mailbox.post(0, kv::reply_key(request, i), nullptr, 0);  // the region's ack
-        const ucx::MailHeader h{kv::reply_key(request, i), wire_, uint32_t(batch[i].remote)};
-        if (staged) {
-          io.worker.progress();  // earlier blocks start moving while this one is copied
-          local_layout_.gather(local_base_, batch[i].local, staging_.data() + i * bb);
-          ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h, staging_.data() + i * bb, bb,
-                             what, UCP_AM_SEND_FLAG_REPLY);
-        } else {
-          ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h,
-                             local_layout_.segments(local_base_, batch[i].local), what,
-                             UCP_AM_SEND_FLAG_REPLY);
-        }
-      }
-      wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what, [](size_t) {});
-      first += n;
-    }
+    in_batches(
+        moves, staged, [&](std::span<const KvBlockMove> batch, uint64_t request, uint64_t bb) {
+          const size_t n = batch.size();
+          ucx::Pending pending(io.worker);
+          for (size_t i = 0; i < n; ++i) {
+            if (batch[i].remote >= (uint64_t(1) << 32))
+              fail(
+                  "kv remote: block {} is beyond what the active-message protocol addresses (2^32)",
+                  batch[i].remote);
+            io.mailbox.post(0, kv::reply_key(request, i), nullptr, 0);  // the region's ack
+            const ucx::MailHeader h{kv::reply_key(request, i), wire_, uint32_t(batch[i].remote)};
+            if (staged) {
+              io.worker.progress();  // earlier blocks start moving while this one is copied
+              local_layout_.gather(local_base_, batch[i].local, staging_.data() + i * bb);
+              ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h, staging_.data() + i * bb, bb,
+                                 what, UCP_AM_SEND_FLAG_REPLY);
+            } else {
+              ucx::Mailbox::send(pending, *io.ep, kv::kWriteBlock, h,
+                                 local_layout_.segments(local_base_, batch[i].local), what,
+                                 UCP_AM_SEND_FLAG_REPLY);
+            }
+          }
+          wait_replies(io.worker, io.mailbox, *io.ep, pending, request, n, batch, what,
+                       [](size_t) {});
+        });
   });
 }
 

@@ -47,6 +47,10 @@ class KvRemote {
   void check(std::span<const KvBlockMove> moves, std::string_view op) const;
   template <class F>
   void guarded(F&& body);
+  /// Active messages: f(batch, request id, block bytes) for each batch of at most
+  /// kBatchBytes, with room for the batch in staging_ when `staged`.
+  template <class F>
+  void in_batches(std::span<const KvBlockMove> moves, bool staged, F&& f);
 
   KvSettings settings_;
   void* local_base_;
