@@ -4,7 +4,8 @@
 #   bash tools/device/tp2.sh
 #   1. NCCL between two processes on two GPUs against a float64 reference, the same bits on
 #      both ranks, and the custom all-reduce over CUDA IPC between them, bit for bit the sum in
-#      rank order, eagerly and in graphs (troupe_transport_tests "nccl:*,custom all-reduce:*");
+#      rank order, eagerly and in graphs, and against NCCL's result (float32 bit for bit, half
+#      types within one ulp) (troupe_transport_tests "nccl:*,custom all-reduce:*");
 #   2. the transformers fixtures through the engine at TP=2, PP=2 and 2x2 against one rank in
 #      float32 (troupe_actors_tests "[parallel]": greedy tokens identical, logprobs within 1e-5);
 #   3. Llama-3-8B's shape, bf16, dummy weights: 16 prompts x 256 greedy tokens at TP=2 against

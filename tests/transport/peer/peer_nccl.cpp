@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "peer.hpp"
@@ -103,6 +104,10 @@ void scenario_custom_ar(const Args& a) {
   s.timeout = std::chrono::milliseconds(a.num("timeout_ms", 10000));
   CustomAllReduce c(rank, size, s);
   c.connect(bootstrap(c.blob()), stream);
+  // With nccl_id= (one GPU per rank): NCCL on the same data, to compare bits.
+  std::unique_ptr<NcclCollectives> nccl;
+  if (a.kv.count("nccl_id"))
+    nccl = std::make_unique<NcclCollectives>(rank, size, from_hex(a.str("nccl_id")), stream);
   const auto run = [&](void* dev, const std::vector<uint8_t>& host, DType dt, int64_t n,
                        bool graph) {
     cuda_ok(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream),
@@ -155,6 +160,29 @@ void scenario_custom_ar(const Args& a) {
         say(fmt::format("RESULT op=custom_ar dtype={} n={} graph={} exact={} hash={}",
                         dtype_name(dt), n, int(graph), int(got == want),
                         hash_hex(got.data(), got.size())));
+      }
+      if (nccl) {  // NCCL's sum of the same data: the largest distance in units in the last place
+        cuda_ok(cudaMemcpy(dev, host.data(), n * es, cudaMemcpyHostToDevice), "upload");
+        nccl->all_reduce_sum(
+            Tensor(dev, dt, Device{DeviceKind::cuda, rank % devices}, {int64_t(n)}));
+        nccl->synchronize();
+        std::vector<uint8_t> theirs(n * es);
+        cuda_ok(cudaMemcpy(theirs.data(), dev, n * es, cudaMemcpyDeviceToHost), "download");
+        run(dev, host, dt, int64_t(n), false);
+        c.synchronize();
+        cuda_ok(cudaMemcpy(got.data(), dev, n * es, cudaMemcpyDeviceToHost), "download");
+        int64_t worst = 0;
+        for (size_t i = 0; i < n; ++i) {
+          int64_t x = 0, y = 0;  // sign-magnitude bit patterns as ordered integers
+          std::memcpy(&x, got.data() + i * es, es);
+          std::memcpy(&y, theirs.data() + i * es, es);
+          const int64_t sign = int64_t(1) << (8 * es - 1);
+          x = (x & sign) ? -(x & (sign - 1)) : x;
+          y = (y & sign) ? -(y & (sign - 1)) : y;
+          worst = std::max(worst, std::abs(x - y));
+        }
+        say(fmt::format("RESULT op=custom_vs_nccl dtype={} n={} ulps={}", dtype_name(dt), n,
+                        worst));
       }
       cudaFree(dev);
     }
