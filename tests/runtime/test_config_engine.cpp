@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -249,6 +250,15 @@ TEST_CASE("the EngineArgs table has every vLLM field, in vLLM's order", "[config
     CHECK(names.count(extra) == 1);
   }
   CHECK(names.size() == troupe::engine_arg_fields().size());  // no duplicates
+}
+
+TEST_CASE("the help of the backend-limited flags names where each works", "[config]") {
+  // What each flag's refusal enforces (actors/engine.cpp); a text edit for one once changed both.
+  std::map<std::string_view, std::string_view> help;
+  for (const auto& f : troupe::engine_arg_fields()) help[f.name] = f.help;
+  CHECK_THAT(std::string(help.at("swap_space_remote")), Contains("CPU backend only"));
+  CHECK_THAT(std::string(help.at("batch_invariant")),
+             Contains("CPU and CUDA backends") && Contains("tensor_parallel_size 1 only"));
 }
 
 TEST_CASE("every EngineArgs row is complete and its default text reads back", "[config]") {
