@@ -62,7 +62,11 @@ void rotate_head(float* x, const float* cos, const float* sin, int64_t half, Rop
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads) : pool_(num_threads) {
-    if (num_threads > 0) openblas_set_num_threads(num_threads);
+    // OpenBLAS computes single-threaded and the pool splits each GEMM (gemm_nt). OpenBLAS's
+    // own threads spin on sched_yield for ~2^28 cycles after every GEMM, so between GEMMs
+    // (attention, sampling, the server's work) they took a core's share from everything else:
+    // 2026-12-05, troupe-fortunes 300 x 128/128 on 2 cores, 1,833 -> 2,2xx output tok/s.
+    openblas_set_num_threads(1);
   }
 
   [[nodiscard]] std::string name() const override { return "cpu"; }
@@ -244,9 +248,7 @@ class CpuBackend final : public Backend {
       std::memset(o, 0, out.nbytes());
     }
     if (k == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t), int(n), int(k), 1.0f,
-                x.as<const float>(), int(k), w.as<const float>(), int(k),
-                bias != nullptr ? 1.0f : 0.0f, o, int(n));
+    gemm_nt(t, n, k, x.as<const float>(), w.as<const float>(), bias != nullptr ? 1.0f : 0.0f, o);
   }
 
   void set_batch_invariant(bool on) override { batch_invariant_ = on; }
@@ -433,6 +435,29 @@ class CpuBackend final : public Backend {
   // number of rows: OpenBLAS picks its kernels and blockings by the matrix shape, so the bits
   // of its row i depend on how many rows came with it. Threads split the weight rows; a block
   // of them stays in cache while every row of x passes over it.
+  // out[t, n] = x[t, k] . w[n, k]^T + beta * out, split over the pool: blocks of rows when
+  // there are at least as many rows as columns, else blocks of columns (multiples of 16, at
+  // least 64 wide, so each piece stays a GEMM OpenBLAS packs efficiently). Each output element
+  // is one OpenBLAS dot product over k either way; the pieces only choose who computes it.
+  void gemm_nt(int64_t t, int64_t n, int64_t k, const float* x, const float* w, float beta,
+               float* o) {
+    const auto piece = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(r1 - r0), int(c1 - c0), int(k),
+                  1.0f, x + r0 * k, int(k), w + c0 * k, int(k), beta, o + r0 * n + c0, int(n));
+    };
+    // Below ~2 MFLOP waking the pool costs more than it saves.
+    if (pool_.size() == 1 || t * n * k < (int64_t(1) << 20)) return piece(0, t, 0, n);
+    if (t >= n) {
+      pool_.parallel_for(t, std::max<int64_t>(16, 1024 / std::max<int64_t>(n, 1)),
+                         [&](int64_t begin, int64_t end) { piece(begin, end, 0, n); });
+      return;
+    }
+    constexpr int64_t kCols = 16;
+    pool_.parallel_for((n + kCols - 1) / kCols, 4, [&](int64_t begin, int64_t end) {
+      piece(0, t, begin * kCols, std::min(n, end * kCols));
+    });
+  }
+
   void invariant_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     constexpr int64_t kBlock = 32;  // weight rows per task

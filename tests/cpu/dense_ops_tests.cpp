@@ -99,13 +99,18 @@ TEST_CASE("rms_norm and add_rms_norm match float64", "[cpu][ops]") {
 }
 
 TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
-  OpHarness h;
+  // The pool splits a large GEMM by rows (T >= N) or by columns (T < N), in pieces whose
+  // edges fall inside the matrices here (N not a multiple of 16, T not of the piece size); the
+  // NaN-filled output shows any element no piece wrote.
+  const int threads = GENERATE(1, 2, 3);
+  OpHarness h(threads);
   std::mt19937_64 rng(3);
   struct Case {
     int64_t t, k, n;
   };
   for (const Case c : {Case{1, 1, 1}, Case{3, 17, 5}, Case{33, 129, 65}, Case{128, 512, 384},
-                       Case{1, 896, 4864}, Case{5, 4096, 7}}) {
+                       Case{1, 896, 4864}, Case{5, 4096, 7}, Case{300, 256, 200},
+                       Case{257, 64, 70}, Case{64, 256, 1000}, Case{17, 512, 130}}) {
     for (bool with_bias : {false, true}) {
       const auto x_host = random_floats(rng, size_t(c.t * c.k));
       const auto w_host = random_floats(rng, size_t(c.n * c.k));
@@ -123,7 +128,8 @@ TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
             s += double(x_host[size_t(i * c.k + l)]) * double(w_host[size_t(j * c.k + l)]);
           want[size_t(i * c.n + j)] = s;
         }
-      report(fmt::format("linear T={} K={} N={} bias={}", c.t, c.k, c.n, with_bias),
+      report(fmt::format("linear T={} K={} N={} bias={} threads={}", c.t, c.k, c.n, with_bias,
+                         threads),
              max_rel_error(h.read(out), want));
     }
   }
