@@ -21,6 +21,10 @@
 
 namespace troupe {
 
+bool computes_on_cpu(const EngineArgs& args) {
+  return args.device == "cpu" || (args.device == "auto" && cuda_device_count() == 0);
+}
+
 namespace fs = std::filesystem;
 
 struct Engine::Impl {
@@ -71,7 +75,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
 
   // Device and dtype.
   std::string device = args.device;
-  if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (device == "auto") device = computes_on_cpu(args) ? "cpu" : "cuda";
   if (device == "cpu" && args.dtype != "auto" && args.dtype != "float32" && args.dtype != "float")
     fail("dtype = '{}': the CPU backend computes in float32; use --dtype auto or float32",
          args.dtype);

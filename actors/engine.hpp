@@ -1,8 +1,9 @@
 // The engine: troupe's front door, usable inside a host application's own actor system.
 //
 //   caf::actor_system_config cfg;  troupe::register_message_types(cfg);
+//   troupe::set_scheduler(cfg, troupe::computes_on_cpu(args));  // optional: CAF's threads
 //   caf::actor_system sys{cfg};
-//   troupe::Engine engine(sys, troupe::EngineArgs{});  // model: default_model_dir()
+//   troupe::Engine engine(sys, args);  // EngineArgs{}: default_model_dir()
 //   // then talk to engine.handle() with (submit_atom, EngineRequest, sink) messages; the sink
 //   // actor receives (output_atom, RequestOutput) messages.
 //
@@ -34,6 +35,10 @@ struct EngineInfo {
   std::string backend;
   double load_seconds = 0.0;
 };
+
+/// Whether an engine made with `args` computes on this host's CPU: device "cpu", or "auto"
+/// on a machine without a CUDA device (what the engine resolves at start-up).
+[[nodiscard]] bool computes_on_cpu(const EngineArgs& args);
 
 class Engine {
  public:

@@ -38,7 +38,7 @@ LLM::LLM(EngineArgs args) : impl_(std::make_unique<Impl>()) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   }
   register_message_types(impl_->cfg);
-  impl_->cfg.set("scheduler.max-threads", 4);
+  set_scheduler(impl_->cfg, computes_on_cpu(args));
   // Heartbeats so that a frozen remote worker is noticed within 5 s (CAF's default is never),
   // or within what the cluster file says.
   auto interval = std::chrono::milliseconds(500), timeout = std::chrono::milliseconds(5000);

@@ -34,6 +34,16 @@ void set_heartbeat(caf::actor_system_config& cfg, std::chrono::milliseconds inte
   cfg.set("middleman.connection-timeout", caf::timespan{timeout});
 }
 
+void set_scheduler(caf::actor_system_config& cfg, bool cpu_engine) {
+  if (!cpu_engine) {
+    cfg.set("scheduler.max-threads", 4);
+    return;
+  }
+  cfg.set("scheduler.max-threads", 2);
+  cfg.set("work-stealing.aggressive-poll-attempts", 10);
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
+}
+
 caf::error make_troupe_error(const std::string& what) {
   return caf::make_error(caf::sec::runtime_error, what);
 }

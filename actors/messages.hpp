@@ -215,6 +215,15 @@ void register_message_types(caf::actor_system_config& cfg);
 void set_heartbeat(caf::actor_system_config& cfg, std::chrono::milliseconds interval,
                    std::chrono::milliseconds timeout);
 
+/// The actor system's scheduler for a process that runs an engine. With `cpu_engine` (the
+/// executors compute on this host's CPU cores, whose pool keeps every core busy during a step)
+/// CAF gets 2 worker threads that sleep on a condition variable after 10 empty polls; CAF's
+/// default has them poll on for ~25 ms after each job, waking every 50 us, which took ~8% of
+/// two cores from the CPU backend under a server's load (docs/engine.md "Actor-system
+/// threads"). A GPU engine leaves the host's cores free, and keeps 4 workers with CAF's
+/// polling (the lowest message latency). Call before the actor system is made.
+void set_scheduler(caf::actor_system_config& cfg, bool cpu_engine);
+
 /// The user-facing text of an error that came back from an actor: the message a handler put
 /// in it, or CAF's rendering.
 std::string error_text(const caf::error& err);

@@ -94,7 +94,7 @@ int run_serve(const CLI::App& app, const std::string& model_tag) {
 
   caf::actor_system_config cfg;
   register_message_types(cfg);
-  cfg.set("scheduler.max-threads", 4);
+  set_scheduler(cfg, computes_on_cpu(args));
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
   caf::actor_system sys{cfg};
   int status = 0;

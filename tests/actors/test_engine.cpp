@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "actors/engine.hpp"
+#include "actors/executor_actor.hpp"  // cuda_device_count
+#include "actors/messages.hpp"
 #include "actors/llm.hpp"
 #include "runtime/error.hpp"
 #include "tests/actors/engine_fixtures.hpp"
@@ -569,4 +571,26 @@ TEST_CASE("losing the executor's process mid-generation fails every request with
   // The engine refuses new work with the reason, and says so at once.
   CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[2])}, greedy_params(4), {.use_tqdm = false}),
                     Catch::Contains("no executors left") && Catch::Contains("executor 0"));
+}
+
+TEST_CASE("an engine on the CPU gets an actor system of 2 workers that do not poll on",
+          "[engine]") {
+  // The CPU backend's pool keeps every core busy during a step; CAF's default workers polled
+  // on every 50 us after each job and took ~8% of two cores (docs/engine.md).
+  EngineArgs args;
+  args.device = "cpu";
+  CHECK(computes_on_cpu(args));
+  args.device = "cuda";
+  CHECK_FALSE(computes_on_cpu(args));
+  args.device = "auto";
+  CHECK(computes_on_cpu(args) == (cuda_device_count() == 0));
+  for (const bool cpu : {true, false}) {
+    caf::actor_system_config cfg;
+    register_message_types(cfg);
+    set_scheduler(cfg, cpu);
+    caf::actor_system sys{cfg};
+    CHECK(sys.scheduler().num_workers() == (cpu ? 2u : 4u));
+    CHECK(caf::get_or(sys.config(), "work-stealing.moderate-poll-attempts", size_t(500)) ==
+          (cpu ? 0u : 500u));
+  }
 }
