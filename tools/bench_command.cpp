@@ -45,6 +45,7 @@ struct BenchOptions {
   int num_iters = 5;
   uint64_t seed = 0;
   std::string output_json;
+  bool disable_detokenize = false;  // vLLM's --disable-detokenize: outputs stay token ids
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -132,14 +133,14 @@ std::vector<Prompt> random_prompts(int count, int len, int32_t vocab, uint64_t s
   return out;
 }
 
-SamplingParams bench_params(int output_len, int prompt_logprobs = -1) {
+SamplingParams bench_params(int output_len, bool detokenize, int prompt_logprobs = -1) {
   SamplingParams p;
   if (prompt_logprobs >= 0) p.prompt_logprobs = prompt_logprobs;
   p.temperature = 1.0;
   p.top_p = 1.0;
   p.ignore_eos = true;
   p.max_tokens = output_len;
-  p.detokenize = false;
+  p.detokenize = detokenize;
   return p;
 }
 
@@ -162,6 +163,12 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   out << j.dump(2) << "\n";
 }
 
+/// As vLLM's benchmarks: the outputs are detokenized (their cost is in the times) unless
+/// --disable-detokenize, or there is no tokenizer (a dummy preset's directory has none).
+bool detokenizes(const EngineArgs& args, const BenchOptions& o) {
+  return !o.disable_detokenize && !args.skip_tokenizer_init;
+}
+
 nlohmann::ordered_json common_json(const LLM& llm, const EngineArgs& args, const ModelConfig& c,
                                    const BenchOptions& o) {
   nlohmann::ordered_json j;
@@ -172,6 +179,7 @@ nlohmann::ordered_json common_json(const LLM& llm, const EngineArgs& args, const
   j["parameters"] = parameter_count(c);
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
+  j["detokenize"] = detokenizes(args, o);
   return j;
 }
 
@@ -182,7 +190,8 @@ int run_latency(const CLI::App& app, const BenchOptions& o) {
   const auto prompts = random_prompts(o.batch_size, o.input_len, int32_t(config.vocab_size), o.seed);
   auto timed = [&](int output_len) {
     const auto t0 = Clock::now();
-    (void)llm.generate(prompts, bench_params(output_len), {.use_tqdm = false});
+    (void)llm.generate(prompts, bench_params(output_len, detokenizes(args, o)),
+                       {.use_tqdm = false});
     return seconds(t0, Clock::now());
   };
   for (int i = 0; i < o.num_iters_warmup; ++i) (void)timed(o.output_len);
@@ -239,12 +248,13 @@ int run_throughput(const CLI::App& app, const BenchOptions& o) {
   const Prompt warm_up = o.prefix_len > 0
                              ? random_prompts(1, o.input_len, vocab, o.seed + 2).front()
                              : prompts.front();
-  (void)llm.generate({warm_up}, bench_params(4), {.use_tqdm = false});
+  (void)llm.generate({warm_up}, bench_params(4, detokenizes(args, o)), {.use_tqdm = false});
   const SchedulerStats before = llm.scheduler_stats();
   const KVStats kv_before = llm.kv_stats();
   const auto t0 = Clock::now();
   const auto outs =
-      llm.generate(prompts, bench_params(o.output_len, o.prompt_logprobs), {.use_tqdm = true});
+      llm.generate(prompts, bench_params(o.output_len, detokenizes(args, o), o.prompt_logprobs),
+                   {.use_tqdm = true});
   const double elapsed = seconds(t0, Clock::now());
   const SchedulerStats after = llm.scheduler_stats();
   const KVStats kv_after = llm.kv_stats();
@@ -319,6 +329,9 @@ void add_common(CLI::App& sub, BenchOptions& o) {
       ->capture_default_str()
       ->group("Benchmark");
   sub.add_option("--output-json", o.output_json, "write the results here as JSON")
+      ->group("Benchmark");
+  sub.add_flag("--disable-detokenize", o.disable_detokenize,
+               "leave the outputs as token ids (vLLM's flag; detokenizing is timed by default)")
       ->group("Benchmark");
 }
 

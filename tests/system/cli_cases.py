@@ -364,6 +364,8 @@ def case_bench():
         assert "decode time per output token" in p.stdout, p.stdout
         j = json.loads(lat.read_text())
         assert j["bench"] == "latency" and j["batch_size"] == 2, j
+        # As vLLM's benchmarks, the outputs are detokenized unless --disable-detokenize.
+        assert j["detokenize"] is True, j
         assert j["input_len"] == 8 and j["output_len"] == 6, j
         assert len(j["latencies_s"]) == 2 and all(t > 0 for t in j["latencies_s"]), j
         # Prefill and decode times come from separate runs: on this tiny model the noise of a
@@ -395,6 +397,11 @@ def case_bench():
         assert j["model_tflops_per_s"] > 0 and j["parameters"] > 4e6, j
         assert j["per_step"]["steps"] >= 5, j["per_step"]
         check_step_kinds(j["per_step"], max_decode_tokens=7)
+        assert j["detokenize"] is True, j
+        run("bench", "throughput", "--input-len", "16", "--output-len", "5", "--num-prompts",
+            "3", "--disable-detokenize", "--output-json", str(thr))
+        j = json.loads(thr.read_text())
+        assert j["detokenize"] is False and j["output_tokens"] == 3 * 5, j
 
 
 def check_step_kinds(s, max_decode_tokens):
