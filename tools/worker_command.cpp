@@ -160,6 +160,10 @@ Runner add_worker_command(CLI::App& app) {
     register_message_types(cfg);
     set_heartbeat(cfg, std::chrono::milliseconds(o->heartbeat_ms),
                   std::chrono::milliseconds(o->heartbeat_timeout_ms));
+    // A worker on a host without a GPU computes on its cores (or, a memory node, serves
+    // copies): CAF's workers there sleep instead of polling, as in a CPU engine's process.
+    // On a GPU host the worker keeps CAF's defaults, as before.
+    if (cuda_device_count() == 0) set_scheduler(cfg, true);
     caf::actor_system sys{cfg};
     const bool memory_node = o->kv_store_gib > 0;
     const std::string self_name = fmt::format(
