@@ -219,8 +219,8 @@ void set_heartbeat(caf::actor_system_config& cfg, std::chrono::milliseconds inte
 /// executors compute on this host's CPU cores, whose pool keeps every core busy during a step)
 /// CAF gets 2 worker threads that sleep on a condition variable after 10 empty polls; CAF's
 /// default has them poll on for ~25 ms after each job, waking every 50 us, which took ~8% of
-/// two cores from the CPU backend under a server's load (docs/engine.md "Actor-system
-/// threads"). A GPU engine leaves the host's cores free, and keeps 4 workers with CAF's
+/// two cores from the CPU backend under a server's load (docs/engine.md "Threads on a
+/// CPU engine"). A GPU engine leaves the host's cores free, and keeps 4 workers with CAF's
 /// polling (the lowest message latency). Call before the actor system is made.
 void set_scheduler(caf::actor_system_config& cfg, bool cpu_engine);
 

@@ -431,14 +431,11 @@ class CpuBackend final : public Backend {
     troupe::check_transfer(OpCheck(op, kCpu), name, t, host, bytes);
   }
 
-  // out[i, j] = dot(x_i, w_j) (+ bias[j]) in vector_math's fixed eight-lane order, for any
-  // number of rows: OpenBLAS picks its kernels and blockings by the matrix shape, so the bits
-  // of its row i depend on how many rows came with it. Threads split the weight rows; a block
-  // of them stays in cache while every row of x passes over it.
   // out[t, n] = x[t, k] . w[n, k]^T + beta * out, split over the pool: blocks of rows when
-  // there are at least as many rows as columns, else blocks of columns (multiples of 16, at
-  // least 64 wide, so each piece stays a GEMM OpenBLAS packs efficiently). Each output element
-  // is one OpenBLAS dot product over k either way; the pieces only choose who computes it.
+  // there are at least as many rows as columns, else blocks of columns (multiples of 16, all
+  // but the last at least 64 wide, so each piece stays a GEMM OpenBLAS packs efficiently).
+  // Each output element is one OpenBLAS dot product over k either way; the pieces only choose
+  // who computes it.
   void gemm_nt(int64_t t, int64_t n, int64_t k, const float* x, const float* w, float beta,
                float* o) {
     const auto piece = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
@@ -458,6 +455,10 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // out[i, j] = dot(x_i, w_j) (+ bias[j]) in vector_math's fixed eight-lane order, for any
+  // number of rows: OpenBLAS picks its kernels and blockings by the matrix shape, so the bits
+  // of its row i depend on how many rows came with it. Threads split the weight rows; a block
+  // of them stays in cache while every row of x passes over it.
   void invariant_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
     const int64_t t = x.dim(0), k = x.dim(1), n = w.dim(0);
     constexpr int64_t kBlock = 32;  // weight rows per task
