@@ -95,6 +95,7 @@ class Session : public std::enable_shared_from_this<Session> {
         timer_(strand_) {
     ++core_->connections;
     beast::error_code ec;
+    socket_.non_blocking(true, ec);  // do_write's send returns rather than waits
     const auto ep = socket_.remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
   }
@@ -341,10 +342,17 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void do_write() {
     if (writing_ || out_.empty() || closed_) return;
-    writing_ = true;
     wbuf_.clear();
     for (auto& s : out_) wbuf_ += s;
     out_.clear();
+    // What fits the socket's send buffer (nearly every streamed chunk) goes now, in one send
+    // and with no completion handler or write timer; only a remainder waits for the socket.
+    beast::error_code ec;
+    const size_t sent = socket_.write_some(asio::buffer(wbuf_), ec);  // non-blocking socket
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return gone();
+    if (!ec && sent == wbuf_.size()) return maybe_finish();
+    wbuf_.erase(0, ec ? 0 : sent);
+    writing_ = true;
     arm_timer(core_->options.write_timeout);
     asio::async_write(
         socket_, asio::buffer(wbuf_),
