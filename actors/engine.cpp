@@ -219,6 +219,7 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     rq.eos_token_ids.push_back(*m.tokenizer->eos_token_id());
   rq.log_requests = args.enable_log_requests;
   rq.max_log_len = int32_t(args.max_log_len.value_or(0));
+  rq.stream_interval = int32_t(args.stream_interval);
   rq.plugins = plugins;
   rq.in_process_executors = m.group->in_process();
   rq.max_num_seqs = int32_t(args.max_num_seqs);

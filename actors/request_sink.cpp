@@ -79,7 +79,9 @@ void track(sink_state& st, size_t p, const RequestOutput& out) {
                                        int64_t(out.prompt_token_ids.size()), fresh);
         t.first = now;
       } else {
-        st.metrics->record_tokens(seconds(*t.last, now), fresh);
+        // One token per engine step (troupe has no speculative decoding): several fresh
+        // tokens are several steps that stream_interval sent together.
+        st.metrics->record_tokens(seconds(*t.last, now), fresh, fresh);
       }
       t.last = now;
       t.tokens = n;

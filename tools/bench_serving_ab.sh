@@ -7,7 +7,9 @@
 #
 #   tools/bench_serving_ab.sh [build dir]      (env: ROUNDS=3 IN=128 OUT=128 N=300
 #                                               RATES="2 4 8" RATE_N=100 OUTDIR=bench_out
-#                                               MODEL_ARGS="engine flags for both")
+#                                               MODEL_ARGS="engine flags for both"
+#                                               SERVE_ARGS="flags for the server alone",
+#                                               e.g. "--stream-interval 10")
 #
 # On a GPU (tools/device/parallel.sh runs it): MODEL_ARGS="--model configs/models/llama-3-8b
 # --load-format dummy --dtype bfloat16 --max-model-len 4096 --skip-tokenizer-init" (the random
@@ -22,11 +24,12 @@ ROUNDS=${ROUNDS:-3} IN=${IN:-128} OUT=${OUT:-128} N=${N:-300}
 RATES=${RATES-"2 4 8"} RATE_N=${RATE_N:-100}
 OUTDIR=${OUTDIR:-bench_out}
 read -r -a model_args <<< "${MODEL_ARGS:-}"
+read -r -a serve_args <<< "${SERVE_ARGS:-}"
 mkdir -p "$OUTDIR"
 log="$OUTDIR/serve.log"
 
 start_server() {
-  "$T" --log-level warn serve "${model_args[@]}" --host 127.0.0.1 --port 0 \
+  "$T" --log-level warn serve "${model_args[@]}" "${serve_args[@]}" --host 127.0.0.1 --port 0 \
     --disable-uvicorn-access-log --generation-config vllm 2>"$log" &
   SP=$!
   for _ in $(seq 1 1200); do

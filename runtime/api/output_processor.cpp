@@ -349,12 +349,34 @@ void OutputProcessor::emit(const std::string& request_id, Actions& act) {
   if (it == requests_.end()) return;
   Request& r = it->second;
   if (!r.stream && r.unfinished > 0) return;
+  if (r.unfinished > 0 && !stream_due(r)) return;
+  for (auto& s : r.seqs) {
+    s.tokens_sent = s.out.token_ids.size();
+    s.finish_sent = s.finished;
+  }
   act.outputs.push_back(assemble(r));
   if (r.unfinished == 0) {
     for (const auto& s : r.seqs) owner_.erase(s.seq_id);
     requests_.erase(it);
     ++finished_;
   }
+}
+
+bool OutputProcessor::stream_due(const Request& r) const {
+  const size_t interval = size_t(std::max(config_.stream_interval, 1));
+  for (const auto& s : r.seqs) {
+    const size_t n = s.out.token_ids.size();
+    if (s.finished != s.finish_sent) return true;
+    if (n > s.tokens_sent && (s.tokens_sent == 0 || n - s.tokens_sent >= interval)) return true;
+  }
+  return interval == 1;  // every change goes out (prompt logprobs, text held back by stop strings)
+}
+
+void OutputProcessor::add_tokens(Sequence& s, PendingTokens got) {
+  s.out.token_ids.insert(s.out.token_ids.end(), got.ids.begin(), got.ids.end());
+  if (s.out.cumulative_logprob) *s.out.cumulative_logprob += got.logprob_sum;
+  if (s.out.logprobs)
+    for (auto& m : got.logprobs) s.out.logprobs->push_back(std::move(m));
 }
 
 void OutputProcessor::finish(Request& r, Sequence& s, FinishReason why) {
@@ -397,7 +419,7 @@ void OutputProcessor::apply_text(Request& r, Sequence& s, const std::string& del
   }
   // The finish waits for the text of every push before it: the last push flushes the
   // detokenizer's held-back bytes, and its reply may come after an earlier push's.
-  if (s.pending_finish != FinishReason::none && s.texts_awaited == 0) {
+  if (s.pending_finish != FinishReason::none && s.awaiting_text.empty()) {
     if (s.pending_stop_token) s.out.stop_reason_token = *s.pending_stop_token;
     finish(r, s, s.pending_finish);
   }
@@ -430,17 +452,15 @@ OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> upda
       if (!times.first_token_time) times.first_token_time = t;
       times.last_token_time = t;
     }
+    PendingTokens got;
     try {
       if (!u.prompt_logprobs.empty() && r->prompt_logprobs)
         for (const auto& p : u.prompt_logprobs) r->prompt_logprobs->push_back(to_map(p));
-      for (size_t k = 0; k < u.new_token_ids.size(); ++k) {
-        s->out.token_ids.push_back(u.new_token_ids[k]);
-        if (k < u.logprobs.size()) {
-          s->score += double(u.logprobs[k].chosen.logprob);
-          if (s->out.cumulative_logprob)
-            *s->out.cumulative_logprob += double(u.logprobs[k].chosen.logprob);
-          if (s->out.logprobs) s->out.logprobs->push_back(to_map(u.logprobs[k]));
-        }
+      got.ids = u.new_token_ids;
+      for (size_t k = 0; k < u.new_token_ids.size() && k < u.logprobs.size(); ++k) {
+        s->score += double(u.logprobs[k].chosen.logprob);
+        got.logprob_sum += double(u.logprobs[k].chosen.logprob);
+        if (s->out.logprobs) got.logprobs.push_back(to_map(u.logprobs[k]));
       }
     } catch (const std::exception& e) {  // a token the tokenizer cannot decode
       fail_request(*r, fmt::format("sequence {}: logprobs: {}", u.seq_id, e.what()), act);
@@ -452,10 +472,11 @@ OutputProcessor::Actions OutputProcessor::on_updates(std::vector<SeqUpdate> upda
       s->pending_stop_token = u.stop_token;
     }
     if (r->detokenize && u.finish != FinishReason::error) {
-      ++s->texts_awaited;
+      s->awaiting_text.push_back(std::move(got));  // joins the output with its text
       act.detokenize.push_back(
           DetokPush{u.seq_id, std::move(u.new_token_ids), u.finish != FinishReason::none});
     } else {
+      add_tokens(*s, std::move(got));
       apply_text(*r, *s, "", act);
       touched.insert(r->id);
     }
@@ -473,7 +494,11 @@ OutputProcessor::Actions OutputProcessor::on_text(
   for (const auto& [seq, text] : deltas) {
     auto [r, s] = find(seq);
     if (r == nullptr) continue;
-    if (s->texts_awaited > 0) --s->texts_awaited;
+    if (!s->awaiting_text.empty()) {
+      // This push's tokens (texts come back in push order); dropped after a stop string.
+      if (!s->finished) add_tokens(*s, std::move(s->awaiting_text.front()));
+      s->awaiting_text.pop_front();
+    }
     apply_text(*r, *s, text, act);
     touched.insert(r->id);
   }

@@ -10,14 +10,16 @@
 //                  seed + i) as SeqSpecs for the scheduler and DetokOpens for the detokenizers;
 //   on_updates()   takes each step's SeqUpdates (tokens, logprobs, a finish by the scheduler's
 //                  stop rules) and asks for their text (Actions::detokenize);
-//   on_text()      takes the text, applies stop strings (a match ends the sequence and asks the
-//                  scheduler to drop it: Actions::abort) and finishes the sequences whose last
-//                  text arrived: a finish waits for its text, so the final output holds it all;
+//   on_text()      takes the text, adds it and its step's tokens to the output together (so no
+//                  output shows tokens ahead of its text), applies stop strings (a match ends
+//                  the sequence and asks the scheduler to drop it: Actions::abort) and
+//                  finishes the sequences whose last text arrived: a finish waits for its
+//                  text, so the final output holds it all;
 //   abort(), fail_sequences()
 //                  end a request early: the caller's abort; a detokenizer error, which fails
 //                  exactly the requests whose sequences it hit, with the reason.
-// Outputs go out after every change when streaming, once at the end otherwise; a finished
-// request is forgotten.
+// Outputs go out after every change when streaming (stream_interval > 1: fewer), once at the
+// end otherwise; a finished request is forgotten.
 //
 // Times (RequestOutput::metrics, CompletionOutput::times): a request arrives when add() queues it
 // for the scheduler; the scheduler says when it first scheduled each sequence (SeqUpdate::
@@ -46,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +75,9 @@ struct OutputProcessorConfig {
   uint64_t seed = 0;  // seeds the generator that unseeded requests draw their seeds from
   bool log_requests = false;
   int32_t max_log_len = 0;  // 0: whole prompts in the request log
+  /// A streamed request's output goes out once some sequence has this many tokens more than
+  /// it had in the last output, or its first token, or finished (vLLM's stream_interval).
+  int32_t stream_interval = 1;
   /// The logits-processor plug-ins the executors load too (null: none): request names are
   /// checked against them.
   std::shared_ptr<const LogitsProcessorPlugins> plugins;
@@ -148,6 +154,15 @@ class OutputProcessor {
   [[nodiscard]] uint64_t num_finished() const { return finished_; }
 
  private:
+  /// One step's tokens of a sequence whose text is still being detokenized: they join the
+  /// output together with their text, so an output never shows tokens (ids, logprobs, usage)
+  /// ahead of the text it carries.
+  struct PendingTokens {
+    std::vector<int32_t> ids;
+    std::vector<PositionLogprobMap> logprobs;  // when the request asked for logprobs
+    double logprob_sum = 0.0;                  // their sampled tokens' logprobs
+  };
+
   /// One sequence of a request: what its caller sees of it and where its text stands.
   struct Sequence {
     uint64_t seq_id = 0;
@@ -155,10 +170,12 @@ class OutputProcessor {
     bool finished = false;
     FinishReason pending_finish = FinishReason::none;  // applied once its text caught up
     std::optional<int32_t> pending_stop_token;
-    int32_t texts_awaited = 0;  // detokenizer pushes whose text has not come back yet
-    double score = 0.0;    // cumulative raw logprob of its sampled tokens (best_of > n ranks it)
-    bool dropped = false;  // best_of > n: can no longer be among the best n
-    SequenceTimes times;   // kept apart from `out`, which a dropped sequence clears
+    std::deque<PendingTokens> awaiting_text;  // detokenizer pushes, oldest first
+    double score = 0.0;      // cumulative raw logprob of its sampled tokens (best_of > n ranks it)
+    bool dropped = false;    // best_of > n: can no longer be among the best n
+    SequenceTimes times;     // kept apart from `out`, which a dropped sequence clears
+    size_t tokens_sent = 0;  // streaming: its tokens in the last output sent
+    bool finish_sent = false;  // streaming: the last output sent showed it finished
   };
 
   struct Request {
@@ -187,6 +204,8 @@ class OutputProcessor {
       const std::vector<std::string>& words) const;
   [[nodiscard]] PositionLogprobMap to_map(const PositionLogprobs& p) const;
   void finish(Request& r, Sequence& s, FinishReason why);
+  /// Appends one step's tokens (and their logprobs) to the sequence's output.
+  static void add_tokens(Sequence& s, PendingTokens got);
   /// Appends text, applies stop strings, then a pending finish.
   void apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act);
   /// Fails request `r` with `why`: every unfinished sequence ends with an error.
@@ -196,6 +215,8 @@ class OutputProcessor {
   bool drop_hopeless(Request& r, Actions& act);
   /// Sends `r`'s output when due (streaming, or finished); forgets it once finished.
   void emit(const std::string& request_id, Actions& act);
+  /// Streaming, unfinished `r`: whether an output is due under stream_interval.
+  [[nodiscard]] bool stream_due(const Request& r) const;
   /// The caller's view of a request: every sequence in index order, or the best n when
   /// best_of > n.
   [[nodiscard]] static RequestOutput assemble(const Request& r);

@@ -224,6 +224,7 @@ std::vector<FieldInfo> build_table(Arena& a) {
   add(member(a, &E::pt_load_map_location, {.name = "pt_load_map_location", .help = "map_location for PyTorch checkpoints.", .status = kNotYet, .note = "troupe reads safetensors only"}));
   add(member(a, &E::enable_multimodal_encoder_data_parallel, {.name = "enable_multimodal_encoder_data_parallel", .help = "Deprecated in vLLM: use mm_encoder_tp_mode = data.", .status = kNotYet, .note = kNoMultimodal}));
   add(member(a, &E::logits_processors, {.name = "logits_processors", .help = "Python classes of custom logits processors.", .status = kNotYet, .note = "no Python runs in troupe"}));
+  add(member(a, &E::stream_interval, {.name = "stream_interval", .help = "Tokens a streamed request gathers before its next output goes out: 1 sends every token at once; a larger value (e.g. 10) sends fewer, larger pieces, with less host work per token. A request's first token and its end go out at once.", .allowed = ">= 1", .valid = at_least(1)}));
   add(member(a, &E::async_scheduling, {.name = "async_scheduling", .help = "Plan the next step while the current one runs, so the GPU does not wait for the scheduler (a sequence that stops on a token runs one step more, whose output is dropped)."}));
   add(member(a, &E::kv_sharing_fast_prefill, {.name = "kv_sharing_fast_prefill", .help = "Skip prefill of layers that share KV (Gemma-3n style).", .status = kNotYet, .note = "no cross-layer KV sharing yet"}));
   // ---- front end ----

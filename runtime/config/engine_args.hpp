@@ -199,6 +199,7 @@ struct EngineArgs {
   bool enable_multimodal_encoder_data_parallel = false;
   std::vector<std::string> logits_processors;
   bool async_scheduling = false;
+  int64_t stream_interval = 1;  // tokens a streamed output waits for (vLLM's SchedulerConfig)
   bool kv_sharing_fast_prefill = false;
   // ---- front end (vLLM's AsyncEngineArgs and server flags) ----
   bool enable_log_requests = false;

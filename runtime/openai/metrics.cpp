@@ -135,10 +135,13 @@ void ServingMetrics::record_first_token(double seconds, int64_t prompt_tokens, i
   generation_tokens_ += uint64_t(tokens);
 }
 
-void ServingMetrics::record_tokens(double gap_seconds, int64_t tokens) {
+void ServingMetrics::record_tokens(double gap_seconds, int64_t tokens, int64_t steps) {
+  steps = std::max<int64_t>(steps, 1);
   std::lock_guard lock(mu_);
-  itl_.observe(gap_seconds);
-  tpot_.observe(gap_seconds);
+  for (int64_t i = 0; i < steps; ++i) {
+    itl_.observe(gap_seconds / double(steps));
+    tpot_.observe(gap_seconds / double(steps));
+  }
   generation_tokens_ += uint64_t(tokens);
 }
 

@@ -98,8 +98,10 @@ class ServingMetrics {
   /// A sequence's first `tokens` tokens arrived `seconds` after the request did; its prompt is
   /// `prompt_tokens` long (counted once per sequence, as vLLM counts each child request).
   void record_first_token(double seconds, int64_t prompt_tokens, int64_t tokens);
-  /// `tokens` new tokens of a sequence arrived `gap_seconds` after its previous ones.
-  void record_tokens(double gap_seconds, int64_t tokens);
+  /// `tokens` new tokens of a sequence arrived `gap_seconds` after its previous ones, made by
+  /// `steps` engine steps: vLLM observes one inter-token latency per step, so the gap counts
+  /// as `steps` equal ones (several steps arrive together under stream_interval > 1).
+  void record_tokens(double gap_seconds, int64_t tokens, int64_t steps);
   void record_finished(const FinishedSequence& s);
   /// A whole request (all n sequences) finished; the longest produced `max_generation_tokens`.
   void record_request(int64_t n, int64_t max_generation_tokens);

@@ -304,6 +304,9 @@ TEST_CASE("EngineArgs range checks name the field, the value and what is allowed
   CHECK(validate_error([](auto& a) { a.block_size = 256; }).empty());
   CHECK_THAT(validate_error([](auto& a) { a.max_num_seqs = 0; }),
              Contains("max_num_seqs = 0: allowed: >= 1"));
+  CHECK_THAT(validate_error([](auto& a) { a.stream_interval = 0; }),
+             Contains("stream_interval = 0: allowed: >= 1"));
+  CHECK(validate_error([](auto& a) { a.stream_interval = 16; }).empty());
   CHECK_THAT(validate_error([](auto& a) { a.gpu_memory_utilization = 0; }),
              Contains("gpu_memory_utilization = 0.0: allowed: (0, 1]"));
   CHECK_THAT(validate_error([](auto& a) { a.gpu_memory_utilization = 1.5; }),
@@ -646,11 +649,13 @@ TEST_CASE("to_json(EngineArgs) has every member field with vLLM's names", "[conf
   // nnodes, node_rank, master_addr, master_port, headless (the multi-node flags of later
   // vLLMs' serve command), cluster and logits_processor_plugin; fault, max_executor_restarts
   // and execute_timeout (troupe's fault injection and recovery); swap_space_remote;
-  // batch_invariant
-  CHECK(j.size() == kVllmEngineFields.size() + 17);
+  // batch_invariant; stream_interval (a later vLLM's SchedulerConfig field)
+  CHECK(j.size() == kVllmEngineFields.size() + 18);
+  CHECK(j["stream_interval"] == 1);
   for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "headless", "cluster",
                         "logits_processor_plugin", "fault", "max_executor_restarts",
-                        "execute_timeout", "swap_space_remote", "batch_invariant"})
+                        "execute_timeout", "swap_space_remote", "batch_invariant",
+                        "stream_interval"})
     CHECK(j.contains(f));
 }
 

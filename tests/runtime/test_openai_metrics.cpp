@@ -45,11 +45,31 @@ TEST_CASE("metrics: histograms are cumulative and upper-inclusive", "[openai]") 
   CHECK(h.sum() == Approx(2.65));
 }
 
+TEST_CASE("metrics: tokens of several steps that arrive together count one latency per step",
+          "[openai]") {
+  // stream_interval 3: three steps' tokens in one output 0.375 s after the last; vLLM observes
+  // each step (0.125 s each), not the output.
+  ServingMetrics m("my-model", 512);
+  m.record_tokens(0.375, 3, 3);
+  const std::string text = m.render(EngineGauges{});
+  const std::string l = R"(engine="0",model_name="my-model")";
+  for (const std::string name : {"inter_token_latency", "time_per_output_token"}) {
+    INFO(name);
+    CHECK(has_line(text, "vllm:" + name + "_seconds_count{" + l + "} 3.0"));
+    CHECK(has_line(text, "vllm:" + name + "_seconds_sum{" + l + "} " + prom_number(0.375)));
+    CHECK(has_line(text, "vllm:" + name +
+                             R"(_seconds_bucket{engine="0",le="0.1",model_name="my-model"} 0.0)"));
+    CHECK(has_line(text, "vllm:" + name +
+                             R"(_seconds_bucket{engine="0",le="0.15",model_name="my-model"} 3.0)"));
+  }
+  CHECK(has_line(text, "vllm:generation_tokens_total{" + l + "} 3.0"));
+}
+
 TEST_CASE("metrics: the exposition has vLLM's names, labels and buckets", "[openai]") {
   ServingMetrics m("my-model", 512);
   m.record_first_token(0.03, 7, 1);
-  m.record_tokens(0.02, 1);
-  m.record_tokens(0.2, 2);
+  m.record_tokens(0.02, 1, 1);
+  m.record_tokens(0.2, 2, 1);
   FinishedSequence f;
   f.finish_reason = "length";
   f.prompt_tokens = 7;

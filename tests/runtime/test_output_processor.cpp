@@ -493,3 +493,113 @@ TEST_CASE("a logprob token the tokenizer cannot decode fails its request, not th
   CHECK(fb.error.empty());
   CHECK(fb.outputs[0].text == "\"");
 }
+
+TEST_CASE("stream_interval: the first token, then every interval-th, then the end go out",
+          "[output]") {
+  // The same steps streamed at interval 1 and 3: the outputs at 3 are the ones at 1 after
+  // tokens 1, 4, 7 and the finish, each the same (cumulative) output.
+  const std::string text = "abcdefgh";
+  auto run = [&](int32_t interval, bool detokenize) {
+    OutputProcessorConfig c = config();
+    c.stream_interval = interval;
+    Harness h(c);
+    SamplingParams p;
+    p.detokenize = detokenize;
+    const uint64_t seq = h.add({1}, p).seqs[0].seq_id;
+    const auto ids = ids_of(text);
+    REQUIRE(ids.size() == text.size());
+    std::vector<std::pair<size_t, RequestOutput>> sent;  // (tokens so far, output)
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto finish = i + 1 == ids.size() ? FinishReason::length : FinishReason::none;
+      for (auto& o : h.update({tokens(seq, {ids[i]}, finish)})) sent.emplace_back(i + 1, o);
+    }
+    return sent;
+  };
+  for (const bool detokenize : {true, false}) {
+    const auto every = run(1, detokenize);
+    REQUIRE(every.size() == text.size());
+    const auto some = run(3, detokenize);
+    std::vector<size_t> at;
+    for (const auto& [n, o] : some) at.push_back(n);
+    CHECK(at == std::vector<size_t>{1, 4, 7, 8});
+    for (const auto& [n, o] : some) {
+      const RequestOutput& ref = every[n - 1].second;
+      CHECK(o.outputs[0].token_ids == ref.outputs[0].token_ids);
+      CHECK(o.outputs[0].text == ref.outputs[0].text);
+      CHECK(o.outputs[0].logprobs.has_value() == ref.outputs[0].logprobs.has_value());
+      CHECK(o.finished == ref.finished);
+    }
+    CHECK(some.back().second.finished);
+    CHECK(some.back().second.outputs[0].text == (detokenize ? text : ""));
+  }
+}
+
+TEST_CASE("stream_interval: a sequence's first token and finish go out at once with n > 1",
+          "[output]") {
+  OutputProcessorConfig c = config();
+  c.stream_interval = 4;
+  Harness h(c);
+  SamplingParams p;
+  p.n = 2;
+  const auto a = h.add({1}, p);
+  const uint64_t s0 = a.seqs[0].seq_id, s1 = a.seqs[1].seq_id;
+  // Both first tokens: out at once.
+  CHECK(h.update({tokens(s0, ids_of("a")), tokens(s1, ids_of("b"))}).size() == 1);
+  // Two more each: under the interval, nothing.
+  CHECK(h.update({tokens(s0, ids_of("c")), tokens(s1, ids_of("d"))}).empty());
+  CHECK(h.update({tokens(s0, ids_of("e")), tokens(s1, ids_of("f"))}).empty());
+  // s1 finishes after 3 tokens: its end goes out at once, with s0's tokens so far.
+  auto outs = h.update({tokens(s1, ids_of("h"), FinishReason::length)});
+  REQUIRE(outs.size() == 1);
+  CHECK_FALSE(outs[0].finished);
+  CHECK(outs[0].outputs[0].text == "ace");
+  CHECK(outs[0].outputs[1].text == "bdfh");
+  CHECK(outs[0].outputs[1].finish_reason == "length");
+  // s0 had 3 tokens in that output: out again at 7, then its finish.
+  for (const char* t : {"g", "i", "k"}) CHECK(h.update({tokens(s0, ids_of(t))}).empty());
+  outs = h.update({tokens(s0, ids_of("l"))});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs[0].text == "acegikl");
+  outs = h.update({tokens(s0, ids_of("m"), FinishReason::length)});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs[0].text == "acegiklm");
+  CHECK(outs[0].outputs[1].text == "bdfh");
+}
+
+TEST_CASE("a step's tokens join the output with their text, not before", "[output]") {
+  // The engine's next step can come back before the tokenizer pool answers the last one: the
+  // output sent on the first text must not show the second step's tokens or logprobs (the
+  // server's usage and token_ids would run ahead of its text).
+  Harness h;
+  SamplingParams p;
+  p.logprobs = 0;
+  const uint64_t seq = h.add({1}, p).seqs[0].seq_id;
+  const auto a = ids_of("a"), b = ids_of("b");
+  auto first = h.proc.on_updates({tokens(seq, a)});
+  auto second = h.proc.on_updates({tokens(seq, b, FinishReason::length)});
+  CHECK(first.outputs.empty());
+  CHECK(second.outputs.empty());
+  REQUIRE(first.detokenize.size() == 1);
+  REQUIRE(second.detokenize.size() == 1);
+  auto& d = h.detok.at(seq);
+  const std::string ta = d.push(first.detokenize[0].new_token_ids);
+  const std::string tb = d.push(second.detokenize[0].new_token_ids) + d.flush();
+  auto outs = h.proc.on_text({{seq, ta}}).outputs;
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs[0].text == "a");
+  CHECK(outs[0].outputs[0].token_ids == a);
+  REQUIRE(outs[0].outputs[0].logprobs);
+  CHECK(outs[0].outputs[0].logprobs->size() == 1);
+  CHECK(*outs[0].outputs[0].cumulative_logprob == Approx(-0.25));
+  CHECK_FALSE(outs[0].finished);
+  outs = h.proc.on_text({{seq, tb}}).outputs;
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs[0].text == "ab");
+  std::vector<int32_t> ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  CHECK(outs[0].outputs[0].token_ids == ab);
+  CHECK(outs[0].outputs[0].logprobs->size() == 2);
+  CHECK(*outs[0].outputs[0].cumulative_logprob == Approx(-0.5));
+}

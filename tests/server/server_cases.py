@@ -873,6 +873,51 @@ def case_sampling_fields():
         assert st == 200 and g == {"text": [prompt + greedy["text"]]}, (g, greedy)
 
 
+def case_stream_interval():
+    """--stream-interval 4 (vLLM's flag): a streamed completion's chunks carry its first token,
+    then 4 at a time, then the rest with the finish; together the same text and token ids as
+    the plain response and as the default server's one-token chunks. The inter-token latency
+    histogram still counts one observation per token after the first (vLLM observes each
+    engine step)."""
+    body = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True}
+
+    def streamed(server):
+        st, events = http(server.url + "/v1/completions", {**body, "stream": True})
+        assert st == 200, events
+        events = sse_data(events)
+        assert events[-1] == "[DONE]", events
+        return [json.loads(e)["choices"][0] for e in events[:-1]]
+
+    with Server() as s:
+        every = streamed(s)
+    assert [len(c["token_ids"]) for c in every] == [1] * 10, every
+    with Server("--stream-interval", "4") as s:
+        st, plain = http(s.url + "/v1/completions", body)
+        assert st == 200, plain
+        plain = plain["choices"][0]
+        itl_key = f'vllm:inter_token_latency_seconds_count{{engine="0",model_name="{NAME}"}}'
+        before = metrics(s).get(itl_key, 0.0)
+        chunks = streamed(s)
+        after = metrics(s)[itl_key]
+        chat = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 10,
+                "temperature": 0, "ignore_eos": True}
+        st, whole = http(s.url + "/v1/chat/completions", chat)
+        assert st == 200, whole
+        st, events = http(s.url + "/v1/chat/completions", {**chat, "stream": True})
+        assert st == 200, events
+        deltas = [json.loads(e)["choices"][0]["delta"] for e in sse_data(events)[:-1]]
+        content = [d["content"] for d in deltas if d.get("content")]
+        assert 2 <= len(content) <= 4, deltas  # 10 tokens: 1 + 4 + 4 + 1 at most
+        assert "".join(content) == whole["choices"][0]["message"]["content"], (deltas, whole)
+    assert [len(c["token_ids"]) for c in chunks] == [1, 4, 4, 1], chunks
+    assert [c["finish_reason"] for c in chunks] == [None, None, None, "length"], chunks
+    assert "".join(c["text"] for c in chunks) == plain["text"] == "".join(c["text"] for c in every)
+    ids = [t for c in chunks for t in c["token_ids"]]
+    assert ids == plain["token_ids"] == [t for c in every for t in c["token_ids"]], (ids, plain)
+    assert after - before == 9, (before, after)
+
+
 def case_stop_fields():
     """stop, include_stop_str_in_output and spaces_between_special_tokens through
     /v1/completions with raw HTTP, plain and streamed: each field changes the text the way vLLM's
