@@ -379,6 +379,11 @@ void OutputProcessor::add_tokens(Sequence& s, PendingTokens got) {
     for (auto& m : got.logprobs) s.out.logprobs->push_back(std::move(m));
 }
 
+void OutputProcessor::add_awaited_tokens(Sequence& s) {
+  for (auto& got : s.awaiting_text) add_tokens(s, std::move(got));
+  s.awaiting_text.clear();
+}
+
 void OutputProcessor::finish(Request& r, Sequence& s, FinishReason why) {
   if (s.finished) return;
   s.finished = true;
@@ -429,6 +434,7 @@ void OutputProcessor::fail_request(Request& r, const std::string& why, Actions& 
   if (r.error.empty()) r.error = why;
   for (Sequence& s : r.seqs) {
     if (s.finished) continue;
+    add_awaited_tokens(s);
     act.abort.push_back(s.seq_id);
     if (r.detokenize) act.close_detok.push_back(s.seq_id);
     finish(r, s, FinishReason::error);
@@ -514,6 +520,7 @@ OutputProcessor::Actions OutputProcessor::abort(const std::string& request_id) {
   Request& r = it->second;
   for (Sequence& s : r.seqs) {
     if (s.finished) continue;
+    add_awaited_tokens(s);
     act.abort.push_back(s.seq_id);
     if (r.detokenize) act.close_detok.push_back(s.seq_id);
     finish(r, s, FinishReason::abort);

@@ -206,6 +206,9 @@ class OutputProcessor {
   void finish(Request& r, Sequence& s, FinishReason why);
   /// Appends one step's tokens (and their logprobs) to the sequence's output.
   static void add_tokens(Sequence& s, PendingTokens got);
+  /// A sequence ended early (abort, failure): the tokens whose text will not come still count,
+  /// as they did before their text was awaited.
+  static void add_awaited_tokens(Sequence& s);
   /// Appends text, applies stop strings, then a pending finish.
   void apply_text(Request& r, Sequence& s, const std::string& delta, Actions& act);
   /// Fails request `r` with `why`: every unfinished sequence ends with an error.

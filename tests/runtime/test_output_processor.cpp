@@ -603,3 +603,20 @@ TEST_CASE("a step's tokens join the output with their text, not before", "[outpu
   CHECK(outs[0].outputs[0].logprobs->size() == 2);
   CHECK(*outs[0].outputs[0].cumulative_logprob == Approx(-0.5));
 }
+
+TEST_CASE("an abort keeps the tokens whose text was still coming", "[output]") {
+  Harness h;
+  const auto adm = h.add({1}, SamplingParams{}, true, "r");
+  const uint64_t seq = adm.seqs[0].seq_id;
+  const auto a = ids_of("a");
+  const auto act = h.proc.on_updates({tokens(seq, a)});
+  REQUIRE(act.detokenize.size() == 1);
+  const auto outs = h.proc.abort("r").outputs;
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs[0].finish_reason == "abort");
+  CHECK(outs[0].outputs[0].token_ids == a);
+  CHECK(outs[0].outputs[0].text.empty());
+  // Its text arriving late changes nothing.
+  CHECK(h.proc.on_text({{seq, "a"}}).outputs.empty());
+}
