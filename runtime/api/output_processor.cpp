@@ -363,13 +363,15 @@ void OutputProcessor::emit(const std::string& request_id, Actions& act) {
 }
 
 bool OutputProcessor::stream_due(const Request& r) const {
-  const size_t interval = size_t(std::max(config_.stream_interval, 1));
+  // Interval 1: every change goes out (prompt logprobs, text held back by stop strings too).
+  if (config_.stream_interval <= 1) return true;
+  const auto interval = size_t(config_.stream_interval);
   for (const auto& s : r.seqs) {
     const size_t n = s.out.token_ids.size();
     if (s.finished != s.finish_sent) return true;
     if (n > s.tokens_sent && (s.tokens_sent == 0 || n - s.tokens_sent >= interval)) return true;
   }
-  return interval == 1;  // every change goes out (prompt logprobs, text held back by stop strings)
+  return false;
 }
 
 void OutputProcessor::add_tokens(Sequence& s, PendingTokens got) {
