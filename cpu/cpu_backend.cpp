@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,8 @@ namespace troupe {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kHugePage = size_t(2) << 20;  // x86-64's transparent huge page
+constexpr size_t kHugeFrom = size_t(8) << 20;  // rounding up to kHugePage wastes < 25% here
 constexpr Device kCpu{DeviceKind::cpu, 0};
 
 // Rows per chunk so that each chunk of a row-parallel op touches ~64 KiB of floats: below
@@ -78,8 +81,16 @@ class CpuBackend final : public Backend {
   [[nodiscard]] Buffer allocate(size_t bytes) override {
     if (bytes > (size_t(1) << 62)) fail("allocate: {} bytes is not a plausible size", bytes);
     // aligned_alloc needs a size that is a multiple of the alignment (and not zero).
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
+    // Large buffers (the KV cache, weights, a big step's activations) are 2 MiB-aligned and asked
+    // for transparent huge pages: where THP is "madvise" (as on this VM) they
+    // otherwise fault in and sit in the TLB 4 KiB at a time. madvise failing (no THP) is
+    // harmless. 2026-12-06, troupe-fortunes 300 x 128/128 on 2 cores, 8 alternating rounds:
+    // output tok/s +3.5% (7 of 8 rounds faster), minor faults 163k -> 35k per run.
+    const bool huge = bytes >= kHugeFrom;
+    const size_t align = huge ? kHugePage : kAlignment;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    if (p != nullptr && huge) madvise(p, rounded, MADV_HUGEPAGE);
     if (p == nullptr) fail("allocate: no host memory left for {} bytes", bytes);
     return Buffer(p, bytes, kCpu, [](void* q) { std::free(q); });
   }

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -30,6 +31,37 @@ TEST_CASE("allocate gives 64-byte aligned memory of the asked size", "[cpu][memo
     REQUIRE(b.data() != nullptr);
     CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
   }
+}
+
+namespace {
+/// The VmFlags line of /proc/self/smaps for the mapping that holds `p` ("" if none).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = addr >= lo && addr < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("allocate asks for huge pages for buffers of 8 MiB and more", "[cpu][memory]") {
+  auto backend = make_cpu_backend(1);
+  Buffer big = backend->allocate((size_t(8) << 20) + 5);
+  Buffer small = backend->allocate(size_t(4) << 20);
+  CHECK(big.bytes() == (size_t(8) << 20) + 5);
+  CHECK(reinterpret_cast<uintptr_t>(big.data()) % (size_t(2) << 20) == 0);
+  // madvise(MADV_HUGEPAGE) marks the mapping "hg"; a kernel without THP refuses it.
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) return;
+  CHECK_THAT(vm_flags_of(big.data()), Catch::Contains(" hg"));
+  CHECK_THAT(vm_flags_of(small.data()), !Catch::Contains(" hg"));
 }
 
 TEST_CASE("upload, download and copy round-trip bytes", "[cpu][memory]") {
