@@ -81,6 +81,7 @@ class CompletionStream {
   std::vector<size_t> prompt_tokens_;
   int32_t cached_ = 0;           // the last output's num_cached_tokens
   std::vector<Choice> choices_;  // prompt_index * n + output index
+  std::string head_;             // a chunk up to its choice's index
 };
 
 /// The stream of one chat request.
@@ -106,6 +107,7 @@ class ChatStream {
   size_t prompt_tokens_ = 0;
   int32_t cached_ = 0;  // the last output's num_cached_tokens
   std::vector<Choice> choices_;
+  std::string head_;  // a chunk up to its choice's index
 };
 
 /// /generate's answer: {"text": [prompt + output text, ...]} (one JSON line when streaming).

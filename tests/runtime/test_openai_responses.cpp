@@ -298,3 +298,74 @@ TEST_CASE("openai errors: vLLM's error object", "[openai]") {
   CHECK(json::parse(error_body(make_error(404, "no")))["error"]["type"] == "NotFoundError");
   CHECK(json::parse(error_body(make_error(401, "no")))["error"]["param"].is_null());
 }
+
+TEST_CASE("openai responses: a running chunk's bytes are nlohmann's dump of vLLM's fields",
+          "[openai]") {
+  // The server writes running chunks directly; the reference is the ordered_json the chunk
+  // stands for, dumped as everywhere else (invalid UTF-8 replaced).
+  using ojson = nlohmann::ordered_json;
+  const auto dumped = [](const ojson& j) {
+    return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  };
+  const std::vector<std::string> texts = {
+      "plain", "say \"hi\" \\ back /", "tab\there\nnew\r", std::string("\x01\x1f\x7f", 3),
+      "h\xc3\xa9llo \xe4\xb8\x96", "bad \xff\xfe utf8", ""};
+  for (const bool ids : {false, true}) {
+    for (const auto& text : texts) {
+      CAPTURE(ids, text);
+      ResponseContext c = ctx();
+      c.model = "my \"model\" \xc3\xa9";
+      const std::string body = std::string(R"({"prompt": "P", "n": 2, "stream": true)") +
+                               (ids ? R"(, "return_token_ids": true})" : "}");
+      CompletionRequest req = parse_completion_request(parse_body(body));
+      CompletionStream s(req, c, {"P"});
+      RequestOutput o;
+      o.request_id = "cmpl-x-0";
+      o.prompt_token_ids = {0, 5};
+      CompletionOutput co;
+      co.index = 1;
+      co.text = text;
+      co.token_ids = {7, 8};
+      o.outputs.push_back(co);
+      ojson choice;
+      choice["index"] = 1;
+      choice["text"] = text;
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = nullptr;
+      choice["stop_reason"] = nullptr;
+      choice["prompt_token_ids"] = nullptr;
+      choice["token_ids"] = ids ? ojson(std::vector<int32_t>{7, 8}) : ojson(nullptr);
+      ojson chunk;
+      chunk["id"] = c.id;
+      chunk["object"] = "text_completion";
+      chunk["created"] = c.created;
+      chunk["model"] = c.model;
+      chunk["choices"] = ojson::array({choice});
+      chunk["usage"] = nullptr;
+      CHECK(s.on_output(0, o) == dumped(chunk));
+
+      ChatRequest creq = parse_chat_request(parse_body(
+          std::string(R"({"messages": [{"role": "user", "content": "hi"}], "stream": true)") +
+          (ids ? R"(, "return_token_ids": true})" : "}")));
+      ResponseContext cc = c;
+      cc.id = "chatcmpl-\"x\"";
+      ChatStream cs(creq, cc, "");
+      o.outputs[0].index = 0;
+      const std::string role_chunk = cs.on_output(RequestOutput{});  // the role chunk
+      REQUIRE_FALSE(role_chunk.empty());
+      ojson cchoice;
+      cchoice["index"] = 0;
+      cchoice["delta"] = ojson{{"content", text}};
+      cchoice["logprobs"] = nullptr;
+      cchoice["finish_reason"] = nullptr;
+      if (ids) cchoice["token_ids"] = std::vector<int32_t>{7, 8};
+      ojson cchunk;
+      cchunk["id"] = cc.id;
+      cchunk["object"] = "chat.completion.chunk";
+      cchunk["created"] = cc.created;
+      cchunk["model"] = cc.model;
+      cchunk["choices"] = ojson::array({cchoice});
+      CHECK(cs.on_output(o) == dumped(cchunk));
+    }
+  }
+}
