@@ -38,9 +38,14 @@ TROUPE_HD U4 philox4x32_10(U4 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
-/// Uniform float in (0, 1) from 24 random bits (never 0, so -log(u) is finite).
+/// Uniform float in (0, 1) from 24 random bits: never 0, so -log(u) is finite, and never 1, so
+/// -log(u) > 0. The top draw, (2^24 - 0.5) / 2^24, needs 25 bits and rounds to 1.0f; it is the
+/// largest float below 1 instead. (Until 2026-12-06 it stayed 1: the CPU race scored that token
+/// +inf and the CUDA one -inf, so once in 2^24 entries, 0.3% of draws over a 50k vocabulary, the
+/// CPU took a token whatever its probability and the GPU never took it.)
 TROUPE_HD float to_open_unit(uint32_t bits) {
-  return (float(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  const float u = (float(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  return u < 1.0f ? u : 0x1.fffffep-1f;
 }
 
 /// The uniform draw for vocabulary entry `index` of the `offset`-th sampled token of the

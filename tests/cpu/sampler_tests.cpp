@@ -251,7 +251,12 @@ TEST_CASE("sampler is the documented exponential race over philox draws", "[samp
   for (const Case c :
        {Case{300, 2.0f, 0.8f, 1.0f, 0.0f, 0}, Case{5000, 0.5f, 1.0f, 0.9f, 0.0f, 0},
         Case{5000, 3.0f, 1.1f, 0.95f, 0.0f, 0}, Case{3000, 1.0f, 0.7f, 0.8f, 0.01f, 1000},
-        Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40}}) {
+        Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40},
+        // No filter, on peaked (low temperature), flat and large vocabularies. The 50k
+        // vocabulary has a draw whose 24 bits are all ones (offset 515399592720, token 18332):
+        // it was u = 1.0f.
+        Case{4096, 3.0f, 0.05f, 1.0f, 0.0f, 0}, Case{4096, 0.05f, 2.0f, 1.0f, 0.0f, 0},
+        Case{50000, 2.0f, 1.0f, 1.0f, 0.0f, 0}}) {
     const auto logits = random_logits(rng, c.vocab, c.sigma);
     SamplingRow row;
     row.temperature = c.temperature;
@@ -279,6 +284,15 @@ TEST_CASE("sampler is the documented exponential race over philox draws", "[samp
       CHECK(sample_row(logits.data(), int64_t(c.vocab), row).token == want);
     }
   }
+}
+
+TEST_CASE("philox uniform draws lie in the open interval (0, 1)", "[sampler]") {
+  using philox::to_open_unit;
+  CHECK(to_open_unit(0u) == 0.5f / 16777216.0f);
+  CHECK(to_open_unit(0xffffffffu) < 1.0f);  // (2^24 - 0.5) / 2^24 rounds to 1.0f in float
+  CHECK(to_open_unit(0xffffffffu) == std::nextafter(1.0f, 0.0f));
+  CHECK(to_open_unit(0xfffffeffu) < to_open_unit(0xffffffffu));
+  CHECK(-std::log(to_open_unit(0xffffffffu)) > 0.0f);
 }
 
 TEST_CASE("sampler is deterministic per seed and offset whatever the batch", "[sampler]") {
