@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -183,17 +184,39 @@ SampledToken sample_row(const float* logits, int64_t vocab, const SamplingRow& r
   } else {
     for (float& x : work) x /= row.temperature;
     const std::vector<int32_t> keep = surviving_tokens(work, row);
-    double vmax = -std::numeric_limits<double>::infinity();
-    for (int32_t i : keep) vmax = std::max(vmax, double(work[size_t(i)]));
-    // The exponential race: argmax p_i / q_i, in logs to stay finite for tiny p_i.
+    // The exponential race: argmax p_i / q_i, in logs to stay finite for tiny p_i:
+    // score_i = (l_i - l_max) - log(-log(u_i)). Its second term is at most -log(1 - u_i) (as
+    // -log(u) >= 1 - u), which is at most k ln 2 where 1 - u_i >= 2^-k: a token whose bound, with
+    // one ln 2 more for rounding, is below the best score so far cannot win, and its two logs
+    // are skipped (most of a vocabulary once a likely token has set the bar). The winner is the
+    // same: the best score, the lowest id on a tie, whatever the order; the race starts with
+    // the most likely token. 2026-12-06, the embedded model at 300 x 128/128 on 2 cores, where
+    // the two logs were ~15% of all samples: +8.2% output tok/s over 6 alternating rounds.
+    int32_t top = -1;
+    for (int32_t i : keep)
+      if (top < 0 || work[size_t(i)] > work[size_t(top)]) top = i;
     double best = -std::numeric_limits<double>::infinity();
-    for (int32_t i : keep) {
-      const double u = philox::uniform(row.seed, row.offset, uint32_t(i));
-      const double score = (double(work[size_t(i)]) - vmax) - std::log(-std::log(u));
-      if (score > best || (score == best && i < token)) {
-        best = score;
-        token = i;
-      }
+    if (top >= 0) {
+      const double vmax = double(work[size_t(top)]);
+      constexpr double kLn2 = 0.6931471805599453;
+      auto race = [&](int32_t i, bool bounded) {
+        const double u = philox::uniform(row.seed, row.offset, uint32_t(i));
+        const double d = double(work[size_t(i)]) - vmax;
+        if (bounded) {
+          // 1 - u is exact (u has 25 significant bits) and normal (u <= 1 - 2^-25): k is minus
+          // its binary exponent.
+          const int k = 1023 - int((std::bit_cast<uint64_t>(1.0 - u) >> 52) & 0x7ff);
+          if (d + double(k + 1) * kLn2 < best) return;
+        }
+        const double score = d - std::log(-std::log(u));
+        if (score > best || (score == best && i < token)) {
+          best = score;
+          token = i;
+        }
+      };
+      race(top, false);
+      for (int32_t i : keep)
+        if (i != top) race(i, true);
     }
   }
   if (token < 0)

@@ -252,9 +252,9 @@ TEST_CASE("sampler is the documented exponential race over philox draws", "[samp
        {Case{300, 2.0f, 0.8f, 1.0f, 0.0f, 0}, Case{5000, 0.5f, 1.0f, 0.9f, 0.0f, 0},
         Case{5000, 3.0f, 1.1f, 0.95f, 0.0f, 0}, Case{3000, 1.0f, 0.7f, 0.8f, 0.01f, 1000},
         Case{3000, 1.0f, 1.5f, 1.0f, 0.2f, 40},
-        // No filter, on peaked (low temperature), flat and large vocabularies. The 50k
-        // vocabulary has a draw whose 24 bits are all ones (offset 515399592720, token 18332):
-        // it was u = 1.0f.
+        // No filter: the race skips the logs of tokens that cannot beat the best so far, on
+        // peaked (low temperature), flat and large vocabularies. The 50k vocabulary has a draw
+        // whose 24 bits are all ones (offset 515399592720, token 18332): it was u = 1.0f.
         Case{4096, 3.0f, 0.05f, 1.0f, 0.0f, 0}, Case{4096, 0.05f, 2.0f, 1.0f, 0.0f, 0},
         Case{50000, 2.0f, 1.0f, 1.0f, 0.0f, 0}}) {
     const auto logits = random_logits(rng, c.vocab, c.sigma);
