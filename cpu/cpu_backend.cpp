@@ -82,10 +82,10 @@ class CpuBackend final : public Backend {
     if (bytes > (size_t(1) << 62)) fail("allocate: {} bytes is not a plausible size", bytes);
     // aligned_alloc needs a size that is a multiple of the alignment (and not zero).
     // Large buffers (the KV cache, weights, a big step's activations) are 2 MiB-aligned and asked
-    // for transparent huge pages: where THP is "madvise" (as on this VM) they
-    // otherwise fault in and sit in the TLB 4 KiB at a time. madvise failing (no THP) is
-    // harmless. 2026-12-06, troupe-fortunes 300 x 128/128 on 2 cores, 8 alternating rounds:
-    // output tok/s +3.5% (7 of 8 rounds faster), minor faults 163k -> 35k per run.
+    // for transparent huge pages: where THP is "madvise" (as on this VM) they otherwise fault in
+    // and sit in the TLB 4 KiB at a time. madvise failing (no THP) is harmless. 2026-12-06,
+    // troupe-fortunes 300 x 128/128 on 2 cores, 8 alternating rounds: output tok/s +3.5% (7 of
+    // 8 rounds faster), minor faults 163k -> 35k per run.
     const bool huge = bytes >= kHugeFrom;
     const size_t align = huge ? kHugePage : kAlignment;
     const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;

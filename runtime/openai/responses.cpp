@@ -385,8 +385,9 @@ std::string CompletionStream::on_output(size_t prompt_index, const RequestOutput
     const bool now_finished = is_finished(c) && text_end >= c.text.size();
     if (delta_text.empty() && delta_ids.empty() && !now_finished) continue;
     // Logprobs count text offsets from what was sent before this chunk.
-    ojson lp = logprobs_ ? completion_logprobs(delta_ids, positions, *logprobs_, ch.chars_sent, ctx_)
-                         : null();
+    ojson lp = logprobs_
+                   ? completion_logprobs(delta_ids, positions, *logprobs_, ch.chars_sent, ctx_)
+                   : null();
     ch.chars_sent += code_points(delta_text);
     if (!echo_only_) ch.text_sent = text_end;
     ch.tokens_sent = c.token_ids.size();

@@ -307,9 +307,14 @@ TEST_CASE("openai responses: a running chunk's bytes are nlohmann's dump of vLLM
   const auto dumped = [](const ojson& j) {
     return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
   };
-  const std::vector<std::string> texts = {
-      "plain", "say \"hi\" \\ back /", "tab\there\nnew\r", std::string("\x01\x1f\x7f", 3),
-      "h\xc3\xa9llo \xe4\xb8\x96", "bad \xff\xfe utf8", ""};
+  const std::vector<std::string> texts = {"plain",
+                                          "say \"hi\" \\ back /",
+                                          "x\x7fy",
+                                          "tab\there\nnew\r",
+                                          std::string("\x01\x1f\x7f", 3),
+                                          "h\xc3\xa9llo \xe4\xb8\x96",
+                                          "bad \xff\xfe utf8",
+                                          ""};
   for (const bool ids : {false, true}) {
     for (const auto& text : texts) {
       CAPTURE(ids, text);
