@@ -86,9 +86,14 @@ TEST_CASE("the CPU backend's prompt logprobs depend on what shares the step, wit
   LLM llm(fixture_args(false, 2048));
   const auto prompt = test_prompt(90);
   std::vector<int32_t> other(40, 17);
+  // `other` decodes long enough that `prompt` shares a step with it however the two requests
+  // reach the scheduler (with max_tokens 2 it could finish first under load, 2026-12-06, and
+  // `prompt` then ran alone: no difference).
+  SamplingParams longer = with_k(0);
+  longer.max_tokens = 64;
+  const std::vector<SamplingParams> both = {longer, with_k(0)};
   const auto alone = llm.generate({Prompt(prompt)}, with_k(0), {.use_tqdm = false});
-  const auto shared =
-      llm.generate({Prompt(other), Prompt(prompt)}, with_k(0), {.use_tqdm = false});
+  const auto shared = llm.generate({Prompt(other), Prompt(prompt)}, both, {.use_tqdm = false});
   g_max_diff = 0.0f;
   check_same(shared[1], alone[0]);
   WARN("largest difference of a prompt logprob batched vs alone: " << g_max_diff);
@@ -99,7 +104,7 @@ TEST_CASE("the CPU backend's prompt logprobs depend on what shares the step, wit
   LLM invariant(fixture_args(false, 2048, true));
   const auto alone2 = invariant.generate({Prompt(prompt)}, with_k(0), {.use_tqdm = false});
   const auto shared2 =
-      invariant.generate({Prompt(other), Prompt(prompt)}, with_k(0), {.use_tqdm = false});
+      invariant.generate({Prompt(other), Prompt(prompt)}, both, {.use_tqdm = false});
   check_same(shared2[1], alone2[0], 0.0f);
 }
 
