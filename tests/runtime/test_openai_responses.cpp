@@ -307,6 +307,16 @@ TEST_CASE("openai responses: a running chunk's bytes are nlohmann's dump of vLLM
   const auto dumped = [](const ojson& j) {
     return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
   };
+  // A chunk's fields in vLLM's order, up to its one choice.
+  const auto envelope = [](const ResponseContext& c, const char* object, const ojson& choice) {
+    ojson chunk;
+    chunk["id"] = c.id;
+    chunk["object"] = object;
+    chunk["created"] = c.created;
+    chunk["model"] = c.model;
+    chunk["choices"] = ojson::array({choice});
+    return chunk;
+  };
   const std::vector<std::string> texts = {"plain",
                                           "say \"hi\" \\ back /",
                                           "x\x7fy",
@@ -340,12 +350,7 @@ TEST_CASE("openai responses: a running chunk's bytes are nlohmann's dump of vLLM
       choice["stop_reason"] = nullptr;
       choice["prompt_token_ids"] = nullptr;
       choice["token_ids"] = ids ? ojson(std::vector<int32_t>{7, 8}) : ojson(nullptr);
-      ojson chunk;
-      chunk["id"] = c.id;
-      chunk["object"] = "text_completion";
-      chunk["created"] = c.created;
-      chunk["model"] = c.model;
-      chunk["choices"] = ojson::array({choice});
+      ojson chunk = envelope(c, "text_completion", choice);
       chunk["usage"] = nullptr;
       CHECK(s.on_output(0, o) == dumped(chunk));
 
@@ -364,13 +369,7 @@ TEST_CASE("openai responses: a running chunk's bytes are nlohmann's dump of vLLM
       cchoice["logprobs"] = nullptr;
       cchoice["finish_reason"] = nullptr;
       if (ids) cchoice["token_ids"] = std::vector<int32_t>{7, 8};
-      ojson cchunk;
-      cchunk["id"] = cc.id;
-      cchunk["object"] = "chat.completion.chunk";
-      cchunk["created"] = cc.created;
-      cchunk["model"] = cc.model;
-      cchunk["choices"] = ojson::array({cchoice});
-      CHECK(cs.on_output(o) == dumped(cchunk));
+      CHECK(cs.on_output(o) == dumped(envelope(cc, "chat.completion.chunk", cchoice)));
     }
   }
 }
