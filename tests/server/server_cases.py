@@ -729,6 +729,87 @@ def case_bench_serving():
         assert all(len(itl) == 5 for itl in j["itls"]), j["itls"]  # every token timed
 
 
+def case_bench_serving_client():
+    """`troupe bench serving` spreads its requests over several client threads: against a
+    plain Python server that counts open requests, --max-concurrency is never exceeded and is
+    reached, every request is answered once, and a burst (--request-rate inf) arrives whole."""
+    import http.server
+
+    state = {"open": 0, "most": 0, "bodies": 0}
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            with lock:
+                state["open"] += 1
+                state["most"] = max(state["most"], state["open"])
+                state["bodies"] += 1
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+
+            def chunk(obj):
+                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+                data += b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            n = req["max_tokens"]
+            for _ in range(n):
+                time.sleep(0.04)
+                chunk({"choices": [{"index": 0, "text": "x", "finish_reason": None}]})
+            chunk({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n}})
+            with lock:
+                state["open"] -= 1
+            chunk(b"[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    class Srv(http.server.ThreadingHTTPServer):
+        request_queue_size = 128  # the listen backlog (socketserver's default is 5)
+
+    srv = Srv(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        for args, concurrency in ((["--request-rate", "inf", "--max-concurrency", "3"], 3),
+                                  (["--request-rate", "inf"], 16)):
+            state.update(open=0, most=0, bodies=0)
+            with tempfile.TemporaryDirectory() as d:
+                p = subprocess.run(
+                    [TROUPE, "--log-level", "warn", "bench", "serving", "--base-url", url,
+                     "--dataset-name", "random", "--random-input-len", "4",
+                     "--random-output-len", "5", "--num-prompts", "16", "--ignore-eos",
+                     "--save-result", "--result-dir", d, "--result-filename", "r.json", *args],
+                    capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
+                assert p.returncode == 0, p.stdout + p.stderr
+                j = json.loads(pathlib.Path(d, "r.json").read_text())
+            assert j["completed"] == 16 and j["failed"] == 0, j
+            assert j["total_output_tokens"] == 16 * 5, j
+            assert all(len(itl) == 4 for itl in j["itls"]), j["itls"]
+            assert state["bodies"] == 16, state
+            # 16 requests of >= 200 ms each: the limit is reached, and never passed.
+            assert state["most"] == concurrency, (args, state)
+    finally:
+        srv.shutdown()
+
+
 def case_sampling_fields():
     """vLLM's sampling fields reach the engine: for each set, /v1/completions answers what
     `troupe generate` answers for the same SamplingParams (the offline path); prompt_logprobs,
