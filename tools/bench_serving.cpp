@@ -206,8 +206,8 @@ std::vector<Sample> sharegpt_dataset(const ServingOptions& o, const Tokenizer& t
 
 /// The client's threads (each an http::Client): request i goes to thread i % threads. With one,
 /// a burst of 500 requests reached the server over ~150 ms of connecting and writing them one
-/// after another (2026-12-06, H100 host: server / offline 0.974 at 500 prompts, 0.997 with
-/// four), a delay the server was charged for.
+/// after another (2026-12-06, H100 hosts: server / offline 0.970-0.976 at 500 prompts with
+/// one, 0.986-1.001 with four), a delay the server was charged for.
 int client_threads() {
   return int(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
 }
