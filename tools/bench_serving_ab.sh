@@ -9,7 +9,14 @@
 #                                               RATES="2 4 8" RATE_N=100 OUTDIR=bench_out
 #                                               MODEL_ARGS="engine flags for both"
 #                                               SERVE_ARGS="flags for the server alone",
-#                                               e.g. "--stream-interval 10")
+#                                               e.g. "--stream-interval 10",
+#                                               FLOOR="C S STEP_MS DELAY_MS")
+#
+# With FLOOR set, each round also runs the offline benchmark a second time with
+# tools/loopback_floor.c beside it (its arguments: C connections, S steps of one event each,
+# STEP_MS apart, the first DELAY_MS after the start, to lay them over the decode phase) and
+# prints that run's ratio to the first: what a server whose only per-token work were the
+# kernel's loopback send and receive would keep on this machine.
 #
 # On a GPU (tools/device/parallel.sh runs it): MODEL_ARGS="--model configs/models/llama-3-8b
 # --load-format dummy --dtype bfloat16 --max-model-len 4096 --skip-tokenizer-init" (the random
@@ -26,6 +33,11 @@ OUTDIR=${OUTDIR:-bench_out}
 read -r -a model_args <<< "${MODEL_ARGS:-}"
 read -r -a serve_args <<< "${SERVE_ARGS:-}"
 mkdir -p "$OUTDIR"
+if [ -n "${FLOOR:-}" ]; then
+  read -r -a floor_args <<< "$FLOOR"
+  floor_bin="$OUTDIR/loopback_floor"
+  gcc -O2 -pthread -o "$floor_bin" "$(dirname "$0")/loopback_floor.c"
+fi
 log="$OUTDIR/serve.log"
 
 start_server() {
@@ -45,6 +57,15 @@ for i in $(seq 1 "$ROUNDS"); do
   echo "== round $i, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" --output-len "$OUT" \
     --num-prompts "$N" --output-json "$OUTDIR/offline_$i.json" | grep "output tokens/s"
+  if [ -n "${FLOOR:-}" ]; then
+    "$floor_bin" "${floor_args[@]}" > "$OUTDIR/floor_$i.txt" &
+    FP=$!
+    "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" \
+      --output-len "$OUT" --num-prompts "$N" \
+      --output-json "$OUTDIR/floor_offline_$i.json" >/dev/null
+    wait "$FP"
+    python3 -c "import json; a=json.load(open('$OUTDIR/offline_$i.json'))['output_tokens_per_s']; b=json.load(open('$OUTDIR/floor_offline_$i.json'))['output_tokens_per_s']; print(f'round $i: offline beside the loopback floor {b:.1f} output tok/s: {b / a:.3f}')"
+  fi
   start_server
   "$T" --log-level warn bench serving --base-url "$URL" --dataset-name random \
     --random-input-len "$IN" --random-output-len "$OUT" --num-prompts "$N" --request-rate inf \

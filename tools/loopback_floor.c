@@ -4,9 +4,12 @@
 // engine step); a reader thread epoll_wait()s and recv()s them all. Prints each thread's CPU
 // seconds: what the SSE events of `troupe serve` cost at least, before any JSON, CAF message or
 // HTTP framing (docs/benchmarks.md "Serving", the CPU part). Defaults: 300 x 128 events of 260
-// bytes, the shape of `tools/bench_serving_ab.sh`.
+// bytes, the shape of `tools/bench_serving_ab.sh`. Optional arguments: connections, steps, the
+// step's sleep in ms and a delay in ms before the first step (to lay the events over the
+// decode phase of a `troupe bench throughput` run beside it: FLOOR in tools/bench_serving_ab.sh).
 //
 //   gcc -O2 -pthread -o /tmp/loopback_floor tools/loopback_floor.c && /tmp/loopback_floor
+//   /tmp/loopback_floor [C [S [STEP_MS [DELAY_MS]]]]
 #define _GNU_SOURCE  // RUSAGE_THREAD
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { C = 300, S = 128, W = 260 };
-static int server_side[C], client_side[C];
+enum { MAX_C = 4096, W = 260 };
+static int C = 300, S = 128, step_ms = 40, delay_ms = 0;
+static int server_side[MAX_C], client_side[MAX_C];
 
 static double thread_cpu_s(void) {
   struct rusage r;
@@ -41,7 +45,9 @@ static void* writer(void* arg) {
   (void)arg;
   char event[W];
   memset(event, 'x', sizeof event);
-  const struct timespec step = {0, 40 * 1000 * 1000};
+  const struct timespec step = {step_ms / 1000, (long)(step_ms % 1000) * 1000000L};
+  const struct timespec delay = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+  nanosleep(&delay, NULL);
   for (int s = 0; s < S; ++s) {
     for (int c = 0; c < C; ++c)
       if (send(server_side[c], event, W, 0) != W) die("send");
@@ -52,7 +58,14 @@ static void* writer(void* arg) {
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  int* const params[] = {&C, &S, &step_ms, &delay_ms};
+  for (int i = 1; i < argc && i <= 4; ++i) *params[i - 1] = atoi(argv[i]);
+  if (C < 1 || C > MAX_C || S < 1 || step_ms < 0 || delay_ms < 0) {
+    fprintf(stderr, "usage: %s [connections 1..%d [steps >= 1 [step_ms >= 0 [delay_ms >= 0]]]]\n",
+            argv[0], MAX_C);
+    return 2;
+  }
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr;
   memset(&addr, 0, sizeof addr);
