@@ -1,5 +1,7 @@
 #include "cuda/cuda_check.hpp"
 
+#include "cuda/lt_api.hpp"
+
 namespace troupe::cuda {
 
 void check_cuda(cudaError_t e, std::string_view what) {
@@ -9,7 +11,8 @@ void check_cuda(cudaError_t e, std::string_view what) {
 
 void check_cublas(cublasStatus_t s, std::string_view what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
-  fail("{}: cuBLAS status {} ({})", what, cublasLtGetStatusName(s), int(s));
+  // A status comes from a call through lt_api(), so the library is loaded.
+  fail("{}: cuBLAS status {} ({})", what, lt_api().get_status_name(s), int(s));
 }
 
 }  // namespace troupe::cuda

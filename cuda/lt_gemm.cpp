@@ -28,20 +28,20 @@ uint32_t alignment_of(const void* p) {
 
 }  // namespace
 
-LtGemm::LtGemm() {
-  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+LtGemm::LtGemm() : lt_(&lt_api()) {
+  check_cublas(lt_->create(&handle_), "cublasLtCreate");
 }
 
 LtGemm::~LtGemm() {
   for (auto& [key, plan] : plans_) destroy(plan);
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (handle_ != nullptr) lt_->destroy(handle_);
 }
 
 void LtGemm::destroy(Plan& p) {
-  if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
-  if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
-  if (p.c != nullptr) cublasLtMatrixLayoutDestroy(p.c);
-  if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+  if (p.a != nullptr) lt_->layout_destroy(p.a);
+  if (p.b != nullptr) lt_->layout_destroy(p.b);
+  if (p.c != nullptr) lt_->layout_destroy(p.c);
+  if (p.desc != nullptr) lt_->desc_destroy(p.desc);
   p = Plan{};
 }
 
@@ -52,52 +52,45 @@ LtGemm::Plan LtGemm::make_plan(const Key& key, bool fuse_bias) {
   Plan p;
   const char* what = "linear: cuBLASLt plan";
   try {
-    check_cublas(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    check_cublas(lt_->desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    check_cublas(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
-        what);
-    check_cublas(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
-        what);
+    check_cublas(lt_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
+                 what);
+    check_cublas(lt_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
+                 what);
     if (fuse_bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       check_cublas(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-          what);
+          lt_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), what);
       const cudaDataType_t bt = cuda_type(key.bias);
-      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                  sizeof(bt)),
-                   what);
+      check_cublas(
+          lt_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)),
+          what);
     }
     const auto in = cuda_type(key.in), out = cuda_type(key.out);
-    check_cublas(cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(key.k), uint64_t(key.n), key.k),
-                 what);
-    check_cublas(cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(key.k), uint64_t(key.t), key.k),
-                 what);
-    check_cublas(cublasLtMatrixLayoutCreate(&p.c, out, uint64_t(key.n), uint64_t(key.t), key.n),
-                 what);
+    check_cublas(lt_->layout_create(&p.a, in, uint64_t(key.k), uint64_t(key.n), key.k), what);
+    check_cublas(lt_->layout_create(&p.b, in, uint64_t(key.k), uint64_t(key.t), key.k), what);
+    check_cublas(lt_->layout_create(&p.c, out, uint64_t(key.n), uint64_t(key.t), key.n), what);
 
     cublasLtMatmulPreference_t pref = nullptr;
-    check_cublas(cublasLtMatmulPreferenceCreate(&pref), what);
+    check_cublas(lt_->preference_create(&pref), what);
     const uint64_t ws = workspace_bytes_;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof(ws));
+    lt_->preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     // Tell the heuristic how the actual pointers are aligned (views may start anywhere).
     const uint32_t aa = key.align_w, ab = key.align_x, ac = key.align_out;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
-                                         sizeof(aa));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
-                                         sizeof(ab));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
-                                         sizeof(ac));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
-                                         sizeof(ac));
+    lt_->preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                  sizeof(aa));
+    lt_->preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                  sizeof(ab));
+    lt_->preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                  sizeof(ac));
+    lt_->preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                  sizeof(ac));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c,
-                                                             pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t st =
+        lt_->algo_get_heuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    lt_->preference_destroy(pref);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
       p.algo = result.algo;
       p.ok = true;
@@ -146,14 +139,14 @@ LtGemm::Outcome LtGemm::run(const GemmArgs& a, cudaStream_t stream) {
   if (!p.ok) return Outcome::unsupported;
   if (p.bias_fused) {
     const void* bias = a.bias;
-    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof(bias)),
-                 "linear: bias pointer");
+    check_cublas(
+        lt_->desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+        "linear: bias pointer");
   }
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st =
-      cublasLtMatmul(handle_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.out, p.c, a.out, p.c,
-                     &p.algo, workspace_, workspace_bytes_, stream);
+      lt_->matmul(handle_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.out, p.c, a.out, p.c,
+                  &p.algo, workspace_, workspace_bytes_, stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     p.ok = false;  // remember: this case goes to the fallback from now on
     return Outcome::unsupported;

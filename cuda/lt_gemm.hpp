@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 
+#include "cuda/lt_api.hpp"
 #include "runtime/backend/dtype.hpp"
 
 namespace troupe::cuda {
@@ -62,8 +63,9 @@ class LtGemm {
   };
 
   Plan make_plan(const Key& key, bool fuse_bias);
-  static void destroy(Plan& p);
+  void destroy(Plan& p);
 
+  const LtApi* lt_;  // loaded by the constructor (lt_api.hpp)
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -76,6 +76,18 @@ def case_generate_default_model():
     assert again["cumulative_logprob"] < 0, again
 
 
+def case_cpu_run_opens_no_cublas():
+    """A CPU run never loads cuBLASLt: it is opened when a CUDA backend is built
+    (cuda/lt_api.hpp). Linked, its initialisers cost every troupe process ~0.3 s of start-up
+    (2026-12-06). The dynamic loader's own log (LD_DEBUG=files) lists every library opened."""
+    env = dict(ENV, LD_DEBUG="files")
+    p = run("generate", "--max-tokens", "2", "--temperature", "0", "Hello", env=env)
+    opened = re.findall(r"file=(\S+)", p.stderr)
+    assert any(f.startswith("libc.so") for f in opened), p.stderr[-2000:]
+    assert not [f for f in opened if "cublasLt" in f], opened
+    assert jsonl(p.stdout)[0]["outputs"][0]["token_ids"], p.stdout
+
+
 def case_generate_jsonl():
     """--input / --output with text and token-id prompts and per-request sampling fields."""
     with tempfile.TemporaryDirectory() as d:

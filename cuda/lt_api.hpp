@@ -1,0 +1,46 @@
+// cuBLASLt, opened the first time a CUDA backend needs it rather than when the process starts.
+//
+// Linked directly, libcublasLt runs its static initialisers in every process that links
+// troupe_cuda, before main(): ~0.3 s of CPU and ~25,000 page faults (2026-12-06, the 2-core
+// development machine: 85% of the 0.36 s `troupe --version` took), paid by CPU-only runs, by
+// every test process and by `troupe bench serving`'s client. Opened with dlopen on first use,
+// it costs only the processes that build a CUDA backend, and a machine without cuBLAS still
+// runs the CPU backend. Host-only (g++).
+#pragma once
+
+#include <cublasLt.h>
+
+#include <string>
+
+namespace troupe::cuda {
+
+/// The cuBLASLt entry points troupe calls, resolved from the library.
+struct LtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtGetStatusName) get_status_name = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+};
+
+/// The soname of the cuBLASLt troupe was compiled against: "libcublasLt.so.<CUBLAS_VER_MAJOR>".
+std::string lt_library_name();
+
+/// Opens `library` (dlopen, RTLD_NOW | RTLD_LOCAL; found as the dynamic loader finds any
+/// library: LD_LIBRARY_PATH, the binary's RUNPATH, ld.so.cache) and resolves every entry point.
+/// Throws troupe::Error naming the library and dlerror()'s reason. The library stays open.
+LtApi load_lt_api(const std::string& library);
+
+/// This process's cuBLASLt: lt_library_name() loaded on the first call (thread-safe). If that
+/// failed, every call throws the same error.
+const LtApi& lt_api();
+
+}  // namespace troupe::cuda
