@@ -35,19 +35,9 @@ LtApi load_lt_api(const std::string& library) {
     }
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(sym);
   };
-  resolve(api.create, "cublasLtCreate");
-  resolve(api.destroy, "cublasLtDestroy");
-  resolve(api.get_status_name, "cublasLtGetStatusName");
-  resolve(api.matmul, "cublasLtMatmul");
-  resolve(api.algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  resolve(api.desc_create, "cublasLtMatmulDescCreate");
-  resolve(api.desc_destroy, "cublasLtMatmulDescDestroy");
-  resolve(api.desc_set_attribute, "cublasLtMatmulDescSetAttribute");
-  resolve(api.preference_create, "cublasLtMatmulPreferenceCreate");
-  resolve(api.preference_destroy, "cublasLtMatmulPreferenceDestroy");
-  resolve(api.preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
-  resolve(api.layout_create, "cublasLtMatrixLayoutCreate");
-  resolve(api.layout_destroy, "cublasLtMatrixLayoutDestroy");
+#define TROUPE_LT_RESOLVE(member, name) resolve(api.member, #name);
+  TROUPE_LT_ENTRY_POINTS(TROUPE_LT_RESOLVE)
+#undef TROUPE_LT_RESOLVE
   return api;
 }
 

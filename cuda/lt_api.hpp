@@ -14,21 +14,28 @@
 
 namespace troupe::cuda {
 
-/// The cuBLASLt entry points troupe calls, resolved from the library.
+/// The cuBLASLt entry points troupe calls: X(member, cuBLASLt's name), listed once here for
+/// LtApi's members, load_lt_api's dlsym calls and the test that checks them.
+#define TROUPE_LT_ENTRY_POINTS(X)                                   \
+  X(create, cublasLtCreate)                                         \
+  X(destroy, cublasLtDestroy)                                       \
+  X(get_status_name, cublasLtGetStatusName)                         \
+  X(matmul, cublasLtMatmul)                                         \
+  X(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)             \
+  X(desc_create, cublasLtMatmulDescCreate)                          \
+  X(desc_destroy, cublasLtMatmulDescDestroy)                        \
+  X(desc_set_attribute, cublasLtMatmulDescSetAttribute)             \
+  X(preference_create, cublasLtMatmulPreferenceCreate)              \
+  X(preference_destroy, cublasLtMatmulPreferenceDestroy)            \
+  X(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute) \
+  X(layout_create, cublasLtMatrixLayoutCreate)                      \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy)
+
+/// Those entry points, resolved from the library.
 struct LtApi {
-  decltype(&cublasLtCreate) create = nullptr;
-  decltype(&cublasLtDestroy) destroy = nullptr;
-  decltype(&cublasLtGetStatusName) get_status_name = nullptr;
-  decltype(&cublasLtMatmul) matmul = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
-  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+#define TROUPE_LT_MEMBER(member, name) decltype(&name) member = nullptr;
+  TROUPE_LT_ENTRY_POINTS(TROUPE_LT_MEMBER)
+#undef TROUPE_LT_MEMBER
 };
 
 /// The soname of the cuBLASLt troupe was compiled against: "libcublasLt.so.<CUBLAS_VER_MAJOR>".

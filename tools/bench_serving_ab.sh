@@ -52,17 +52,19 @@ start_server() {
   [ -n "$URL" ] || { echo "server did not start:"; cat "$log"; exit 1; }
 }
 stop_server() { kill -TERM "$SP"; wait "$SP" || true; }
+# `troupe bench throughput` at the round's load, its JSON into $1.
+offline() {
+  "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" --output-len "$OUT" \
+    --num-prompts "$N" --output-json "$1"
+}
 
 for i in $(seq 1 "$ROUNDS"); do
   echo "== round $i, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" --output-len "$OUT" \
-    --num-prompts "$N" --output-json "$OUTDIR/offline_$i.json" | grep "output tokens/s"
+  offline "$OUTDIR/offline_$i.json" | grep "output tokens/s"
   if [ -n "${FLOOR:-}" ]; then
     "$floor_bin" "${floor_args[@]}" > "$OUTDIR/floor_$i.txt" &
     FP=$!
-    "$T" --log-level warn bench throughput "${model_args[@]}" --input-len "$IN" \
-      --output-len "$OUT" --num-prompts "$N" \
-      --output-json "$OUTDIR/floor_offline_$i.json" >/dev/null
+    offline "$OUTDIR/floor_offline_$i.json" >/dev/null
     wait "$FP"
     python3 -c "import json; a=json.load(open('$OUTDIR/offline_$i.json'))['output_tokens_per_s']; b=json.load(open('$OUTDIR/floor_offline_$i.json'))['output_tokens_per_s']; print(f'round $i: offline beside the loopback floor {b:.1f} output tok/s: {b / a:.3f}')"
   fi

@@ -31,14 +31,9 @@ TEST_CASE("cuda lt_api opens the toolkit's cuBLASLt on first use and resolves ev
   const LtApi& api = lt_api();
   CHECK(mapped("libcublasLt"));
   CHECK(&lt_api() == &api);  // loaded once
-  for (const void* fn :
-       {(const void*)api.create, (const void*)api.destroy, (const void*)api.get_status_name,
-        (const void*)api.matmul, (const void*)api.algo_get_heuristic, (const void*)api.desc_create,
-        (const void*)api.desc_destroy, (const void*)api.desc_set_attribute,
-        (const void*)api.preference_create, (const void*)api.preference_destroy,
-        (const void*)api.preference_set_attribute, (const void*)api.layout_create,
-        (const void*)api.layout_destroy})
-    CHECK(fn != nullptr);
+#define TROUPE_LT_CHECK_RESOLVED(member, name) CHECK(api.member != nullptr);
+  TROUPE_LT_ENTRY_POINTS(TROUPE_LT_CHECK_RESOLVED)
+#undef TROUPE_LT_CHECK_RESOLVED
   // A call into the library that needs no GPU: the name of a status, as check_cublas shows it.
   CHECK(std::string(api.get_status_name(CUBLAS_STATUS_NOT_SUPPORTED)) ==
         "CUBLAS_STATUS_NOT_SUPPORTED");
