@@ -23,6 +23,7 @@ struct scheduler_state {
   engine_actor engine;
   recovery_actor recovery;  // replaces lost executors (null: they cannot be replaced)
   bool planning = false;  // waiting for the cache manager's grant
+  bool replan = false;    // step() was called while planning: the plan may be out of date
   bool executors_lost = false;  // for good: nothing runs any more
   // Fault recovery: while `recovering`, new executors are being started and nothing is
   // planned. `epoch` counts losses, so that answers meant for the executors (or the cache
@@ -401,8 +402,28 @@ void run_plan(self_ptr self, StepPlan plan) {
   }
 }
 
+// An injected delay:message=grant (fault_spec.hpp): the ask goes through a one-shot actor that
+// hands it to the cache manager `ms` late, so the grant comes back that much later and this
+// actor takes its other messages meanwhile, as with a busy head.
+cache_manager_actor delayed_cache_manager(self_ptr self, cache_manager_actor cache_manager,
+                                          int32_t ms) {
+  caf::actor forwarder =
+      self->home_system().spawn([cache_manager, ms](caf::event_based_actor* d) -> caf::behavior {
+        return {[=](grant_atom, KVAsk& ask) {
+          auto promise = d->make_response_promise();
+          d->delayed_send(d, std::chrono::milliseconds(ms), tick_atom::value);
+          d->become([=, ask = std::move(ask)](tick_atom) mutable {
+            promise.delegate(cache_manager, grant_atom::value, std::move(ask));
+            d->quit();
+          });
+        }};
+      });
+  return caf::actor_cast<cache_manager_actor>(forwarder);
+}
+
 void step(self_ptr self) {
   auto& st = self->state;
+  if (st.planning) st.replan = true;
   if (st.planning || st.executors_lost || st.recovering) return;
   // An injected drain (fault_spec.hpp): the rank's worker asks to leave before this step.
   for (size_t i = 0; i < st.config.faults.size(); ++i) {
@@ -428,6 +449,7 @@ void step(self_ptr self) {
   if (!st.in_flight.empty() && !(st.sched->steps_in_flight() == 0 || st.sched->can_plan_ahead()))
     return;
   st.planning = true;
+  st.replan = false;
   st.timings.step_start = Clock::now();
   KVAsk ask;
   try {
@@ -444,9 +466,16 @@ void step(self_ptr self) {
                    f.text, planned);
       ask.refuse_allocations = true;
     }
+  cache_manager_actor granter = st.cache_manager;
+  for (const FaultSpec& f : st.config.faults)
+    if (f.kind == FaultKind::delay && f.message == FaultMessage::grant && planned == f.step) {
+      spdlog::warn("scheduler: injected fault '{}': step {}'s grant comes {} ms late", f.text,
+                   planned, f.ms);
+      granter = delayed_cache_manager(self, st.cache_manager, f.ms);
+    }
   const bool refused = ask.refuse_allocations;
   const uint64_t epoch = st.epoch;
-  self->request(st.cache_manager, caf::infinite, grant_atom::value, std::move(ask))
+  self->request(granter, caf::infinite, grant_atom::value, std::move(ask))
       .then(
           [=](KVGrant& grant) {
             auto& s = self->state;
@@ -463,6 +492,16 @@ void step(self_ptr self) {
             if (plan.empty() && plan.finished_seq_ids.empty() && !plan.has_swaps()) {
               if (refused) {  // an injected refusal: nothing could run; try again shortly
                 self->delayed_send(self, std::chrono::milliseconds(10), step_atom::value);
+                return;
+              }
+              if (s.replan) {
+                // Requests came, or results or aborts were applied, while the grant was out
+                // (this actor takes messages meanwhile; step() then waits for the grant): the
+                // plan was made without them, so plan again. Taking this empty plan as final
+                // failed every request ("a waiting request cannot fit") or left the engine
+                // idle with requests waiting (2026-12-06: a second generate() on a
+                // pipeline-parallel engine, ~1 run in 13 under load).
+                step(self);
                 return;
               }
               if (s.in_flight.empty() && s.sched->has_work() &&

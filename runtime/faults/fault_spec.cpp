@@ -114,15 +114,23 @@ FaultSpec parse_fault_spec(const std::string& text) {
       } else if (key == "message") {
         if (value == "execute") f.message = FaultMessage::execute;
         else if (value == "result") f.message = FaultMessage::result;
+        else if (value == "grant" && f.kind == FaultKind::delay) f.message = FaultMessage::grant;
         else
           fail("fault '{}': message = '{}': allowed: execute (the step's plan, to the rank) or "
-               "result (the rank's answer)",
-               text, value);
+               "result (the rank's answer){}",
+               text, value,
+               f.kind == FaultKind::delay ? ", or grant (the cache manager's answer to the step's "
+                                            "ask for KV blocks)"
+                                          : "");
       }
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
     }
   }
+  if (f.message == FaultMessage::grant && seen.contains("rank"))
+    fail("fault '{}': message = grant is the head's cache manager's answer, not a rank's; give "
+         "no rank",
+         text);
   for (auto key : info->required)
     if (!seen.contains(key))
       fail("fault '{}': {} needs {} (e.g. {})", text, info->name, key,

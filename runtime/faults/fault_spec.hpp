@@ -13,6 +13,8 @@
 //   drop:message=M,rank=R,step=N  M = execute: rank R never sees step N's plan; M = result: it
 //                                 runs step N but its result never comes back
 //   delay:message=M,rank=R,step=N,ms=T   the same message, delivered T ms late
+//   delay:message=grant,step=N,ms=T   the cache manager's answer to step N's ask for KV blocks
+//                                 comes T ms late (a busy head; no rank)
 //   ucx-fail:rank=R,step=N        rank R's UCX stage link fails step N's transfer to the next
 //                                 stage (closing its endpoint, as a broken connection does);
 //                                 rank R must be on a stage before the last
@@ -45,22 +47,24 @@ enum class FaultKind {
   drain,
 };
 
-enum class FaultMessage { none, execute, result };
+enum class FaultMessage { none, execute, result, grant };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::kill_executor;
   int32_t rank = 0;
   uint64_t step = 1;
-  FaultMessage message = FaultMessage::none;  // drop, delay
+  FaultMessage message = FaultMessage::none;  // drop, delay (grant: delay only)
   int32_t ms = 0;                             // delay
   int32_t count = 1;                          // refuse-kv
   double factor = 1.0;                        // slow
   std::string text;                           // as written, for logs and errors
 
-  /// Whether the fault acts on an executor rank (everything but refuse-kv, which is the
-  /// cache manager's, and drain, which the scheduler starts: both on the head).
+  /// Whether the fault acts on an executor rank (everything but refuse-kv and a delayed
+  /// grant, which are the cache manager's, and drain, which the scheduler starts: all on the
+  /// head).
   [[nodiscard]] bool on_rank() const {
-    return kind != FaultKind::refuse_kv && kind != FaultKind::drain;
+    return kind != FaultKind::refuse_kv && kind != FaultKind::drain &&
+           message != FaultMessage::grant;
   }
 };
 

@@ -27,6 +27,11 @@ TEST_CASE("every fault kind parses with its keys and defaults", "[faults]") {
   f = parse_fault_spec("delay:message=execute,step=4,ms=250");
   CHECK(f.message == FaultMessage::execute);
   CHECK(f.ms == 250);
+  CHECK(f.on_rank());
+  f = parse_fault_spec("delay:message=grant,step=2,ms=300");  // the head's cache manager
+  CHECK(f.message == FaultMessage::grant);
+  CHECK(f.step == 2);
+  CHECK_FALSE(f.on_rank());
   CHECK(parse_fault_spec("ucx-fail:rank=0,step=5").kind == FaultKind::ucx_fail);
   f = parse_fault_spec("refuse-kv:step=5,count=3");
   CHECK(f.kind == FaultKind::refuse_kv);
@@ -56,6 +61,9 @@ TEST_CASE("a bad fault spec is refused naming the spec, the key and what is allo
       {"drop:message=plan", {"message = 'plan'", "execute", "result"}},
       {"delay:message=execute", {"delay needs ms"}},
       {"delay:message=execute,ms=0", {"ms = '0'", "1 .. 600000"}},
+      {"delay:message=plan,ms=5", {"message = 'plan'", "execute", "result", "or grant"}},
+      {"drop:message=grant", {"message = 'grant'", "execute", "result"}},
+      {"delay:message=grant,rank=1,ms=5", {"message = grant", "give no rank"}},
       {"slow:rank=0", {"slow needs factor"}},
       {"slow:factor=1", {"factor = '1'", "> 1"}},
       {"refuse-kv:count=0", {"count = '0'"}},
