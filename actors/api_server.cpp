@@ -358,6 +358,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                                                      config.sampling_defaults.max_tokens);
     e.prompt_token_ids = std::move(ids);
     e.stream = true;  // the sink follows every step (streams, metrics)
+    e.output_kind = OutputKind::delta;  // and adds each step's news up itself
     try {
       validate(e.params);
     } catch (const Error& err) {
@@ -456,6 +457,7 @@ struct ApiServer::Impl : std::enable_shared_from_this<ApiServer::Impl> {
                                                      max_model_len, std::nullopt);
     e.prompt_token_ids = std::move(ids);
     e.stream = true;
+    e.output_kind = OutputKind::delta;
     plan.requests.push_back(std::move(e));
     plan.ctx = context(g, plan.requests.front().request_id);
     plan.extra_headers = std::move(extra);

@@ -85,7 +85,8 @@ void perform(self_ptr self, OutputProcessor::Actions act) {
 std::string admit(self_ptr self, EngineRequest& req, std::vector<int32_t> ids, caf::actor sink) {
   auto& st = self->state;
   OutputProcessor::Admission a = st.outputs->add(req.request_id, std::move(req.prompt),
-                                                 std::move(ids), req.params, req.stream);
+                                                 std::move(ids), req.params, req.stream,
+                                                 req.output_kind);
   st.sinks.emplace(a.request_id, std::move(sink));
   // The detokenizers must hold the sequences' state before their first tokens arrive: both
   // messages below go out now, and each tokenizer member handles its mail in order.

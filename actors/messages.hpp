@@ -67,6 +67,9 @@ struct EngineRequest {
   SamplingParams params;
   /// Send a RequestOutput after every step (true) or only the final one (false).
   bool stream = false;
+  /// What each streamed RequestOutput holds: the whole request so far, or what is new
+  /// (runtime/api/outputs.hpp).
+  OutputKind output_kind = OutputKind::cumulative;
 };
 
 struct SeqSpecs {

@@ -30,6 +30,9 @@ struct sink_state {
   std::shared_ptr<openai::ServingMetrics> metrics;
   engine_actor engine;
   std::unordered_map<std::string, size_t> index;  // engine request id -> prompt index
+  // Each prompt's output so far: the engine sends what is new each step (OutputKind::delta)
+  // and it is added up here, so a step costs what it added, not the length so far.
+  std::vector<RequestOutput> sofar;
   std::vector<std::optional<RequestOutput>> finals;
   std::vector<std::vector<ChoiceTiming>> timing;  // [prompt][choice]
   size_t accepted = 0, finished = 0;
@@ -114,12 +117,14 @@ void log_output(const sink_state& st, const RequestOutput& out) {
                  out.request_id, c.text, c.token_ids.size(), c.finish_reason);
 }
 
-void on_output(self_ptr self, RequestOutput& out) {
+void on_output(self_ptr self, RequestOutput& delta) {
   auto& st = self->state;
-  auto it = st.index.find(out.request_id);
+  auto it = st.index.find(delta.request_id);
   if (it == st.index.end() || st.failed) return;
   const size_t p = it->second;
   if (st.finals[p]) return;
+  append_output(st.sofar[p], std::move(delta));
+  RequestOutput& out = st.sofar[p];
   track(st, p, out);
   const auto& plan = st.plan;
   if (!out.error.empty()) {
@@ -212,6 +217,7 @@ caf::behavior sink_behavior(self_ptr self, engine_actor engine, SinkPlan plan,
   st.metrics = std::move(metrics);
   st.plan = std::move(plan);
   const size_t n = st.plan.requests.size();
+  st.sofar.resize(n);
   st.finals.resize(n);
   st.timing.resize(n);
   for (size_t i = 0; i < n; ++i) st.index.emplace(st.plan.requests[i].request_id, i);

@@ -1,8 +1,8 @@
 // The request sink: one actor per generation request of the HTTP server. It submits the
 // request's engine requests (one per prompt) to the engine like any other client, receives
-// their cumulative RequestOutputs, and answers the HTTP client through its Responder: a
-// stream of Server-Sent Events (or /generate's JSON lines) as tokens arrive, or one JSON
-// response at the end. It also feeds the server's metrics (time to first token, inter-token
+// their delta RequestOutputs (what each step added) and adds them up, and answers the HTTP
+// client through its Responder: a stream of Server-Sent Events (or /generate's JSON lines) as
+// tokens arrive, or one JSON response at the end. It also feeds the server's metrics (time to first token, inter-token
 // latency, ...) and aborts its engine requests when the client goes away, so their KV blocks
 // come back at once.
 #pragma once

@@ -3,8 +3,9 @@
 model, 16 concurrent streamed completions of 240 and then 480 tokens, without and with
 `logprobs: 5`; prints the server process's CPU seconds (utime + stime from /proc) and the wall
 time of each set. Doubling the output doubles what is linear per token; what grows faster is
-per-token work that depends on the output so far (docs/engine.md "Known gaps": streamed outputs
-are cumulative inside the engine).
+per-token work that depends on the output so far: the model's attention over a longer context,
+and, before the server's streams took delta outputs (docs/engine.md "Delta outputs"), copying
+the whole output so far every step.
 
     python3 tools/bench_stream_cost.py build/tools/troupe [ROUNDS, default 2]
 """

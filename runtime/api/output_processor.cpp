@@ -115,7 +115,7 @@ void OutputProcessor::check_prompt(const std::vector<int32_t>& ids) const {
 
 OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::string prompt,
                                                 std::vector<int32_t> ids, const SamplingParams& p,
-                                                bool stream) {
+                                                bool stream, OutputKind kind) {
   check(p);
   if (p.truncate_prompt_tokens) {
     // vLLM: keep the last k tokens; -1 keeps the last max_model_len.
@@ -167,6 +167,7 @@ OutputProcessor::Admission OutputProcessor::add(std::string request_id, std::str
   r.id = id;
   r.arrival_time = epoch_seconds(std::chrono::steady_clock::now());
   r.stream = stream && !ranked && !beam;  // the best n are only known at the end
+  r.kind = kind;
   r.num_returned = size_t(n);
   r.detokenize = p.detokenize && tokenizer_ != nullptr;
   r.prompt = std::move(prompt);
@@ -314,6 +315,69 @@ RequestOutput OutputProcessor::assemble(const Request& r) {
   return o;
 }
 
+namespace {
+
+/// The bytes of a sequence's text that no stop string can take back any more: all of it once
+/// finished (or with include_stop_str_in_output, whose cut falls after the match); else all but
+/// the last (longest stop - 1), moved back to the start of a UTF-8 character.
+size_t final_text_length(const std::string& text, bool finished, size_t max_stop_len,
+                         bool include_stop) {
+  if (finished || include_stop || max_stop_len <= 1) return text.size();
+  size_t n = text.size() > max_stop_len - 1 ? text.size() - (max_stop_len - 1) : 0;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+template <class T>
+std::vector<T> tail(const std::vector<T>& v, size_t from) {
+  return std::vector<T>(v.begin() + std::ptrdiff_t(std::min(from, v.size())), v.end());
+}
+
+}  // namespace
+
+RequestOutput OutputProcessor::assemble_delta(Request& r) {
+  // The best n of best_of > n are only known at the end, when nothing was sent before.
+  if (r.seqs.size() > r.num_returned) return assemble(r);
+  RequestOutput o;
+  o.request_id = r.id;
+  if (!r.prompt_sent) {
+    o.prompt = r.prompt;
+    o.prompt_token_ids = r.prompt_ids;
+    r.prompt_sent = true;
+  }
+  if (r.prompt_logprobs && r.prompt_logprobs->size() > r.prompt_logprobs_sent) {
+    o.prompt_logprobs = tail(*r.prompt_logprobs, r.prompt_logprobs_sent);
+    r.prompt_logprobs_sent = r.prompt_logprobs->size();
+  }
+  o.num_cached_tokens = std::max(0, r.num_cached_tokens);
+  o.metrics = request_metrics(r);
+  for (Sequence& s : r.seqs) {
+    s.text_sent = std::min(s.text_sent, s.out.text.size());  // (held back: never cut below)
+    const size_t text_end =
+        std::max(s.text_sent, final_text_length(s.out.text, s.finished, r.max_stop_len,
+                                                r.params.include_stop_str_in_output));
+    const size_t n = s.out.token_ids.size();
+    if (n == s.tokens_sent && text_end == s.text_sent && s.finished == s.finish_sent) continue;
+    CompletionOutput c;
+    c.index = s.out.index;
+    c.text.assign(s.out.text, s.text_sent, text_end - s.text_sent);
+    c.token_ids = tail(s.out.token_ids, s.tokens_sent);
+    if (s.out.logprobs) c.logprobs = tail(*s.out.logprobs, s.tokens_sent);
+    c.cumulative_logprob = s.out.cumulative_logprob;
+    c.finish_reason = s.out.finish_reason;
+    c.stop_reason_text = s.out.stop_reason_text;
+    c.stop_reason_token = s.out.stop_reason_token;
+    c.times = s.times;
+    s.tokens_sent = n;
+    s.text_sent = text_end;
+    s.finish_sent = s.finished;
+    o.outputs.push_back(std::move(c));
+  }
+  o.finished = r.unfinished == 0;
+  o.error = r.error;
+  return o;
+}
+
 bool OutputProcessor::drop_hopeless(Request& r, Actions& act) {
   if (r.seqs.size() <= r.num_returned) return false;
   // A score is final once the scheduler finished the sequence (its text may still be coming).
@@ -350,11 +414,18 @@ void OutputProcessor::emit(const std::string& request_id, Actions& act) {
   Request& r = it->second;
   if (!r.stream && r.unfinished > 0) return;
   if (r.unfinished > 0 && !stream_due(r)) return;
-  for (auto& s : r.seqs) {
-    s.tokens_sent = s.out.token_ids.size();
-    s.finish_sent = s.finished;
+  if (r.kind == OutputKind::delta) {
+    RequestOutput o = assemble_delta(r);
+    // Nothing new to show (text held back by stop strings only): nothing goes out.
+    if (!o.outputs.empty() || o.finished || o.prompt_logprobs || !o.prompt_token_ids.empty())
+      act.outputs.push_back(std::move(o));
+  } else {
+    for (auto& s : r.seqs) {
+      s.tokens_sent = s.out.token_ids.size();
+      s.finish_sent = s.finished;
+    }
+    act.outputs.push_back(assemble(r));
   }
-  act.outputs.push_back(assemble(r));
   if (r.unfinished == 0) {
     for (const auto& s : r.seqs) owner_.erase(s.seq_id);
     requests_.erase(it);

@@ -19,7 +19,13 @@
 //                  end a request early: the caller's abort; a detokenizer error, which fails
 //                  exactly the requests whose sequences it hit, with the reason.
 // Outputs go out after every change when streaming (stream_interval > 1: fewer), once at the
-// end otherwise; a finished request is forgotten.
+// end otherwise; a finished request is forgotten. A streamed request's outputs are cumulative
+// (the whole request so far, as the C++ API shows them) or deltas (OutputKind::delta, as the
+// server asks: only what is new, so a step costs what it added, not the length so far). A delta
+// never takes back text: while a sequence with stop strings runs, its last (longest stop - 1)
+// bytes are held back (never splitting a UTF-8 character), since a stop string completed by a
+// later token cuts them off; they go out once the sequence finishes (vLLM's detokenizer holds
+// back the same in its DELTA mode).
 //
 // Times (RequestOutput::metrics, CompletionOutput::times): a request arrives when add() queues it
 // for the scheduler; the scheduler says when it first scheduled each sequence (SeqUpdate::
@@ -124,7 +130,7 @@ class OutputProcessor {
   /// field; nothing is kept then.
   [[nodiscard]] Admission add(std::string request_id, std::string prompt,
                               std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
-                              bool stream);
+                              bool stream, OutputKind kind = OutputKind::cumulative);
 
   /// What the engine actor sends after a call.
   struct Actions {
@@ -175,12 +181,16 @@ class OutputProcessor {
     bool dropped = false;    // best_of > n: can no longer be among the best n
     SequenceTimes times;     // kept apart from `out`, which a dropped sequence clears
     size_t tokens_sent = 0;  // streaming: its tokens in the last output sent
+    size_t text_sent = 0;    // OutputKind::delta: the bytes of its text sent
     bool finish_sent = false;  // streaming: the last output sent showed it finished
   };
 
   struct Request {
     std::string id;
     bool stream = false;
+    OutputKind kind = OutputKind::cumulative;
+    bool prompt_sent = false;          // delta: the prompt went out (with the first output)
+    size_t prompt_logprobs_sent = 0;   // delta: positions of prompt_logprobs sent
     bool detokenize = true;
     std::string prompt;
     std::vector<int32_t> prompt_ids;
@@ -223,6 +233,8 @@ class OutputProcessor {
   /// The caller's view of a request: every sequence in index order, or the best n when
   /// best_of > n.
   [[nodiscard]] static RequestOutput assemble(const Request& r);
+  /// OutputKind::delta: what is new in `r` since its last output (and marks it sent).
+  [[nodiscard]] static RequestOutput assemble_delta(Request& r);
   [[nodiscard]] static RequestMetrics request_metrics(const Request& r);
 
   OutputProcessorConfig config_;

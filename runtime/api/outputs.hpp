@@ -57,6 +57,16 @@ struct CompletionOutput {
   [[nodiscard]] bool finished() const { return !finish_reason.empty(); }
 };
 
+/// What a request's streamed RequestOutputs hold (vLLM's RequestOutputKind). `cumulative`
+/// (the default, and the C++ LLM API's): each output is the whole request so far. `delta`: each
+/// output holds only what is new since the one before: the prompt and its token ids in the
+/// first output alone, prompt logprobs as they arrive, and per sequence (only those with
+/// something new, by `index`) the new text, token ids and logprobs; cumulative_logprob, the
+/// finish, times, metrics, num_cached_tokens, finished and error are current values.
+/// append_output() adds a delta to what came before, giving the cumulative output. Requests that
+/// stream nothing (their one output is final) are the same either way.
+enum class OutputKind { cumulative, delta };
+
 struct RequestOutput {
   std::string request_id;
   std::string prompt;
@@ -71,5 +81,9 @@ struct RequestOutput {
   bool finished = false;
   std::string error;  // set when the request failed after it was accepted
 };
+
+/// Adds a delta output (OutputKind::delta) to `acc`, the request's outputs so far (empty before
+/// the first), so that `acc` is what the cumulative output would be. Costs what the delta holds.
+void append_output(RequestOutput& acc, RequestOutput&& delta);
 
 }  // namespace troupe

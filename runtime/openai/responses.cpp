@@ -269,16 +269,6 @@ std::string sse_done() {
   return "data: [DONE]\n\n";
 }
 
-size_t sendable_text_length(const CompletionOutput& c, const SamplingParams& p) {
-  if (is_finished(c) || p.stop.empty() || p.include_stop_str_in_output) return c.text.size();
-  size_t longest = 0;
-  for (const auto& s : p.stop) longest = std::max(longest, s.size());
-  if (longest <= 1) return c.text.size();
-  size_t n = c.text.size() > longest - 1 ? c.text.size() - (longest - 1) : 0;
-  while (n > 0 && (static_cast<unsigned char>(c.text[n]) & 0xC0) == 0x80) --n;
-  return n;
-}
-
 // ---- completions ----
 
 ojson completion_response(const CompletionRequest& req, const ResponseContext& ctx,
@@ -338,8 +328,7 @@ ojson completion_response(const CompletionRequest& req, const ResponseContext& c
 
 CompletionStream::CompletionStream(const CompletionRequest& req, ResponseContext ctx,
                                    std::vector<std::string> prompt_texts)
-    : params_(req.params),
-      logprobs_(req.logprobs),
+    : logprobs_(req.logprobs),
       echo_(req.echo),
       echo_only_(req.echo && req.max_tokens && *req.max_tokens == 0),
       return_token_ids_(req.return_token_ids),
@@ -360,7 +349,7 @@ std::string CompletionStream::on_output(size_t prompt_index, const RequestOutput
     if (i >= choices_.size()) continue;
     Choice& ch = choices_[i];
     if (ch.finished) continue;
-    const size_t text_end = std::max(ch.text_sent, sendable_text_length(c, params_));
+    const size_t text_end = std::max(ch.text_sent, c.text.size());
     std::string delta_text;
     std::vector<int32_t> delta_ids;
     std::vector<const PositionLogprobMap*> positions;
@@ -382,7 +371,7 @@ std::string CompletionStream::on_output(size_t prompt_index, const RequestOutput
       if (echo_only_) delta_ids.clear();
       positions = positions_of(out, &c, false, ch.tokens_sent);
     }
-    const bool now_finished = is_finished(c) && text_end >= c.text.size();
+    const bool now_finished = is_finished(c);
     if (delta_text.empty() && delta_ids.empty() && !now_finished) continue;
     // Logprobs count text offsets from what was sent before this chunk.
     ojson lp = logprobs_
@@ -496,8 +485,7 @@ ojson chat_response(const ChatRequest& req, const ResponseContext& ctx,
 }
 
 ChatStream::ChatStream(const ChatRequest& req, ResponseContext ctx, std::string echo_text)
-    : params_(req.params),
-      logprobs_(req.logprobs),
+    : logprobs_(req.logprobs),
       return_token_ids_(req.return_token_ids),
       top_logprobs_(req.top_logprobs),
       ctx_(std::move(ctx)),
@@ -551,10 +539,10 @@ std::string ChatStream::on_output(const RequestOutput& out) {
     if (i >= choices_.size()) continue;
     Choice& ch = choices_[i];
     if (ch.finished) continue;
-    const size_t text_end = std::max(ch.text_sent, sendable_text_length(c, params_));
+    const size_t text_end = std::max(ch.text_sent, c.text.size());
     const std::string delta_text = c.text.substr(ch.text_sent, text_end - ch.text_sent);
     const size_t from = std::min(ch.tokens_sent, c.token_ids.size());
-    const bool now_finished = is_finished(c) && text_end >= c.text.size();
+    const bool now_finished = is_finished(c);
     if (delta_text.empty() && from == c.token_ids.size() && !now_finished) continue;
     ch.text_sent = text_end;
     ch.tokens_sent = c.token_ids.size();

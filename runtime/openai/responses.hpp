@@ -8,9 +8,9 @@
 //   finish_reason and stop_reason); logprobs as {content: [{token, logprob, bytes,
 //   top_logprobs}]}.
 // `system_fingerprint` and `service_tier` are null as in vLLM; logprobs are clamped at -9999
-// (JSON has no -inf). Streams take the engine's cumulative outputs and send what is new; while a
-// request with stop strings runs, the last (longest stop - 1) bytes are held back, as vLLM's
-// detokenizer does, because a stop string completed by the next token cuts them off.
+// (JSON has no -inf). Streams take a request's output so far and send what is new: the request
+// sink adds up the engine's delta outputs, whose text no stop string can take back any more (the
+// output processor holds back what one may still cut, runtime/api/output_processor.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -63,7 +63,7 @@ class CompletionStream {
  public:
   CompletionStream(const CompletionRequest& req, ResponseContext ctx,
                    std::vector<std::string> prompt_texts);
-  /// Events for the latest cumulative output of prompt `prompt_index` ("" when nothing is new).
+  /// Events for prompt `prompt_index`'s output so far ("" when nothing is new).
   std::string on_output(size_t prompt_index, const RequestOutput& out);
   /// The usage event (when asked for) and [DONE].
   std::string finish();
@@ -73,7 +73,6 @@ class CompletionStream {
     size_t text_sent = 0, tokens_sent = 0, chars_sent = 0;
     bool echoed = false, finished = false;
   };
-  SamplingParams params_;
   std::optional<int64_t> logprobs_;
   bool echo_ = false, echo_only_ = false, return_token_ids_ = false;
   ResponseContext ctx_;
@@ -98,7 +97,6 @@ class ChatStream {
     size_t text_sent = 0, tokens_sent = 0;
     bool finished = false;
   };
-  SamplingParams params_;
   bool logprobs_ = false, return_token_ids_ = false;
   int64_t top_logprobs_ = 0;
   ResponseContext ctx_;
@@ -112,10 +110,5 @@ class ChatStream {
 
 /// /generate's answer: {"text": [prompt + output text, ...]} (one JSON line when streaming).
 [[nodiscard]] nlohmann::ordered_json plain_generate_response(const RequestOutput& out);
-
-/// The text of a running choice that is safe to send: all of it once finished; else all but the
-/// last (longest stop string - 1) bytes when stop strings can still cut it (never splitting a
-/// UTF-8 character).
-[[nodiscard]] size_t sendable_text_length(const CompletionOutput& c, const SamplingParams& p);
 
 }  // namespace troupe::openai

@@ -620,3 +620,162 @@ TEST_CASE("an abort keeps the tokens whose text was still coming", "[output]") {
   // Its text arriving late changes nothing.
   CHECK(h.proc.on_text({{seq, "a"}}).outputs.empty());
 }
+
+namespace {
+
+void check_same_logprobs(const std::vector<PositionLogprobMap>& a,
+                         const std::vector<PositionLogprobMap>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].size() == b[i].size());
+    for (const auto& [token, lp] : a[i]) {
+      REQUIRE(b[i].count(token) == 1);
+      CHECK(b[i].at(token).logprob == lp.logprob);
+      CHECK(b[i].at(token).rank == lp.rank);
+      CHECK(b[i].at(token).decoded_token == lp.decoded_token);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("delta outputs add up to the cumulative ones, text a stop string may cut waiting",
+          "[output]") {
+  // The same steps through a cumulative and a delta request (n = 2, logprobs, prompt logprobs
+  // in two chunks, a 4-byte stop string): after every step the deltas added up hold the
+  // cumulative output's tokens, logprobs and finish, and its text but for at most the last 3
+  // bytes while running; at the end, everything.
+  Harness cumulative_h, delta_h;
+  SamplingParams p;
+  p.n = 2;
+  p.logprobs = 1;
+  p.prompt_logprobs = 0;
+  p.stop = {"lo w"};
+  const auto a = cumulative_h.add({72, 105, 33}, p);
+  const auto b = delta_h.proc.add("", "", {72, 105, 33}, p, true, OutputKind::delta);
+  for (const auto& o : b.detok_open)
+    delta_h.detok.insert_or_assign(
+        o.seq_id, IncrementalDetokenizer(tiny(), o.prompt_token_ids, o.skip_special_tokens));
+  REQUIRE(a.seqs.size() == 2);
+  const uint64_t s0 = a.seqs[0].seq_id, s1 = a.seqs[1].seq_id;
+  CHECK(b.seqs[0].seq_id == s0);
+  std::vector<std::vector<SeqUpdate>> steps;
+  {
+    SeqUpdate u0 = tokens(s0, ids_of("Hel"));
+    u0.prompt_logprobs.push_back(PositionLogprobs{{105, -2.0f, 3}, {}});
+    steps.push_back({u0, tokens(s1, ids_of("ab"))});
+    SeqUpdate u1 = tokens(s0, ids_of("l"));
+    u1.prompt_logprobs.push_back(PositionLogprobs{{33, -1.0f, 2}, {}});
+    steps.push_back({u1, tokens(s1, ids_of("cdefg"))});
+    steps.push_back({tokens(s0, ids_of("o")), tokens(s1, ids_of("h"), FinishReason::length)});
+    steps.push_back({tokens(s0, ids_of(" world"))});  // completes "lo w": a stop
+  }
+  RequestOutput sofar;
+  size_t deltas = 0;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    INFO("step " << step);
+    const auto cum = cumulative_h.update(steps[step]);
+    const auto del = delta_h.update(steps[step]);
+    REQUIRE(cum.size() == 1);
+    REQUIRE(del.size() <= 1);
+    if (del.empty()) continue;
+    ++deltas;
+    // A delta holds only what is new: the prompt once, and each sequence's new tokens.
+    CHECK(del[0].prompt_token_ids.empty() == (step > 0));
+    for (const auto& c : del[0].outputs)
+      if (!sofar.request_id.empty() && size_t(c.index) < sofar.outputs.size())
+        CHECK(c.token_ids.size() <= 5);
+    RequestOutput d = del[0];
+    append_output(sofar, std::move(d));
+    const RequestOutput& want = cum[0];
+    CHECK(sofar.request_id == want.request_id);
+    CHECK(sofar.prompt_token_ids == want.prompt_token_ids);
+    CHECK(sofar.finished == want.finished);
+    REQUIRE(sofar.prompt_logprobs);
+    check_same_logprobs(*want.prompt_logprobs, *sofar.prompt_logprobs);
+    REQUIRE(sofar.outputs.size() == want.outputs.size());
+    for (size_t i = 0; i < want.outputs.size(); ++i) {
+      INFO("sequence " << i);
+      const CompletionOutput &w = want.outputs[i], &g = sofar.outputs[i];
+      CHECK(g.index == w.index);
+      CHECK(g.token_ids == w.token_ids);
+      check_same_logprobs(*w.logprobs, *g.logprobs);
+      CHECK(g.cumulative_logprob == w.cumulative_logprob);
+      CHECK(g.finish_reason == w.finish_reason);
+      CHECK(g.stop_reason_text == w.stop_reason_text);
+      if (w.finished()) {
+        CHECK(g.text == w.text);
+      } else {
+        CHECK(w.text.starts_with(g.text));
+        CHECK(w.text.size() - g.text.size() <= 3);
+      }
+    }
+  }
+  CHECK(deltas == steps.size());
+  CHECK(sofar.finished);
+  CHECK(sofar.outputs[0].text == "Hel");  // cut before the stop string
+  CHECK(sofar.outputs[1].text == "abcdefgh");
+}
+
+TEST_CASE("delta outputs: the held-back text never splits a character, and an abort sends it",
+          "[output]") {
+  Harness h;
+  SamplingParams p;
+  p.stop = {"xy"};  // one byte held back while running
+  const auto a = h.proc.add("", "", {1}, p, true, OutputKind::delta);
+  for (const auto& o : a.detok_open)
+    h.detok.insert_or_assign(
+        o.seq_id, IncrementalDetokenizer(tiny(), o.prompt_token_ids, o.skip_special_tokens));
+  const uint64_t seq = a.seqs[0].seq_id;
+  // "abé": holding back its last byte would split é, so both of its bytes wait.
+  auto outs = h.update({tokens(seq, {'a', 'b', 0xc3, 0xa9})});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs.at(0).text == "ab");
+  CHECK(outs[0].outputs.at(0).token_ids.size() == 4);
+  // A step whose text is all held back: its token still goes out.
+  outs = h.update({tokens(seq, {'c'})});
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].outputs.at(0).text == "\xc3\xa9");
+  CHECK(outs[0].outputs.at(0).token_ids == std::vector<int32_t>{'c'});
+  // The end (here an abort) sends what was held back.
+  outs = h.run(h.proc.abort(outs[0].request_id));
+  REQUIRE(outs.size() == 1);
+  CHECK(outs[0].finished);
+  CHECK(outs[0].outputs.at(0).text == "c");
+  CHECK(outs[0].outputs.at(0).finish_reason == "abort");
+  CHECK(outs[0].outputs.at(0).token_ids.empty());
+}
+
+TEST_CASE("append_output puts each sequence's delta at its index, whatever order they come in",
+          "[output]") {
+  // n = 3: the first delta may hold only some sequences (those with something new).
+  RequestOutput sofar;
+  RequestOutput d;
+  d.request_id = "r";
+  d.prompt_token_ids = {1, 2};
+  d.outputs.resize(1);
+  d.outputs[0].index = 2;
+  d.outputs[0].text = "c";
+  d.outputs[0].token_ids = {30};
+  append_output(sofar, RequestOutput(d));
+  d.prompt_token_ids.clear();
+  d.outputs.resize(2);
+  d.outputs[0].index = 0;
+  d.outputs[0].text = "a";
+  d.outputs[0].token_ids = {10};
+  d.outputs[1].index = 2;
+  d.outputs[1].text = "C";
+  d.outputs[1].token_ids = {31};
+  d.outputs[1].finish_reason = "length";
+  d.finished = false;
+  append_output(sofar, std::move(d));
+  CHECK(sofar.request_id == "r");
+  CHECK(sofar.prompt_token_ids == std::vector<int32_t>{1, 2});
+  REQUIRE(sofar.outputs.size() == 3);
+  for (int32_t i = 0; i < 3; ++i) CHECK(sofar.outputs[size_t(i)].index == i);
+  CHECK(sofar.outputs[0].text == "a");
+  CHECK(sofar.outputs[1].token_ids.empty());  // nothing of it yet
+  CHECK(sofar.outputs[2].text == "cC");
+  CHECK(sofar.outputs[2].token_ids == std::vector<int32_t>{30, 31});
+  CHECK(sofar.outputs[2].finish_reason == "length");
+}
