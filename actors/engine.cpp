@@ -72,6 +72,13 @@ Engine::Engine(caf::actor_system& sys, EngineArgs args) : impl_(std::make_unique
     max_len = int32_t(*args.max_model_len);
   }
   m.info.max_model_len = max_len;
+  if (m.model.sliding_window && max_len > *m.model.sliding_window)
+    fail(
+        "{}: sliding_window = {}: sliding-window attention is not supported yet, and "
+        "max_model_len {} is longer than the window; allowed: --max-model-len <= {} (where "
+        "every sequence fits the window, full attention is the same)",
+        (fs::path(dir) / "config.json").string(), *m.model.sliding_window, max_len,
+        *m.model.sliding_window);
 
   // Device and dtype.
   std::string device = args.device;

@@ -205,6 +205,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", c.tie_word_embeddings);
   c.attention_bias = f.boolean("attention_bias", c.attention_bias);
   c.mlp_bias = f.boolean("mlp_bias", c.mlp_bias);
+  bool windowed = false;
+  if (const json* types = f.find("layer_types"); types && types->is_array()) {
+    for (const json& t : *types) windowed = windowed || t == "sliding_attention";
+  } else if (f.has("use_sliding_window")) {
+    windowed = f.boolean("use_sliding_window", false) &&
+               f.integer("max_window_layers", int64_t(0), 0) < c.num_hidden_layers;
+  } else {
+    windowed = f.has("sliding_window");
+  }
+  if (windowed) c.sliding_window = f.opt_integer("sliding_window", 1);
   c.bos_token_id = f.opt_integer("bos_token_id");
   c.eos_token_ids = f.int_list("eos_token_id");
 

@@ -38,6 +38,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v (and o) biases; Qwen2 always has q/k/v biases
   bool mlp_bias = false;
+  /// Sliding-window attention's window, when some layer uses one: transformers 5's
+  /// layer_types naming a "sliding_attention" layer; else Qwen2/Qwen3's use_sliding_window
+  /// (from layer max_window_layers on); else Mistral's sliding_window whenever it is set.
+  /// troupe computes full attention, which is the same while sequences fit the window: the
+  /// engine refuses a longer max_model_len.
+  std::optional<int64_t> sliding_window;
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id, int or list
   /// `dtype` (transformers >= 4.56) or the older `torch_dtype`; f32 when neither is given.

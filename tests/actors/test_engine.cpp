@@ -17,8 +17,8 @@
 
 #include "actors/engine.hpp"
 #include "actors/executor_actor.hpp"  // cuda_device_count
-#include "actors/messages.hpp"
 #include "actors/llm.hpp"
+#include "actors/messages.hpp"
 #include "runtime/error.hpp"
 #include "tests/actors/engine_fixtures.hpp"
 #include "tests/actors/worker_process.hpp"
@@ -30,7 +30,7 @@ using namespace troupe::engine_fixtures;
 
 TEST_CASE("greedy tokens through the actors equal transformers', however the batch is cut",
           "[engine]") {
-  for (const std::string name : {"llama_gqa", "llama3_tied", "qwen2"}) {
+  for (const std::string name : {"llama_gqa", "llama3_tied", "qwen2", "qwen3"}) {
     if (!fs::exists(kFixtures / name / "reference.json")) {
       WARN("fixture " << name << " missing: run tools/make_fixtures.py");
       continue;
@@ -54,6 +54,37 @@ TEST_CASE("greedy tokens through the actors equal transformers', however the bat
       CHECK(llm.scheduler_stats().num_preemptions > 0);
     }
   }
+}
+
+TEST_CASE("a sliding window shorter than max_model_len is refused, within it the tokens hold",
+          "[engine]") {
+  if (!fs::exists(kFixtures / "llama_gqa" / "reference.json")) return;
+  // llama_gqa with Mistral v0.1's kind of window: 128 tokens, fewer than its 512 positions.
+  const fs::path dir = fs::temp_directory_path() / "troupe_sliding_window_model";
+  fs::remove_all(dir);
+  fs::copy(kFixtures / "llama_gqa", dir);
+  nlohmann::json config;
+  {
+    std::ifstream in(dir / "config.json");
+    config = nlohmann::json::parse(in);
+  }
+  config["sliding_window"] = 128;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  EngineArgs a = fixture_args("llama_gqa");
+  a.model = dir.string();
+  a.max_model_len = 256;
+  CHECK_THROWS_WITH(LLM(a), Catch::Contains("sliding_window = 128") &&
+                                Catch::Contains("max_model_len 256") &&
+                                Catch::Contains("--max-model-len <= 128") &&
+                                Catch::Contains((dir / "config.json").string()));
+  // Every sequence fits the window (prompts of up to 100 tokens + 24): transformers' tokens.
+  a.max_model_len = 128;
+  {
+    LLM llm(a);
+    const Reference ref = load_reference("llama_gqa");
+    check_greedy(ref, llm.generate(prompts_of(ref), greedy_params(24), {.use_tqdm = false}));
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("the executor in a second process gives the same tokens", "[engine][remote]") {
@@ -91,7 +122,8 @@ TEST_CASE("seeded sampling is reproducible and n > 1 gives distinct samples", "[
   // The same request again, now batched with other work: the same samples.
   auto b = llm.generate({ref.prompts[3], ref.prompts[4], ref.prompts[2]}, p, {.use_tqdm = false});
   REQUIRE(a[0].outputs.size() == 3);
-  for (int i = 0; i < 3; ++i) CHECK(a[0].outputs[size_t(i)].token_ids == b[0].outputs[size_t(i)].token_ids);
+  for (int i = 0; i < 3; ++i)
+    CHECK(a[0].outputs[size_t(i)].token_ids == b[0].outputs[size_t(i)].token_ids);
   std::set<std::vector<int32_t>> distinct;
   for (const auto& o : a[0].outputs) distinct.insert(o.token_ids);
   CHECK(distinct.size() == 3);
@@ -142,9 +174,9 @@ TEST_CASE("bad requests get one clear error and leave the engine working", "[eng
   std::vector<int32_t> too_long(300, 5);
   CHECK_THROWS_WITH(llm.generate({Prompt(too_long)}, greedy_params(4), {.use_tqdm = false}),
                     Catch::Contains("max_model_len = 256"));
-  CHECK_THROWS_WITH(llm.generate({Prompt(std::vector<int32_t>{1, 999})}, greedy_params(4),
-                                 {.use_tqdm = false}),
-                    Catch::Contains("prompt_token_ids[1] = 999"));
+  CHECK_THROWS_WITH(
+      llm.generate({Prompt(std::vector<int32_t>{1, 999})}, greedy_params(4), {.use_tqdm = false}),
+      Catch::Contains("prompt_token_ids[1] = 999"));
   SamplingParams bad = greedy_params(4);
   bad.logprobs = 50;
   CHECK_THROWS_WITH(llm.generate({Prompt(ref.prompts[2])}, bad, {.use_tqdm = false}),

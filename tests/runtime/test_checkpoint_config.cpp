@@ -120,6 +120,36 @@ TEST_CASE("config.json: defaults for head_dim, KV heads and optional fields",
   CHECK(parse(j).head_dim == 96);
 }
 
+TEST_CASE("config.json: a sliding window is kept only where some layer uses it",
+          "[checkpoint][config]") {
+  json j = llama_json();
+  CHECK_FALSE(parse(j).sliding_window);
+  j["sliding_window"] = 4096;  // Mistral v0.1: set means used
+  CHECK(parse(j).sliding_window == 4096);
+  j["sliding_window"] = nullptr;  // Mistral v0.2
+  CHECK_FALSE(parse(j).sliding_window);
+  // Qwen2 / Qwen3: only with use_sliding_window, from layer max_window_layers on.
+  j["sliding_window"] = 131072;
+  j["use_sliding_window"] = false;
+  j["max_window_layers"] = 28;
+  CHECK_FALSE(parse(j).sliding_window);  // Qwen2.5-7B's config
+  j["use_sliding_window"] = true;
+  CHECK(parse(j).sliding_window == 131072);  // layers 28..31 slide
+  j["max_window_layers"] = 32;
+  CHECK_FALSE(parse(j).sliding_window);  // no layer does
+  // transformers 5's layer_types decide when present.
+  j["layer_types"] = json::array({"full_attention", "sliding_attention"});
+  CHECK(parse(j).sliding_window == 131072);
+  j["layer_types"] = json::array({"full_attention", "full_attention"});
+  j["use_sliding_window"] = true;
+  j["max_window_layers"] = 0;
+  CHECK_FALSE(parse(j).sliding_window);
+  // Read only where it matters, then checked.
+  j["layer_types"] = json::array({"sliding_attention"});
+  j["sliding_window"] = "wide";
+  expect_error(j, {"sliding_window", "\"wide\""});
+}
+
 TEST_CASE("config.json: rope scaling in every spelling", "[checkpoint][config]") {
   json j = llama_json();
   SECTION("rope_scaling with rope_type (Llama 3.1)") {
@@ -381,6 +411,7 @@ TEST_CASE("registry: unknown architectures are named with the supported ones",
   CHECK(std::find(archs.begin(), archs.end(), "LlamaForCausalLM") != archs.end());
   CHECK(std::find(archs.begin(), archs.end(), "Qwen2ForCausalLM") != archs.end());
   CHECK(std::find(archs.begin(), archs.end(), "MistralForCausalLM") != archs.end());
+  CHECK(std::find(archs.begin(), archs.end(), "Qwen3ForCausalLM") != archs.end());
   json j = llama_json();
   j["architectures"] = {"GPT2LMHeadModel"};
   const ModelConfig c = parse(j);
