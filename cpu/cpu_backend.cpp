@@ -208,6 +208,25 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void rms_norm_heads(const Tensor& x, const Tensor& weight, float eps, int32_t head_begin,
+                      int32_t num_heads, int32_t head_dim) override {
+    const OpCheck check("rms_norm_heads", kCpu);
+    check_f32(check, "x", x);
+    check_norm_heads(check, x, weight, eps, head_begin, num_heads, head_dim);
+    const int64_t width = x.dim(1), d = head_dim;
+    float* xs = x.as<float>();
+    const float* w = weight.as<const float>();
+    pool_.parallel_for(
+        x.dim(0), grain_for(int64_t(num_heads) * d), [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t)
+            for (int64_t j = head_begin; j < int64_t(head_begin) + num_heads; ++j) {
+              float* p = xs + t * width + j * d;
+              rms_norm_row(p, w, eps, p,
+                           d);  // in place: the row is read whole before it is written
+            }
+        });
+  }
+
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     const Tensor& out) override {
     const OpCheck check("add_rms_norm", kCpu);

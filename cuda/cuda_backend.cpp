@@ -336,6 +336,19 @@ class CudaBackendImpl final : public CudaBackend {
     after_launch("rms_norm");
   }
 
+  void rms_norm_heads(const Tensor& x, const Tensor& weight, float eps, int32_t head_begin,
+                      int32_t num_heads, int32_t head_dim) override {
+    const OpCheck check("rms_norm_heads", device_);
+    const auto prof = profile("rms_norm_heads", rows_of(x));
+    check_compute_dtype(check, "x", x);
+    check_norm_heads(check, x, weight, eps, head_begin, num_heads, head_dim);
+    check.fits_int("rows of x", x.dim(0) * std::max(num_heads, 1));
+    check.disjoint("weight", weight, "x", x);
+    cuda::launch_rms_norm_heads(x.dtype, x.data, weight.data, eps, x.dim(0), x.dim(1), head_begin,
+                                num_heads, head_dim, stream_);
+    after_launch("rms_norm_heads");
+  }
+
   void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     const Tensor& out) override {
     const OpCheck check("add_rms_norm", device_);

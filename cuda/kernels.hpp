@@ -72,6 +72,12 @@ RmsNormPlan plan_rms_norm(DType dt, const void* residual, const void* x, const v
 void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight, float eps,
                      void* out, int64_t rows, int64_t h, cudaStream_t stream);
 
+/// Per-head rms_norm in place: for each of `rows` rows of x (row_width elements apart), heads
+/// [head_begin, head_begin + num_heads) of head_dim elements each, times weight [head_dim].
+void launch_rms_norm_heads(DType dt, void* x, const void* weight, float eps, int64_t rows,
+                           int64_t row_width, int32_t head_begin, int32_t num_heads,
+                           int32_t head_dim, cudaStream_t stream);
+
 /// residual[i] = residual[i] + x[i] for n elements, the sum in f32 rounded once to dt (the
 /// residual add of add_rms_norm, alone).
 void launch_add(DType dt, void* residual, const void* x, int64_t n, cudaStream_t stream);

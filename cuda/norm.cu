@@ -107,6 +107,28 @@ void launch_add_typed(void* residual, const void* x, int64_t n, cudaStream_t str
     launch_pdl(add_kernel<T, false>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, r, xs, n);
 }
 
+// Per-head rms_norm in place (Qwen3's q_norm / k_norm): one warp per head, kHeadsPerBlock heads
+// per block; lane i adds the squares of elements i, i + 32, ... in order, then warp_sum. The
+// arithmetic (add_square, inv_rms, rms_scale) is rms_norm_kernel's.
+constexpr int kHeadsPerBlock = 8;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kHeadsPerBlock)
+    rms_norm_heads_kernel(T* __restrict__ x, const T* __restrict__ w, float eps, int64_t heads,
+                          int64_t row_width, int32_t head_begin, int32_t num_heads,
+                          int32_t head_dim) {
+  pdl_wait();  // launched with launch_pdl
+  const int64_t head = int64_t(blockIdx.x) * kHeadsPerBlock + threadIdx.y;
+  if (head >= heads) return;  // a whole warp leaves together: warp_sum's lanes stay full
+  const int64_t row = head / num_heads;
+  T* p = x + row * row_width + (int64_t(head_begin) + head % num_heads) * head_dim;
+  float ss = 0.0f;
+  for (int i = int(threadIdx.x); i < head_dim; i += 32) ss = add_square(ss, to_f32(p[i]));
+  const float inv = inv_rms(warp_sum(ss), head_dim, eps);
+  for (int i = int(threadIdx.x); i < head_dim; i += 32)
+    p[i] = from_f32<T>(rms_scale<T>(to_f32(p[i]), inv, to_f32(w[i])));
+}
+
 template <class T>
 RmsNormPlan plan_typed(const void* residual, const void* x, const void* weight, const void* out,
                        int64_t h) {
@@ -172,6 +194,21 @@ RmsNormPlan plan_rms_norm(DType dt, const void* residual, const void* x, const v
 void launch_add(DType dt, void* residual, const void* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   with_float_type(dt, [&](auto tag) { launch_add_typed<decltype(tag)>(residual, x, n, stream); });
+}
+
+void launch_rms_norm_heads(DType dt, void* x, const void* weight, float eps, int64_t rows,
+                           int64_t row_width, int32_t head_begin, int32_t num_heads,
+                           int32_t head_dim, cudaStream_t stream) {
+  if (rows <= 0 || num_heads <= 0 || head_dim <= 0) return;
+  const int64_t heads = rows * num_heads;
+  const dim3 grid{unsigned((heads + kHeadsPerBlock - 1) / kHeadsPerBlock)},
+      block{32, kHeadsPerBlock};
+  with_float_type(dt, [&](auto tag) {
+    using T = decltype(tag);
+    launch_pdl(rms_norm_heads_kernel<T>, grid, block, 0, stream, static_cast<T*>(x),
+               static_cast<const T*>(weight), eps, heads, row_width, head_begin, num_heads,
+               head_dim);
+  });
 }
 
 void launch_rms_norm(DType dt, void* residual, const void* x, const void* weight, float eps,

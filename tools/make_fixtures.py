@@ -16,6 +16,7 @@ Layout written (one folder per model):
                           model-0000K-of-0000N.safetensors (several)          reference.json
     OUT_DIR/qwen2/        config.json  model.safetensors                      reference.json
     OUT_DIR/llama_gelu/   config.json  model.safetensors                      reference.json
+    OUT_DIR/qwen3/        config.json  model.safetensors                      reference.json
 
     python3 tools/make_fixtures.py OUT_DIR --only llama_gelu   # just the named ones
 
@@ -69,7 +70,8 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 PROMPT_LENGTHS = [1, 2, 7, 33, 100]
 FULL_LOGITS_PROMPT_INDEX = 2  # the 7-token prompt
@@ -167,6 +169,34 @@ MODELS = [
         rope=dict(rope_type="default", rope_theta=1000000.0),
     ),
 ]
+
+# Qwen3: an RMSNorm over each q and k head (q_norm, k_norm) before RoPE, no biases, a head_dim
+# (32) whose heads span more than hidden_size (4 x 32 = 128 > 64), bfloat16 as Qwen3 ships.
+MODELS.append(dict(
+    name="qwen3",
+    model_cls=Qwen3ForCausalLM,
+    config_cls=Qwen3Config,
+    storage=torch.bfloat16,
+    seed=5005,
+    shard=False,
+    old_dtype_key=False,
+    config=dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        attention_bias=False,
+        use_sliding_window=False,
+    ),
+    rope=dict(rope_type="default", rope_theta=1000000.0),
+))
 
 # A gated-GELU (GeGLU) Llama: llama_gqa's shapes with hidden_act gelu_pytorch_tanh (the tanh
 # approximation) and one KV head (MQA).

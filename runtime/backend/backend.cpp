@@ -32,6 +32,11 @@ void Backend::rope_qkv_to_cache(const Tensor& /*qkv*/, const Tensor& /*positions
   fail("rope_qkv_to_cache: the {} backend does not implement this op", name());
 }
 
+void Backend::rms_norm_heads(const Tensor& /*x*/, const Tensor& /*weight*/, float /*eps*/,
+                             int32_t /*head_begin*/, int32_t /*num_heads*/, int32_t /*head_dim*/) {
+  fail("rms_norm_heads: the {} backend does not implement this op", name());
+}
+
 void Backend::set_batch_invariant(bool on) {
   if (on)
     fail("batch_invariant: the {} backend has no batch-invariant mode yet; allowed: the cpu "

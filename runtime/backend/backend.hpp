@@ -144,6 +144,13 @@ class Backend {
   /// multiply by weight.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
 
+  /// Per-head RMSNorm in place (Qwen3's q_norm and k_norm): for every row t of x [T, W] and
+  /// every head j in [head_begin, head_begin + num_heads), x[t, j d .. (j + 1) d) becomes
+  /// rms_norm of that slice times weight [d] (d = head_dim), rounded as rms_norm rounds.
+  /// The default throws: a backend without the op cannot run architectures that need it.
+  virtual void rms_norm_heads(const Tensor& x, const Tensor& weight, float eps, int32_t head_begin,
+                              int32_t num_heads, int32_t head_dim);
+
   /// residual += x (in place), then out = rms_norm(residual). All [T, H].
   virtual void add_rms_norm(const Tensor& residual, const Tensor& x, const Tensor& weight,
                             float eps, const Tensor& out) = 0;

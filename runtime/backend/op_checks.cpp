@@ -116,6 +116,19 @@ void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, flo
   if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
 }
 
+void check_norm_heads(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
+                      int32_t head_begin, int32_t num_heads, int32_t head_dim) {
+  check.tensor("x", x, 2);
+  check.tensor("weight", weight, x.dtype, 1);
+  if (head_dim < 1) check.fail("head_dim = {}: must be >= 1", head_dim);
+  check.dim("weight", weight, 0, head_dim, fmt::format("head_dim {}", head_dim));
+  if (head_begin < 0 || num_heads < 0 ||
+      (int64_t(head_begin) + num_heads) * int64_t(head_dim) > x.dim(1))
+    check.fail("heads [{}, {}) of {} features do not fit in the rows of x {}", head_begin,
+               int64_t(head_begin) + num_heads, head_dim, describe(x));
+  if (!(eps >= 0.0f) || !std::isfinite(eps)) check.fail("eps = {} must be finite and >= 0", eps);
+}
+
 void check_add_norm(const OpCheck& check, const Tensor& residual, const Tensor& x,
                     const Tensor& weight, float eps, const Tensor& out) {
   check_norm(check, x, weight, eps, out);

@@ -77,6 +77,8 @@ void check_interleave_shards(const OpCheck& check, const Tensor& shards, const T
 void check_norm(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
                 const Tensor& out);
 /// add_rms_norm: rms_norm's, and residual like x.
+void check_norm_heads(const OpCheck& check, const Tensor& x, const Tensor& weight, float eps,
+                      int32_t head_begin, int32_t num_heads, int32_t head_dim);
 void check_add_norm(const OpCheck& check, const Tensor& residual, const Tensor& x,
                     const Tensor& weight, float eps, const Tensor& out);
 /// add: x [T, H], residual like x and apart from it.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/error.hpp"
+#include "runtime/models/model.hpp"
 #include "runtime/models/rope.hpp"
 
 namespace troupe {
@@ -71,19 +72,17 @@ int64_t model_parameter_count(const ModelConfig& c, const ParallelRank& rank) {
   const int64_t nh = c.num_attention_heads / tp;
   const int64_t nkv = c.num_key_value_heads >= tp ? c.num_key_value_heads / tp : 1;
   const int64_t V = c.vocab_size / tp;
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
-  const bool qkv_bias = qwen2 || c.attention_bias;
-  const bool o_bias = !qwen2 && c.attention_bias;
-  const bool mlp_bias = !qwen2 && c.mlp_bias;
+  const LlamaLayerExtras extras = llama_layer_extras(c);
 
   const int64_t qkv_rows = k.mul({k.add({nh, k.mul({2, nkv})}), d});
   int64_t layer = k.add({k.mul({2, H}),         // input and post-attention norms
                          k.mul({qkv_rows, H}),  // q, k, v
                          k.mul({H, nh, d}),     // o_proj
                          k.mul({3, I, H})});    // gate, up, down
-  if (qkv_bias) layer = k.add({layer, qkv_rows});
-  if (o_bias) layer = k.add({layer, H});
-  if (mlp_bias) layer = k.add({layer, k.mul({2, I}), H});
+  if (extras.qkv_bias) layer = k.add({layer, qkv_rows});
+  if (extras.o_bias) layer = k.add({layer, H});
+  if (extras.mlp_bias) layer = k.add({layer, k.mul({2, I}), H});
+  if (extras.qk_norm) layer = k.add({layer, k.mul({2, d})});
 
   const bool first = rank.pp_rank == 0, last = rank.pp_rank == std::max(rank.pp_size, 1) - 1;
   int64_t n = k.mul({layers_on_stage(c.num_hidden_layers, rank), layer});

@@ -1,5 +1,6 @@
-// The Llama family: LlamaForCausalLM, MistralForCausalLM (the same program) and
-// Qwen2ForCausalLM (q/k/v biases, no o_proj bias).
+// The Llama family: LlamaForCausalLM, MistralForCausalLM (the same program),
+// Qwen2ForCausalLM (q/k/v biases, no o_proj bias) and Qwen3ForCausalLM (no biases unless
+// attention_bias; an RMSNorm over each q and k head, q_norm and k_norm, before RoPE).
 //
 // Layer program, per step of T tokens (H hidden, d head_dim, nh/nkv heads on this rank, I the
 // intermediate size on this rank, V the vocabulary, P the tensor-parallel size):
@@ -7,6 +8,8 @@
 //                 rank's [V/P, H] shard, summed over the group)
 //   later stages: residual = the previous stage's hidden states  [T, H]
 //   per layer:    qkv = rms_norm(residual) @ W_qkv^T (+ b)       [T, (nh + 2 nkv) d]
+//                 (Qwen3: each q head and each k head of qkv rms_norm'ed in place, by
+//                 q_norm [d] and k_norm [d]; the fused norm-GEMM-rope path is not taken)
 //                 q = rope(qkv.q); cache <- rope(qkv.k), qkv.v   [T, nh d] (one op)
 //                 a = attention(q)                               [T, nh d]
 //                 residual += a @ W_o^T                          [T, H]  (row-parallel)
@@ -28,9 +31,10 @@
 // rotary embedding + reshape_and_cache, one launch). gate/up likewise: act_mul reads
 // [gate | up] directly.
 //
-// Not supported here (each says so at construction): sliding-window attention (Mistral
-// v0.1's 4096-token window, Qwen2's use_sliding_window; windows longer than the sequence
-// change nothing), activations other than silu/gelu.
+// Not supported here: sliding-window attention (Mistral v0.1's 4096-token window, Qwen2's
+// use_sliding_window: ModelConfig::sliding_window; the engine refuses a max_model_len longer
+// than the window, within which full attention is the same), activations other than silu and
+// gelu (refused at construction).
 #include <cmath>
 #include <memory>
 #include <string>
@@ -47,15 +51,12 @@ namespace troupe {
 
 namespace {
 
-enum class Variant : uint8_t { llama, qwen2 };
-
 // How dummy weights of a parameter are drawn.
 enum class Init : uint8_t { matrix, norm, bias };
 
 class LlamaFamily final : public CausalLM {
  public:
-  LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank,
-              Variant variant);
+  LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank);
 
   [[nodiscard]] const ModelConfig& config() const override { return config_; }
   [[nodiscard]] KVCacheShape kv_cache_shape() const override {
@@ -81,6 +82,8 @@ class LlamaFamily final : public CausalLM {
     Tensor gate_up_b;   // [2 I], empty without MLP biases
     Tensor down_w;      // [H, I]
     Tensor down_b;      // [H], empty without MLP biases
+    Tensor q_norm;      // [d], Qwen3 only: every q head's RMSNorm weight
+    Tensor k_norm;      // [d], Qwen3 only: every k head's
   };
 
   // One checkpoint tensor and where its slice lands: rows [dst_row, dst_row + local rows) of
@@ -102,13 +105,12 @@ class LlamaFamily final : public CausalLM {
   ModelConfig config_;
   Backend& backend_;
   ParallelRank rank_;
-  Variant variant_;
   DType cdt_;  // compute dtype of weights and activations
   GatedActivation mlp_act_ = GatedActivation::silu;  // from hidden_act
 
   // Sizes on this rank.
   int64_t H_ = 0, d_ = 0, nh_ = 0, nkv_ = 0, I_ = 0, V_ = 0, V_local_ = 0;
-  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false;
+  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false, qk_norm_ = false;
   int64_t first_layer_ = 0;  // global index of layers_[0]
   bool has_embed_ = false, has_head_ = false;
 
@@ -137,13 +139,8 @@ class LlamaFamily final : public CausalLM {
   Tensor logits_;    // [L, V] f32
 };
 
-LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank,
-                         Variant variant)
-    : config_(config),
-      backend_(backend),
-      rank_(rank),
-      variant_(variant),
-      cdt_(backend.compute_dtype(config.dtype)) {
+LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const ParallelRank& rank)
+    : config_(config), backend_(backend), rank_(rank), cdt_(backend.compute_dtype(config.dtype)) {
   const auto& c = config_;
   const std::string where = (c.dir / "config.json").string();
   if (c.hidden_act == "silu" || c.hidden_act == "swish") {
@@ -171,9 +168,11 @@ LlamaFamily::LlamaFamily(const ModelConfig& config, Backend& backend, const Para
   I_ = c.intermediate_size / tp;
   V_ = c.vocab_size;
   V_local_ = c.vocab_size / tp;
-  qkv_bias_ = variant == Variant::qwen2 || c.attention_bias;
-  o_bias_ = variant == Variant::llama && c.attention_bias;
-  mlp_bias_ = variant == Variant::llama && c.mlp_bias;
+  const LlamaLayerExtras extras = llama_layer_extras(c);
+  qkv_bias_ = extras.qkv_bias;
+  o_bias_ = extras.o_bias;
+  mlp_bias_ = extras.mlp_bias;
+  qk_norm_ = extras.qk_norm;
 
   const LayerRange range = stage_layers(c.num_hidden_layers, rank.pp_rank, rank.pp_size);
   first_layer_ = range.begin;
@@ -241,6 +240,12 @@ void LlamaFamily::declare_weights() {
           nkv);
       add(pre + "self_attn.v_proj.bias", {nkv * d}, Shard::rows, &L.qkv_b, (nh_ + nkv_) * d,
           Init::bias, nkv);
+    }
+    if (qk_norm_) {  // per head: the same on every rank
+      L.q_norm = alloc(cdt_, {d});
+      L.k_norm = alloc(cdt_, {d});
+      add(pre + "self_attn.q_norm.weight", {d}, Shard::replicated, &L.q_norm, 0, Init::norm);
+      add(pre + "self_attn.k_norm.weight", {d}, Shard::replicated, &L.k_norm, 0, Init::norm);
     }
     add(pre + "self_attn.o_proj.weight", {H, nh * d}, Shard::cols, &L.o_w, 0, Init::matrix);
     if (o_bias_) {
@@ -404,9 +409,18 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
   }
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& Lw = layers_[li];
-    stream.norm_qkv_rope(Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv, in.positions,
-                         cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox, int32_t(nh_),
-                         int32_t(nkv_), kv.k[li], kv.v[li], in.slot_mapping, q);
+    if (qk_norm_) {
+      stream.norm_linear(Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv);
+      backend_.rms_norm_heads(qkv, Lw.q_norm, eps, 0, int32_t(nh_), int32_t(d_));
+      backend_.rms_norm_heads(qkv, Lw.k_norm, eps, int32_t(nh_), int32_t(nkv_), int32_t(d_));
+      backend_.rope_qkv_to_cache(qkv, in.positions, cos_sin_, int32_t(d_), int32_t(d_),
+                                 RopeStyle::neox, int32_t(nh_), int32_t(nkv_), kv.k[li], kv.v[li],
+                                 in.slot_mapping, q);
+    } else {
+      stream.norm_qkv_rope(Lw.input_norm, eps, h, Lw.qkv_w, bias_of(Lw.qkv_b), qkv, in.positions,
+                           cos_sin_, int32_t(d_), int32_t(d_), RopeStyle::neox, int32_t(nh_),
+                           int32_t(nkv_), kv.k[li], kv.v[li], in.slot_mapping, q);
+    }
     backend_.attention(q, kv.k[li], kv.v[li], in.attention, shape, attn);  // [T, nh d]
     stream.add_linear(attn, Lw.o_w, bias_of(Lw.o_b), x);                   // += attn out
     stream.norm_linear_act(Lw.post_norm, eps, h, Lw.gate_up_w, bias_of(Lw.gate_up_b), mlp_act_,
@@ -436,14 +450,20 @@ Tensor LlamaFamily::forward(const ForwardInputs& in, const KVCacheView& kv) {
 
 }  // namespace
 
-std::unique_ptr<CausalLM> make_llama(const ModelConfig& config, Backend& backend,
-                                     const ParallelRank& rank) {
-  return std::make_unique<LlamaFamily>(config, backend, rank, Variant::llama);
+LlamaLayerExtras llama_layer_extras(const ModelConfig& c) {
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  LlamaLayerExtras e;
+  e.qkv_bias = qwen2 || c.attention_bias;
+  e.o_bias = !qwen2 && c.attention_bias;
+  e.mlp_bias = !qwen2 && !qwen3 && c.mlp_bias;
+  e.qk_norm = qwen3;
+  return e;
 }
 
-std::unique_ptr<CausalLM> make_qwen2(const ModelConfig& config, Backend& backend,
+std::unique_ptr<CausalLM> make_llama(const ModelConfig& config, Backend& backend,
                                      const ParallelRank& rank) {
-  return std::make_unique<LlamaFamily>(config, backend, rank, Variant::qwen2);
+  return std::make_unique<LlamaFamily>(config, backend, rank);
 }
 
 }  // namespace troupe

@@ -8,9 +8,8 @@
 
 namespace troupe {
 
-// Defined in llama.cpp.
+// Defined in llama.cpp: the Llama family, whose members differ by llama_layer_extras().
 std::unique_ptr<CausalLM> make_llama(const ModelConfig&, Backend&, const ParallelRank&);
-std::unique_ptr<CausalLM> make_qwen2(const ModelConfig&, Backend&, const ParallelRank&);
 
 namespace {
 
@@ -22,7 +21,8 @@ struct Entry {
 constexpr Entry registry[] = {
     {"LlamaForCausalLM", make_llama},
     {"MistralForCausalLM", make_llama},
-    {"Qwen2ForCausalLM", make_qwen2},
+    {"Qwen2ForCausalLM", make_llama},
+    {"Qwen3ForCausalLM", make_llama},
 };
 
 }  // namespace

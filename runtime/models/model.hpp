@@ -1,9 +1,10 @@
 // The interface between the executor's model runner and one architecture's layer program.
 //
-// Each architecture is one file in this folder (llama.cpp holds Llama and Qwen2): its
-// hyper-parameters, how HF weight names map and shard onto its layers, and its forward
-// program written against the Backend op set. A registry line in model.cpp names it.
-// Adding an architecture never touches the scheduler or a kernel.
+// Each architecture is one file in this folder (llama.cpp holds Llama, Mistral, Qwen2 and
+// Qwen3): its hyper-parameters, how HF weight names map and shard onto its layers, and its
+// forward program written against the Backend op set. A registry line in model.cpp names it.
+// Adding an architecture never touches the scheduler; a kernel only when it needs an op the
+// backends lack (Qwen3's per-head norm: Backend::rms_norm_heads).
 #pragma once
 
 #include <cstdint>
@@ -117,6 +118,17 @@ std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, Backend& bac
 /// heads be fewer and divide tp; at least one layer per stage). The engine checks it before it
 /// starts any worker; every architecture's constructor checks it again.
 void check_parallel_layout(const ModelConfig& config, int64_t tp, int64_t pp);
+
+/// The weights a Llama-family layer (llama.cpp: Llama, Mistral, Qwen2, Qwen3) holds beyond
+/// Llama's plain ones, from the architecture and config: what llama.cpp declares and
+/// memory_fit counts.
+struct LlamaLayerExtras {
+  bool qkv_bias = false;  // q/k/v biases: Qwen2 always, the others with attention_bias
+  bool o_bias = false;    // o_proj bias: with attention_bias, never on Qwen2
+  bool mlp_bias = false;  // gate/up/down biases: Llama and Mistral with mlp_bias
+  bool qk_norm = false;   // q_norm and k_norm [head_dim]: Qwen3
+};
+LlamaLayerExtras llama_layer_extras(const ModelConfig& config);
 
 /// Architectures make_causal_lm knows.
 std::vector<std::string> supported_architectures();

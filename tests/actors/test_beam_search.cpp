@@ -211,7 +211,7 @@ void own_logprob_cases(const std::string& device) {
 
 /// transformers' generate outputs in each fixture's beam section, on `device`.
 void fixture_beam_cases(const std::string& device) {
-  for (const std::string name : {"llama_gqa", "llama_gelu", "qwen2", "llama3_tied"}) {
+  for (const std::string name : {"llama_gqa", "llama_gelu", "qwen2", "llama3_tied", "qwen3"}) {
     if (!fs::exists(kFixtures / name)) continue;
     std::ifstream in(kFixtures / name / "reference.json");
     const auto j = nlohmann::json::parse(in);

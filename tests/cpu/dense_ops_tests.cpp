@@ -98,6 +98,43 @@ TEST_CASE("rms_norm and add_rms_norm match float64", "[cpu][ops]") {
   }
 }
 
+TEST_CASE("rms_norm_heads normalises the chosen heads of each row in place, as float64",
+          "[cpu][ops]") {
+  // Qwen3's q_norm / k_norm on a fused qkv row: 3 q heads, 2 k heads, 2 v heads of d each.
+  OpHarness h;
+  std::mt19937_64 rng(21);
+  for (int64_t d : {1, 8, 128}) {
+    const int64_t rows = 5, nh = 3, nkv = 2, width = (nh + 2 * nkv) * d;
+    const auto x_host = random_floats(rng, size_t(rows * width), -3.0f, 3.0f);
+    const auto wq = random_floats(rng, size_t(d), 0.5f, 1.5f);
+    const auto wk = random_floats(rng, size_t(d), 0.5f, 1.5f);
+    const Tensor x = h.f32({rows, width}, x_host);
+    h.backend().rms_norm_heads(x, h.f32({d}, wq), 1e-6f, 0, int32_t(nh), int32_t(d));
+    h.backend().rms_norm_heads(x, h.f32({d}, wk), 1e-6f, int32_t(nh), int32_t(nkv), int32_t(d));
+    // Every head is one "row" of d for the reference; v heads stay as they were.
+    std::vector<double> want(x_host.begin(), x_host.end());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < nh + nkv; ++j) {
+        const size_t at = size_t(r * width + j * d);
+        const std::vector<double> head(want.begin() + long(at), want.begin() + long(at) + d);
+        const auto normed = rms_norm_ref(head, j < nh ? wq : wk, 1, d, 1e-6);
+        std::copy(normed.begin(), normed.end(), want.begin() + long(at));
+      }
+    report(fmt::format("rms_norm_heads d {}", d), max_rel_error(h.read(x), want));
+  }
+  SECTION("errors") {
+    const Tensor x = h.f32({2, 16}, std::vector<float>(32, 1.0f));
+    const Tensor w = h.f32({8}, std::vector<float>(8, 1.0f));
+    CHECK_THROWS_WITH(h.backend().rms_norm_heads(x, w, 1e-6f, 1, 2, 8),
+                      Catch::Contains("rms_norm_heads") && Catch::Contains("heads [1, 3)") &&
+                          Catch::Contains("[2, 16]"));
+    CHECK_THROWS_WITH(h.backend().rms_norm_heads(x, w, 1e-6f, 0, 2, 4),
+                      Catch::Contains("rms_norm_heads: weight [8]"));
+    CHECK_THROWS_AS(h.backend().rms_norm_heads(x, w, -1.0f, 0, 2, 8), Error);
+    CHECK_THROWS_AS(h.backend().rms_norm_heads(x, w, 1e-6f, -1, 1, 8), Error);
+  }
+}
+
 TEST_CASE("linear matches float64, with and without bias", "[cpu][ops]") {
   // The pool splits a large GEMM by rows (T >= N) or by columns (T < N), in pieces whose
   // edges fall inside the matrices here (N not a multiple of 16, T not of the piece size); the

@@ -181,6 +181,8 @@ TEST_CASE("cuda graphs: decode steps replayed from graphs equal eager steps bit 
                      init_for(fixtures + "llama_gqa", "auto", "float32"), 1e-4);
   graphs_match_eager("qwen2 bf16 (q/k/v biases)", init_for(fixtures + "qwen2", "auto", "bfloat16"),
                      5e-2);
+  graphs_match_eager("qwen3 bf16 (q and k head norms)",
+                     init_for(fixtures + "qwen3", "auto", "bfloat16"), 5e-2);
   const std::string dir = synthetic_model_dir();
   graphs_match_eager("synthetic bf16 (head dim 128, GQA 4:1)", init_for(dir, "dummy", "bfloat16"),
                      5e-2);

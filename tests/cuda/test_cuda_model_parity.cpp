@@ -16,9 +16,8 @@ using namespace troupe::testing;
 namespace {
 
 const std::pair<const char*, const char*> kFixtures[] = {
-    {"llama_gqa", "LlamaForCausalLM"},
-    {"llama3_tied", "LlamaForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"},
+    {"llama_gqa", "LlamaForCausalLM"},  {"llama3_tied", "LlamaForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"},      {"qwen3", "Qwen3ForCausalLM"},
     {"llama_gelu", "LlamaForCausalLM"},
 };
 

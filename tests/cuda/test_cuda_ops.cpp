@@ -84,6 +84,37 @@ TEST_CASE("cuda rms_norm and add_rms_norm match the CPU", "[cuda][ops]") {
   }
 }
 
+TEST_CASE("cuda rms_norm_heads matches the CPU and leaves the other heads alone", "[cuda][ops]") {
+  TROUPE_REQUIRE_GPU();
+  Pair p;
+  std::mt19937_64 rng(22);
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {128, 64, 8}) {
+      for (int64_t t : {1, 5, 64}) {
+        const int64_t nh = 4, nkv = 2, width = (nh + 2 * nkv) * d;
+        const auto x = rounded(random_floats(rng, size_t(t * width), -2.0f, 2.0f), dt);
+        const auto wq = rounded(random_floats(rng, size_t(d), 0.5f, 1.5f), dt);
+        const auto wk = rounded(random_floats(rng, size_t(d), 0.5f, 1.5f), dt);
+        const Tensor gx = p.gpu_floats(dt, {t, width}, x);
+        p.gpu().rms_norm_heads(gx, p.gpu_floats(dt, {d}, wq), 1e-6f, 0, int32_t(nh), int32_t(d));
+        p.gpu().rms_norm_heads(gx, p.gpu_floats(dt, {d}, wk), 1e-6f, int32_t(nh), int32_t(nkv),
+                               int32_t(d));
+        const Tensor cx = p.cpu_f32({t, width}, x);
+        p.cpu().rms_norm_heads(cx, p.cpu_f32({d}, wq), 1e-6f, 0, int32_t(nh), int32_t(d));
+        p.cpu().rms_norm_heads(cx, p.cpu_f32({d}, wk), 1e-6f, int32_t(nh), int32_t(nkv),
+                               int32_t(d));
+        const auto got = p.read(gx), want = p.read(cx);
+        report(fmt::format("rms_norm_heads {} T={} d={}", dname(dt), t, d), norm_error(got, want),
+               tolerance(dt));
+        // The v heads are untouched, bit for bit.
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t i = (nh + nkv) * d; i < width; ++i)
+            REQUIRE(got[size_t(r * width + i)] == x[size_t(r * width + i)]);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda linear matches the CPU, with and without bias, f32 logits", "[cuda][ops]") {
   TROUPE_REQUIRE_GPU();
   Pair p;

@@ -37,6 +37,13 @@ TEST_CASE("parity: qwen2 (q/k/v biases, tied, F16) vs transformers", "[models][p
   run_parity(*make_cpu_backend(0), "qwen2", "Qwen2ForCausalLM");
 }
 
+TEST_CASE(
+    "parity: qwen3 (q and k head norms, head_dim 32 over hidden 64, tied, BF16) vs "
+    "transformers",
+    "[models][parity]") {
+  run_parity(*make_cpu_backend(0), "qwen3", "Qwen3ForCausalLM");
+}
+
 TEST_CASE("parity: llama_gelu (gated GELU, tanh approximation, MQA) vs transformers",
           "[models][parity]") {
   run_parity(*make_cpu_backend(0), "llama_gelu", "LlamaForCausalLM");

@@ -149,7 +149,7 @@ void check_layout(const std::string& fixture, int32_t tp, int32_t pp,
 TEST_CASE("tensor and pipeline parallel runners give one rank's tokens and logprobs",
           "[exec][parallel]") {
   const auto pad = GENERATE(RunnerOptions::PadDecode::never, RunnerOptions::PadDecode::always);
-  for (const char* fixture : {"llama_gqa", "qwen2", "llama3_tied", "llama_gelu"}) {
+  for (const char* fixture : {"llama_gqa", "qwen2", "llama3_tied", "llama_gelu", "qwen3"}) {
     check_layout(fixture, 2, 1, pad);
     check_layout(fixture, 1, 2, pad);
     check_layout(fixture, 2, 2, pad);

@@ -79,7 +79,7 @@ TEST_CASE("sizes that overflow int64 are refused naming config.json, not wrapped
 }
 
 TEST_CASE("parameter counts equal the tensors of every fixture checkpoint", "[memory_fit]") {
-  for (const char* name : {"llama_gqa", "llama3_tied", "llama_gelu", "qwen2"}) {
+  for (const char* name : {"llama_gqa", "llama3_tied", "llama_gelu", "qwen2", "qwen3"}) {
     const fs::path dir = fs::path(TROUPE_FIXTURES_DIR) / "models" / name;
     INFO(name);
     const ModelConfig c = load_model_config(dir);
