@@ -23,8 +23,9 @@
 
 #include "actors/engine.hpp"
 #include "actors/llm.hpp"
-#include "runtime/error.hpp"
 #include "runtime/checkpoint/model_config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/exec/memory_fit.hpp"
 #include "tools/cli_args.hpp"
 #include "tools/commands.hpp"
 
@@ -100,14 +101,10 @@ nlohmann::ordered_json step_breakdown(const SchedulerStats& a, const SchedulerSt
   return j;
 }
 
-
-/// Parameters (for FLOP counts): embeddings, attention, MLP and norms of a Llama-family model.
+/// Parameters (for FLOP counts): every weight the model holds (memory_fit's count: embeddings,
+/// attention, MLP, norms, biases, Qwen3's head norms).
 double parameter_count(const ModelConfig& c) {
-  const double H = double(c.hidden_size), I = double(c.intermediate_size);
-  const double d = double(c.head_dim), nh = double(c.num_attention_heads);
-  const double nkv = double(c.num_key_value_heads), V = double(c.vocab_size);
-  const double per_layer = H * (nh + 2 * nkv) * d + nh * d * H + 3 * H * I + 2 * H;
-  return V * H * (c.tie_word_embeddings ? 1.0 : 2.0) + double(c.num_hidden_layers) * per_layer + H;
+  return double(model_parameter_count(c, ParallelRank{}));
 }
 
 /// Matrix FLOPs of one forward token at context length `ctx`: 2 per weight (the embedding

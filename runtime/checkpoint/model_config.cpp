@@ -152,6 +152,7 @@ void read_rope_dict(const Fields& f, ModelConfig& c) {
 std::string architecture_for(const std::string& model_type) {
   if (model_type == "llama") return "LlamaForCausalLM";
   if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
   return "";
 }

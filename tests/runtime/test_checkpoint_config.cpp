@@ -6,6 +6,7 @@
 #include "runtime/checkpoint/generation_config.hpp"
 #include "runtime/checkpoint/model_config.hpp"
 #include "runtime/error.hpp"
+#include "runtime/exec/memory_fit.hpp"
 #include "runtime/models/model.hpp"
 #include "tests/runtime/test_checkpoint_writer.hpp"
 
@@ -291,6 +292,8 @@ TEST_CASE("config.json: architectures may be implied by model_type", "[checkpoin
   j.erase("architectures");
   j["model_type"] = "qwen2";
   CHECK(parse(j).architecture == "Qwen2ForCausalLM");
+  j["model_type"] = "qwen3";
+  CHECK(parse(j).architecture == "Qwen3ForCausalLM");
 }
 
 TEST_CASE("config.json: load_model_config reads the directory's file", "[checkpoint][config]") {
@@ -305,7 +308,8 @@ TEST_CASE("config.json: load_model_config reads the directory's file", "[checkpo
   CHECK(c.num_key_value_heads == 8);
 }
 
-TEST_CASE("config presets: the shipped Llama-3-8B and Qwen2.5-7B configs", "[checkpoint][config]") {
+TEST_CASE("config presets: the shipped Llama-3-8B, Qwen2.5-7B and Qwen3-8B configs",
+          "[checkpoint][config]") {
   const std::filesystem::path root = TROUPE_SOURCE_DIR;
   const ModelConfig l = load_model_config(root / "configs/models/llama-3-8b");
   CHECK(l.architecture == "LlamaForCausalLM");
@@ -331,6 +335,15 @@ TEST_CASE("config presets: the shipped Llama-3-8B and Qwen2.5-7B configs", "[che
   CHECK(q.max_position_embeddings == 32768);
   CHECK_FALSE(q.tie_word_embeddings);
   CHECK(q.dtype == DType::bf16);
+  // Qwen3-8B: 8.19 B parameters (the model card's 8.2 B), head_dim 128 over hidden 4096 / 32.
+  const ModelConfig q3 = load_model_config(root / "configs/models/qwen3-8b");
+  CHECK(q3.architecture == "Qwen3ForCausalLM");
+  CHECK(q3.head_dim == 128);
+  CHECK(q3.num_key_value_heads == 8);
+  CHECK_FALSE(q3.sliding_window);
+  CHECK(q3.eos_token_ids == std::vector<int64_t>{151645});
+  CHECK(model_parameter_count(q3, ParallelRank{}) == 8190735360);
+  CHECK(llama_layer_extras(q3).qk_norm);
 }
 
 TEST_CASE("generation_config.json: optional, typed", "[checkpoint][config]") {
