@@ -31,9 +31,9 @@ struct sink_state {
   engine_actor engine;
   std::unordered_map<std::string, size_t> index;  // engine request id -> prompt index
   // Each prompt's output so far: the engine sends what is new each step (OutputKind::delta)
-  // and it is added up here, so a step costs what it added, not the length so far.
+  // and it is added up here, so a step costs what it added, not the length so far. Once
+  // `finished`, it is the prompt's final output.
   std::vector<RequestOutput> sofar;
-  std::vector<std::optional<RequestOutput>> finals;
   std::vector<std::vector<ChoiceTiming>> timing;  // [prompt][choice]
   size_t accepted = 0, finished = 0;
   bool failed = false, started = false, client_gone = false;
@@ -56,7 +56,8 @@ void respond_error(sink_state& st, const openai::ApiError& e) {
 void abort_all(self_ptr self) {
   auto& st = self->state;
   for (size_t i = 0; i < st.plan.requests.size(); ++i)
-    if (!st.finals[i]) self->send(st.engine, abort_atom::value, st.plan.requests[i].request_id);
+    if (!st.sofar[i].finished)
+      self->send(st.engine, abort_atom::value, st.plan.requests[i].request_id);
 }
 
 void start_stream(sink_state& st) {
@@ -122,7 +123,7 @@ void on_output(self_ptr self, RequestOutput& delta) {
   auto it = st.index.find(delta.request_id);
   if (it == st.index.end() || st.failed) return;
   const size_t p = it->second;
-  if (st.finals[p]) return;
+  if (st.sofar[p].finished) return;
   append_output(st.sofar[p], std::move(delta));
   RequestOutput& out = st.sofar[p];
   track(st, p, out);
@@ -159,8 +160,7 @@ void on_output(self_ptr self, RequestOutput& delta) {
   }
   if (!out.finished) return;
   log_output(st, out);
-  st.finals[p] = std::move(out);
-  if (++st.finished < st.finals.size()) return;
+  if (++st.finished < st.sofar.size()) return;
 
   // Every prompt finished.
   if (!st.client_gone) {
@@ -172,16 +172,15 @@ void on_output(self_ptr self, RequestOutput& delta) {
       ojson body;
       switch (plan.kind) {
         case SinkPlan::Kind::completion: {
-          std::vector<RequestOutput> finals;
-          for (auto& f : st.finals) finals.push_back(std::move(*f));
-          body = openai::completion_response(*plan.completion, plan.ctx, finals, plan.prompt_texts);
+          body =
+              openai::completion_response(*plan.completion, plan.ctx, st.sofar, plan.prompt_texts);
           break;
         }
         case SinkPlan::Kind::chat:
-          body = openai::chat_response(*plan.chat, plan.ctx, *st.finals[0], plan.echo_text);
+          body = openai::chat_response(*plan.chat, plan.ctx, st.sofar[0], plan.echo_text);
           break;
         case SinkPlan::Kind::generate:
-          body = openai::plain_generate_response(*st.finals[0]);
+          body = openai::plain_generate_response(st.sofar[0]);
           break;
       }
       st.out->respond(200, "application/json", dump(body), plan.extra_headers);
@@ -218,7 +217,6 @@ caf::behavior sink_behavior(self_ptr self, engine_actor engine, SinkPlan plan,
   st.plan = std::move(plan);
   const size_t n = st.plan.requests.size();
   st.sofar.resize(n);
-  st.finals.resize(n);
   st.timing.resize(n);
   for (size_t i = 0; i < n; ++i) st.index.emplace(st.plan.requests[i].request_id, i);
   if (st.plan.stream) {

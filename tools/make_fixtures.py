@@ -170,33 +170,12 @@ MODELS = [
     ),
 ]
 
-# Qwen3: an RMSNorm over each q and k head (q_norm, k_norm) before RoPE, no biases, a head_dim
-# (32) whose heads span more than hidden_size (4 x 32 = 128 > 64), bfloat16 as Qwen3 ships.
-MODELS.append(dict(
-    name="qwen3",
-    model_cls=Qwen3ForCausalLM,
-    config_cls=Qwen3Config,
-    storage=torch.bfloat16,
-    seed=5005,
-    shard=False,
-    old_dtype_key=False,
-    config=dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=160,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        hidden_act="silu",
-        attention_bias=False,
-        use_sliding_window=False,
-    ),
-    rope=dict(rope_type="default", rope_theta=1000000.0),
-))
+# Qwen3: qwen2's shapes with an RMSNorm over each q and k head (q_norm, k_norm) before RoPE, no
+# biases, a head_dim (32) whose heads span more than hidden_size (4 x 32 = 128 > 64), bfloat16
+# as Qwen3 ships.
+MODELS.append(dict(MODELS[2], name="qwen3", model_cls=Qwen3ForCausalLM, config_cls=Qwen3Config,
+                   storage=torch.bfloat16, seed=5005,
+                   config=dict(MODELS[2]["config"], head_dim=32, attention_bias=False)))
 
 # A gated-GELU (GeGLU) Llama: llama_gqa's shapes with hidden_act gelu_pytorch_tanh (the tanh
 # approximation) and one KV head (MQA).
